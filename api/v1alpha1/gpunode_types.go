@@ -1,0 +1,195 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IsolationMode is how a node applies GPU slices (DESIGN §8).
+//
+// +kubebuilder:validation:Enum=time-slicing;mps;hami-core;mig
+type IsolationMode string
+
+// Isolation modes.
+const (
+	// IsolationTimeSlicing shares a device by time; only NVIDIA_VISIBLE_DEVICES
+	// is set and the watchdog polices memory.
+	IsolationTimeSlicing IsolationMode = "time-slicing"
+	// IsolationMPS runs an MPS control daemon per device; the driver caps memory.
+	IsolationMPS IsolationMode = "mps"
+	// IsolationHAMiCore sets CUDA_DEVICE_MEMORY_LIMIT and CUDA_DEVICE_SM_LIMIT
+	// for a preloaded interposer.
+	IsolationHAMiCore IsolationMode = "hami-core"
+	// IsolationMIG creates a MIG instance per slice (not yet supported).
+	IsolationMIG IsolationMode = "mig"
+)
+
+// DeviceHealth says whether a device may take new work.
+//
+// +kubebuilder:validation:Enum=Healthy;Unhealthy
+type DeviceHealth string
+
+// Device health values.
+const (
+	DeviceHealthy   DeviceHealth = "Healthy"
+	DeviceUnhealthy DeviceHealth = "Unhealthy"
+)
+
+// MIGMode is a device's MIG setting.
+//
+// +kubebuilder:validation:Enum=Disabled;Enabled;Unsupported
+type MIGMode string
+
+// MIG modes.
+const (
+	MIGDisabled    MIGMode = "Disabled"
+	MIGEnabled     MIGMode = "Enabled"
+	MIGUnsupported MIGMode = "Unsupported"
+)
+
+// GPUNodeSpec is what an operator sets for a GPU node.
+type GPUNodeSpec struct {
+	// Isolation is how slices are applied on this node: time-slicing (default),
+	// mps, hami-core or mig.
+	// +kubebuilder:default=time-slicing
+	// +optional
+	Isolation IsolationMode `json:"isolation,omitempty"`
+}
+
+// GPUDevice is one physical GPU as the agent discovered it.
+type GPUDevice struct {
+	// Index is the device's NVML index on the node.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
+	// +required
+	Index int32 `json:"index"`
+	// UUID is the device's NVML UUID (GPU-...).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	// +required
+	UUID string `json:"uuid"`
+	// Product is the device's product name.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Product string `json:"product,omitempty"`
+	// MemoryMiB is the device's total memory in MiB.
+	// +kubebuilder:validation:Minimum=0
+	// +required
+	MemoryMiB int64 `json:"memoryMiB"`
+	// NUMANode is the NUMA node the device is attached to, when known.
+	// +optional
+	NUMANode *int32 `json:"numaNode,omitempty"`
+	// MIGMode is Disabled, Enabled or Unsupported.
+	// +optional
+	MIGMode MIGMode `json:"migMode,omitempty"`
+	// ComputeCapability is the CUDA compute capability ("9.0").
+	// +kubebuilder:validation:MaxLength=16
+	// +optional
+	ComputeCapability string `json:"computeCapability,omitempty"`
+	// Health is Healthy or Unhealthy; an unhealthy device gets nothing new.
+	// +required
+	Health DeviceHealth `json:"health"`
+	// HealthReason says why a device is unhealthy (an XID, a lost device).
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	HealthReason string `json:"healthReason,omitempty"`
+}
+
+// GPUSlice is one container's share of one device, as the agent applied and
+// observes it.
+type GPUSlice struct {
+	// Namespace of the pod.
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Namespace string `json:"namespace"`
+	// Pod name.
+	// +kubebuilder:validation:MaxLength=253
+	// +required
+	Pod string `json:"pod"`
+	// Container name.
+	// +kubebuilder:validation:MaxLength=63
+	// +required
+	Container string `json:"container"`
+	// DeviceIndex is the device's index on the node.
+	// +required
+	DeviceIndex int32 `json:"deviceIndex"`
+	// Milli is the slice's share of the device in milli-GPUs.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=1000
+	// +required
+	Milli int64 `json:"milli"`
+	// MemoryLimitMiB is the slice's memory limit; 0 means none.
+	// +optional
+	MemoryLimitMiB int64 `json:"memoryLimitMiB,omitempty"`
+	// ObservedMemoryMiB is the memory the slice's processes use now.
+	// +optional
+	ObservedMemoryMiB int64 `json:"observedMemoryMiB,omitempty"`
+}
+
+// GPUNodeStatus is the node's inventory and slices, written by the agent.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.devices) || self.devices.all(d, self.devices.exists_one(e, e.uuid == d.uuid))",message="status.devices: device UUIDs must be unique"
+type GPUNodeStatus struct {
+	// Devices lists every GPU on the node.
+	// +listType=map
+	// +listMapKey=index
+	// +kubebuilder:validation:MaxItems=64
+	// +optional
+	Devices []GPUDevice `json:"devices,omitempty"`
+	// Slices lists the slices the agent applied.
+	// +kubebuilder:validation:MaxItems=4096
+	// +listType=atomic
+	// +optional
+	Slices []GPUSlice `json:"slices,omitempty"`
+	// Isolation is the mode the agent applies.
+	// +optional
+	Isolation IsolationMode `json:"isolation,omitempty"`
+	// DeviceCount is the number of devices, for kubectl's columns.
+	// +optional
+	DeviceCount int32 `json:"deviceCount,omitempty"`
+	// HealthyDevices is the number of healthy devices.
+	// +optional
+	HealthyDevices int32 `json:"healthyDevices,omitempty"`
+	// AllocatedMilli is the sum of the slices' milli-GPUs.
+	// +optional
+	AllocatedMilli int64 `json:"allocatedMilli,omitempty"`
+	// AgentVersion is the version of the agent that wrote this status.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	AgentVersion string `json:"agentVersion,omitempty"`
+	// Heartbeat is when the agent last confirmed this status.
+	// +optional
+	Heartbeat *metav1.Time `json:"heartbeat,omitempty"`
+}
+
+// GPUNode is the GPU inventory of one node (name = node name).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,shortName=gn
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Devices",type=integer,JSONPath=`.status.deviceCount`
+// +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDevices`
+// +kubebuilder:printcolumn:name="Allocated (milli)",type=integer,JSONPath=`.status.allocatedMilli`
+// +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.isolation`
+// +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeat`
+type GPUNode struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// +optional
+	Spec GPUNodeSpec `json:"spec,omitempty"`
+	// +optional
+	Status GPUNodeStatus `json:"status,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+
+// GPUNodeList is a list of GPUNodes.
+type GPUNodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []GPUNode `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&GPUNode{}, &GPUNodeList{})
+}

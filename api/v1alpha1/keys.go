@@ -1,0 +1,72 @@
+package v1alpha1
+
+import corev1 "k8s.io/api/core/v1"
+
+// Canonical request keys, written by the webhook and read by every other part
+// (DESIGN §4). The values are per GPU container.
+const (
+	// AnnotationGPUFraction is the fraction of one device each GPU container
+	// gets, a decimal in (0, 1].
+	AnnotationGPUFraction = "partita.dev/gpu-fraction"
+	// AnnotationGPUMemory is the GPU memory per device, a Kubernetes quantity.
+	AnnotationGPUMemory = "partita.dev/gpu-memory"
+	// AnnotationGPUCount is the number of devices per GPU container.
+	AnnotationGPUCount = "partita.dev/gpu-count"
+	// AnnotationGPUCores is the share of a device's compute (SM) a container may
+	// use, a percentage in [1, 100] (HAMi's nvidia.com/gpucores).
+	AnnotationGPUCores = "partita.dev/gpu-cores"
+	// AnnotationPlacement selects device placement for one pod: binpack or spread.
+	AnnotationPlacement = "partita.dev/placement"
+	// AnnotationMinMember sets a gang's size for pods grouped by LabelPodGroup
+	// without a PodGroup object.
+	AnnotationMinMember = "partita.dev/min-member"
+
+	// LabelQueue names the leaf Queue a pod belongs to.
+	LabelQueue = "partita.dev/queue"
+	// LabelPodGroup names the gang (PodGroup) a pod belongs to.
+	LabelPodGroup = "partita.dev/pod-group"
+	// LabelGPUNode marks nodes that Partita manages.
+	LabelGPUNode = "partita.dev/gpu-node"
+	// LabelDefaultQueue on a Namespace names the queue its pods go to when they
+	// name none.
+	LabelDefaultQueue = "partita.dev/default-queue"
+	// LabelPolicy on a ConfigMap (value "rego") marks it as a policy override.
+	LabelPolicy = "partita.dev/policy"
+
+	// ResourceGPUMilli is the extended resource for aggregate GPU demand in
+	// milli-GPUs (1000 = one whole device), on containers and node capacity.
+	ResourceGPUMilli corev1.ResourceName = "partita.dev/gpu-milli"
+
+	// SchedulingGateAdmission holds a pod until the admission loop admits its
+	// workload.
+	SchedulingGateAdmission = "partita.dev/admission"
+)
+
+// System keys: written only by Partita (the webhook refuses them from anyone
+// else). A pod must never be able to name its own device.
+const (
+	// AnnotationDevicesPrefix + container name holds the comma-separated UUIDs
+	// of the devices assigned to that container; NVIDIA_VISIBLE_DEVICES reads it
+	// through the downward API.
+	AnnotationDevicesPrefix = "partita.dev/devices."
+	// AnnotationMemLimitPrefix + container name holds the per-device memory limit,
+	// in the "<MiB>M" form that both CUDA MPS and HAMi-core accept.
+	AnnotationMemLimitPrefix = "partita.dev/mem-limit."
+	// AnnotationSMLimitPrefix + container name holds the SM (compute) limit in percent.
+	AnnotationSMLimitPrefix = "partita.dev/sm-limit."
+	// AnnotationNode is the node chosen at bind.
+	AnnotationNode = "partita.dev/node"
+	// AnnotationReservation names the admission loop's reservation for a pod.
+	AnnotationReservation = "partita.dev/reservation"
+	// AnnotationAdmitted records when the admission loop admitted the pod.
+	AnnotationAdmitted = "partita.dev/admitted"
+)
+
+// Node labels as NVIDIA's GPU Feature Discovery writes them; simulated nodes
+// carry them too.
+const (
+	LabelNVIDIAGPUCount   = "nvidia.com/gpu.count"
+	LabelNVIDIAGPUProduct = "nvidia.com/gpu.product"
+	// LabelNVIDIAGPUMemory is the memory of one device in MiB.
+	LabelNVIDIAGPUMemory = "nvidia.com/gpu.memory"
+)

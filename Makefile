@@ -1,0 +1,77 @@
+# Partita. `make demo` runs the local demo cluster; `make test` runs every test.
+SHELL := /usr/bin/env bash
+.SHELLFLAGS := -euo pipefail -c
+
+PARTITA_CACHE ?= $(HOME)/.cache/partita
+export PARTITA_CACHE
+K8S_VERSION ?= v1.37.2
+CLUSTER_BIN := $(PARTITA_CACHE)/bin/k8s-$(K8S_VERSION)
+TOOLS := $(PARTITA_CACHE)/tools
+
+CONTROLLER_GEN_VERSION := v0.23.0
+GOLANGCI_LINT_VERSION := v2.15.0
+CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)
+GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/partita-dev/partita/internal/version.Version=$(VERSION)
+BIN := bin/partita
+
+# Benchmarks run briefly in `make test`; `make bench` runs them in full.
+BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
+
+.PHONY: all build cluster-bins demo test test-unit test-e2e bench generate verify-generated lint clean
+
+all: build
+
+build:
+	go build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/partita
+
+cluster-bins:
+	bash e2e/clusterbins/build.sh >/dev/null
+
+$(CONTROLLER_GEN):
+	mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS)/.gobin go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
+	mv $(TOOLS)/.gobin/controller-gen $@
+
+$(GOLANGCI_LINT):
+	mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS)/.gobin go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(TOOLS)/.gobin/golangci-lint $@
+
+generate: $(CONTROLLER_GEN)
+	$(CONTROLLER_GEN) object paths=./api/...
+	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=crds
+
+# Fails when the generated deepcopy or CRDs are stale.
+verify-generated: generate
+	@git diff --exit-code -- api crds || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api crds)" || { git status --porcelain -- api crds; echo "generated files are untracked: run 'make generate' and commit"; exit 1; }
+
+lint: $(GOLANGCI_LINT)
+	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "not gofmt-clean: run 'gofmt -w .'"; exit 1; }
+	go vet ./...
+	$(GOLANGCI_LINT) run ./...
+
+demo: build cluster-bins
+	$(BIN) dev demo
+
+# Unit and envtest integration tests, short benchmarks, then end-to-end tests on
+# a real dev cluster.
+test: build cluster-bins
+	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
+	go test -count=1 $(BENCH_SHORT) ./gpu/...
+	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -timeout 20m ./e2e/...
+
+test-unit:
+	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
+
+test-e2e: build cluster-bins
+	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/...
+
+bench:
+	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,115 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/partita-dev/partita/internal/devcluster"
+)
+
+// The shared cluster of this test binary.
+var (
+	partitaBin  string
+	clusterName string
+	cluster     *devcluster.Cluster
+	clientset   kubernetes.Interface
+)
+
+const (
+	e2eNodes       = 4
+	e2eGPUsPerNode = 8
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	partitaBin, err = findBinary()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	clusterName = fmt.Sprintf("e2e-%d", os.Getpid())
+	opts := devcluster.DefaultOptions()
+	opts.Name = clusterName
+	cluster, err = devcluster.New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	start := time.Now()
+	out, err := partita(context.Background(), "dev", "up", "--name", clusterName,
+		"--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode))
+	fmt.Fprintf(os.Stderr, "e2e: partita dev up took %.1fs\n%s", time.Since(start).Seconds(), out)
+	if os.Getenv("PARTITA_E2E_KEEP") == "" {
+		defer func() {
+			if out, err := partita(context.Background(), "dev", "down", "--name", clusterName); err != nil {
+				fmt.Fprintf(os.Stderr, "e2e: dev down: %v\n%s", err, out)
+			}
+		}()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: dev up failed: %v\n", err)
+		return 1
+	}
+	clientset, err = cluster.Clientset()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// findBinary returns PARTITA_BIN or builds the binary into a temp dir.
+func findBinary() (string, error) {
+	if b := os.Getenv("PARTITA_BIN"); b != "" {
+		if _, err := os.Stat(b); err != nil {
+			return "", fmt.Errorf("PARTITA_BIN=%s: %w", b, err)
+		}
+		return b, nil
+	}
+	dir, err := os.MkdirTemp("", "partita-e2e")
+	if err != nil {
+		return "", fmt.Errorf("create temp dir: %w", err)
+	}
+	bin := filepath.Join(dir, "partita")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/partita-dev/partita/cmd/partita")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build partita: %w\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// partita runs the partita binary with a timeout and returns its combined output.
+func partita(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, partitaBin, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err := cmd.Run()
+	if err != nil {
+		return out.String(), fmt.Errorf("partita %s: %w", strings.Join(args, " "), err)
+	}
+	return out.String(), nil
+}
+
+// testContext returns a context that ends with the test or after d.
+func testContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

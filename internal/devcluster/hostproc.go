@@ -1,0 +1,129 @@
+package devcluster
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// HostProcess is one of Partita's own processes that the dev cluster runs on
+// the host (the agent, the webhook, the extender). Its command line names the
+// cluster's kubeconfig, so `down` finds and stops it with the components.
+type HostProcess struct {
+	// Name identifies the process in pid and log file names ("agent").
+	Name string
+	// Args are the partita arguments; "{kubeconfig}" and "{dir}" are replaced
+	// by the cluster's kubeconfig path and directory.
+	Args []string
+	// ReadyURL, when set, is polled (plain HTTP or HTTPS without verification)
+	// until it answers 200.
+	ReadyURL string
+}
+
+func (c *Cluster) pidFile(name string) string {
+	return filepath.Join(c.Dir(), "partita", name+".pid")
+}
+
+// HostProcessLog is the log file of a host process.
+func (c *Cluster) HostProcessLog(name string) string {
+	return filepath.Join(c.LogsDir(), "partita-"+name+".log")
+}
+
+// hostProcessRunning reports whether the named process runs, by its pid file.
+func (c *Cluster) hostProcessRunning(name string) bool {
+	b, err := os.ReadFile(c.pidFile(name))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return err == nil && syscall.Kill(pid, 0) == nil
+}
+
+// startHostProcesses starts each process that is not already running, in its
+// own session so it outlives the `partita dev up` that started it.
+func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []HostProcess) error {
+	if err := os.MkdirAll(filepath.Join(c.Dir(), "partita"), 0o755); err != nil {
+		return fmt.Errorf("create %s: %w", filepath.Join(c.Dir(), "partita"), err)
+	}
+	for _, p := range procs {
+		if c.hostProcessRunning(p.Name) {
+			continue
+		}
+		args := make([]string, len(p.Args))
+		for i, a := range p.Args {
+			a = strings.ReplaceAll(a, "{kubeconfig}", c.KubeconfigPath())
+			args[i] = strings.ReplaceAll(a, "{dir}", c.Dir())
+		}
+		logf, err := os.OpenFile(c.HostProcessLog(p.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("open log of %s: %w", p.Name, err)
+		}
+		cmd := exec.Command(bin, args...) //nolint:gosec // our own binary with our own arguments
+		cmd.Stdout, cmd.Stderr = logf, logf
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		err = cmd.Start()
+		_ = logf.Close()
+		if err != nil {
+			return fmt.Errorf("start partita %s: %w", p.Name, err)
+		}
+		if err := os.WriteFile(c.pidFile(p.Name), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
+			return fmt.Errorf("write pid file of %s: %w", p.Name, err)
+		}
+		go func() { _ = cmd.Wait() }() // reap it if it exits while we run
+		c.printf("Started partita %s (pid %d, log %s)", p.Name, cmd.Process.Pid, c.HostProcessLog(p.Name))
+		if p.ReadyURL != "" {
+			if err := waitHTTPReady(ctx, p.ReadyURL, 30*time.Second); err != nil {
+				return fmt.Errorf("partita %s did not become ready: %w; see %s", p.Name, err, c.HostProcessLog(p.Name))
+			}
+		}
+	}
+	return nil
+}
+
+func waitHTTPReady(ctx context.Context, url string, timeout time.Duration) error {
+	client := insecureHTTPClient()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return fmt.Errorf("build request for %s: %w", url, err)
+		}
+		resp, err := client.Do(req)
+		if err == nil {
+			_ = resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Errorf("%s answered %s", url, resp.Status)
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if last == nil {
+		last = errors.New("no answer")
+	}
+	return fmt.Errorf("%s not ready after %s: %w", url, timeout, last)
+}
+
+// insecureHTTPClient checks readiness of our own loopback servers, whose
+// certificates are self-signed for the dev cluster.
+func insecureHTTPClient() *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // loopback readiness probe of our own process
+	return &http.Client{Transport: tr, Timeout: 2 * time.Second}
+}

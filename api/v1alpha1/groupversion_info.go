@@ -8,17 +8,22 @@
 package v1alpha1
 
 import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"sigs.k8s.io/controller-runtime/pkg/scheme"
 )
 
-var (
-	// GroupVersion is the group and version of Partita's API.
-	GroupVersion = schema.GroupVersion{Group: "partita.dev", Version: "v1alpha1"}
+// GroupVersion is the group and version of Partita's API.
+var GroupVersion = schema.GroupVersion{Group: "partita.dev", Version: "v1alpha1"}
 
-	// SchemeBuilder registers the types of this package with a runtime scheme.
-	SchemeBuilder = &scheme.Builder{GroupVersion: GroupVersion}
-
-	// AddToScheme adds the types of this package to a scheme.
-	AddToScheme = SchemeBuilder.AddToScheme
-)
+// AddToScheme adds the types of this package to a scheme. The API package
+// depends on apimachinery alone, so every part can import it cheaply.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion,
+		&Queue{}, &QueueList{},
+		&PodGroup{}, &PodGroupList{},
+		&GPUNode{}, &GPUNodeList{},
+	)
+	metav1.AddToGroupVersion(s, GroupVersion)
+	return nil
+}

@@ -116,7 +116,3 @@ type PodGroupList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []PodGroup `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&PodGroup{}, &PodGroupList{})
-}

@@ -133,7 +133,3 @@ type QueueList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Queue `json:"items"`
 }
-
-func init() {
-	SchemeBuilder.Register(&Queue{}, &QueueList{})
-}

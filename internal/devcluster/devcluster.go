@@ -47,7 +47,9 @@ type Options struct {
 	WorkDir string
 	// Disable lists kwokctl components not to start (for tests of failure modes).
 	Disable []string
-	// SchedulerConfig is a kube-scheduler configuration file, optional.
+	// SchedulerConfig is a kube-scheduler configuration (YAML content, not a
+	// path), optional. It takes the placeholders of HostProcess.Args, so it can
+	// name the extender's {port:NAME}. It is used when the cluster is created.
 	SchedulerConfig string
 	// PartitaBinary is the partita binary that runs HostProcesses.
 	PartitaBinary string
@@ -214,7 +216,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 			"--kwok-controller-binary", filepath.Join(c.opts.BinDir, "kwok"),
 		}
 		if c.opts.SchedulerConfig != "" {
-			args = append(args, "--kube-scheduler-config", c.opts.SchedulerConfig)
+			path, err := c.writeSchedulerConfig()
+			if err != nil {
+				return err
+			}
+			args = append(args, "--kube-scheduler-config", path)
 		}
 		for _, d := range c.opts.Disable {
 			args = append(args, "--disable", d)
@@ -273,13 +279,34 @@ func (c *Cluster) Down(ctx context.Context) error {
 	}
 	// kwokctl tracks its components by pid files; anything still running with
 	// this cluster's directory on its command line is a leftover: end it.
-	if err := killProcessesUsing(ctx, c.Dir()); err != nil {
-		errs = append(errs, err)
+	for _, d := range []string{c.Dir(), c.stateDir()} {
+		if err := killProcessesUsing(ctx, d); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := os.RemoveAll(c.Dir()); err != nil {
-		errs = append(errs, fmt.Errorf("remove %s: %w", c.Dir(), err))
+	for _, d := range []string{c.Dir(), c.stateDir()} {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", d, err))
+		}
 	}
 	return errors.Join(errs...)
+}
+
+// writeSchedulerConfig renders the scheduler configuration into the state
+// directory and returns its path.
+func (c *Cluster) writeSchedulerConfig() (string, error) {
+	content, err := c.expand(c.opts.SchedulerConfig)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
+		return "", fmt.Errorf("create %s: %w", c.stateDir(), err)
+	}
+	path := filepath.Join(c.stateDir(), "kube-scheduler-config.yaml")
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		return "", fmt.Errorf("write scheduler configuration: %w", err)
+	}
+	return path, nil
 }
 
 // RESTConfig returns a client configuration for the cluster's admin user.

@@ -21,11 +21,13 @@ import (
 type HostProcess struct {
 	// Name identifies the process in pid and log file names ("agent").
 	Name string
-	// Args are the partita arguments; "{kubeconfig}" and "{dir}" are replaced
-	// by the cluster's kubeconfig path and directory.
+	// Args are the partita arguments. Placeholders: {kubeconfig} (the admin
+	// kubeconfig path), {dir} (kwokctl's cluster directory), {state} (Partita's
+	// state directory for the cluster) and {port:NAME} (a loopback port chosen
+	// once per cluster and name, stable across restarts).
 	Args []string
 	// ReadyURL, when set, is polled (plain HTTP or HTTPS without verification)
-	// until it answers 200.
+	// until it answers 200. It takes the same placeholders.
 	ReadyURL string
 }
 
@@ -60,8 +62,14 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		}
 		args := make([]string, len(p.Args))
 		for i, a := range p.Args {
-			a = strings.ReplaceAll(a, "{kubeconfig}", c.KubeconfigPath())
-			args[i] = strings.ReplaceAll(a, "{dir}", c.Dir())
+			var err error
+			if args[i], err = c.expand(a); err != nil {
+				return err
+			}
+		}
+		readyURL, err := c.expand(p.ReadyURL)
+		if err != nil {
+			return err
 		}
 		logf, err := os.OpenFile(c.HostProcessLog(p.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
@@ -80,8 +88,8 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		}
 		go func() { _ = cmd.Wait() }() // reap it if it exits while we run
 		c.printf("Started partita %s (pid %d, log %s)", p.Name, cmd.Process.Pid, c.HostProcessLog(p.Name))
-		if p.ReadyURL != "" {
-			if err := waitHTTPReady(ctx, p.ReadyURL, 30*time.Second); err != nil {
+		if readyURL != "" {
+			if err := waitHTTPReady(ctx, readyURL, 30*time.Second); err != nil {
 				return fmt.Errorf("partita %s did not become ready: %w; see %s", p.Name, err, c.HostProcessLog(p.Name))
 			}
 		}

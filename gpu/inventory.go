@@ -1,0 +1,99 @@
+package gpu
+
+import (
+	"slices"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// NodeInventory is one node's GPUs as its GPUNode reports them.
+type NodeInventory struct {
+	// Name is the node's name.
+	Name string
+	// Isolation is how the node applies slices.
+	Isolation v1alpha1.IsolationMode
+	// Devices are the node's GPUs, sorted by Index.
+	Devices []Device
+}
+
+// Device is one GPU of a node.
+type Device struct {
+	// Index is the device's NVML index on the node.
+	Index int32
+	// UUID is the device's NVML UUID.
+	UUID string
+	// Product is the device's product name.
+	Product string
+	// MemoryMiB is the device's total memory.
+	MemoryMiB int64
+	// Healthy reports whether the device may take new work: its health is
+	// Healthy and MIG is not enabled on it (Partita does not place slices on
+	// MIG instances yet).
+	Healthy bool
+}
+
+// InventoryFromGPUNode reads a GPUNode's devices. The isolation mode is the
+// one the agent reports in status, else the spec's, else time-slicing.
+// Devices whose index or UUID repeats an earlier one are dropped (the CRD
+// refuses them; this keeps the ledger sound if one slips through).
+func InventoryFromGPUNode(n *v1alpha1.GPUNode) *NodeInventory {
+	inv := &NodeInventory{Name: n.Name, Isolation: n.Status.Isolation}
+	if inv.Isolation == "" {
+		inv.Isolation = n.Spec.Isolation
+	}
+	if inv.Isolation == "" {
+		inv.Isolation = v1alpha1.IsolationTimeSlicing
+	}
+	seenIndex := make(map[int32]bool, len(n.Status.Devices))
+	seenUUID := make(map[string]bool, len(n.Status.Devices))
+	for _, d := range n.Status.Devices {
+		if seenIndex[d.Index] || seenUUID[d.UUID] || d.UUID == "" {
+			continue
+		}
+		seenIndex[d.Index], seenUUID[d.UUID] = true, true
+		inv.Devices = append(inv.Devices, Device{
+			Index:     d.Index,
+			UUID:      d.UUID,
+			Product:   d.Product,
+			MemoryMiB: d.MemoryMiB,
+			Healthy:   d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled,
+		})
+	}
+	slices.SortFunc(inv.Devices, func(a, b Device) int { return int(a.Index) - int(b.Index) })
+	return inv
+}
+
+// DeviceByUUID returns the device with the given UUID.
+func (n *NodeInventory) DeviceByUUID(uuid string) (Device, bool) {
+	if i := n.position(uuid); i >= 0 {
+		return n.Devices[i], true
+	}
+	return Device{}, false
+}
+
+// DeviceByIndex returns the device with the given index.
+func (n *NodeInventory) DeviceByIndex(index int32) (Device, bool) {
+	for _, d := range n.Devices {
+		if d.Index == index {
+			return d, true
+		}
+	}
+	return Device{}, false
+}
+
+// position is the position in Devices of the device with the given UUID, or
+// -1.
+func (n *NodeInventory) position(uuid string) int {
+	for i := range n.Devices {
+		if n.Devices[i].UUID == uuid {
+			return i
+		}
+	}
+	return -1
+}
+
+func (n *NodeInventory) clone() *NodeInventory {
+	out := *n
+	out.Devices = slices.Clone(n.Devices)
+	return &out
+}

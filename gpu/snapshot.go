@@ -1,0 +1,334 @@
+package gpu
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Snapshot is a copy of a Ledger taken at one moment, for the admission loop
+// to try placements on (a whole gang, or a gang after evicting victims) and
+// throw away. It is not safe for concurrent use and takes no locks.
+//
+// Taking one copies two flat slices (nodes, and every device as a value
+// without pointers) and shares what never changes in place: the node-name
+// index (cloned by the ledger on its next write) and the per-node pod lists.
+type Snapshot struct {
+	v view
+	// assumed maps the UIDs of pods assumed on the snapshot to node slots.
+	assumed map[types.UID]int32
+	// index maps the UIDs of all the snapshot's pods to node slots. It is
+	// built once Forget and Allocation have looked for pods not assumed here
+	// more than scansBeforeIndex times; until then they scan.
+	index map[types.UID]int32
+	scans int
+	// sorted are the present nodes' slots in name order, built on first use.
+	sorted []int32
+}
+
+// Fit is Ledger.Fit on the snapshot.
+func (s *Snapshot) Fit(node string, req *PodRequest) error {
+	return s.v.fit(node, req)
+}
+
+// Choose is Ledger.Choose on the snapshot.
+func (s *Snapshot) Choose(node string, req *PodRequest, placement Placement) (*PodAllocation, error) {
+	return s.v.choose(node, req, placement)
+}
+
+// Score is Ledger.Score on the snapshot.
+func (s *Snapshot) Score(node string, req *PodRequest, placement Placement) int64 {
+	return s.v.score(node, req, placement)
+}
+
+// Nodes returns the names of the nodes with an inventory, sorted.
+func (s *Snapshot) Nodes() []string {
+	slots := s.sortedSlots()
+	out := make([]string, len(slots))
+	for i, slot := range slots {
+		out[i] = s.v.nodes[slot].name
+	}
+	return out
+}
+
+// Assume is Ledger.Assume on the snapshot, with one difference that keeps it
+// cheap: it finds a pod that already holds devices if the pod was assumed on
+// this snapshot or holds devices on the same node, but not a pod that holds
+// devices on another node in the ledger; Ledger.Assume, which the admitter
+// calls next, refuses that one.
+func (s *Snapshot) Assume(a *PodAllocation) error {
+	if old := s.find(a.UID, a.Node); old != nil && a.UID != "" {
+		return sameOrConflict(&s.v, old, a)
+	}
+	e, err := s.v.assumeEntry(a)
+	if err != nil {
+		return fmt.Errorf("assume pod %s/%s: %w", a.Namespace, a.Name, err)
+	}
+	slot, _ := s.v.slot(e.node)
+	n := &s.v.nodes[slot]
+	n.pods = append(n.pods[:len(n.pods):len(n.pods)], e)
+	s.v.charge(n, e, 1)
+	if s.assumed == nil {
+		s.assumed = map[types.UID]int32{}
+	}
+	s.assumed[e.uid] = slot
+	if s.index != nil {
+		s.index[e.uid] = slot
+	}
+	return nil
+}
+
+// find returns the entry of uid if it was assumed on the snapshot, is on
+// node, or (once the index is built) anywhere.
+func (s *Snapshot) find(uid types.UID, node string) *podEntry {
+	if slot, ok := s.assumed[uid]; ok {
+		return entryOn(&s.v.nodes[slot], uid)
+	}
+	if s.index != nil {
+		if slot, ok := s.index[uid]; ok {
+			return entryOn(&s.v.nodes[slot], uid)
+		}
+		return nil
+	}
+	if slot, ok := s.v.slot(node); ok {
+		return entryOn(&s.v.nodes[slot], uid)
+	}
+	return nil
+}
+
+func entryOn(n *nodeState, uid types.UID) *podEntry {
+	for _, e := range n.pods {
+		if e.uid == uid {
+			return e
+		}
+	}
+	return nil
+}
+
+// scansBeforeIndex is how many lookups of pods not assumed on the snapshot
+// scan every node's pods before the snapshot builds a UID index: a scan of
+// 40,000 pods costs well under a millisecond, the index about ten.
+const scansBeforeIndex = 8
+
+// lookup returns the slot of the node that holds uid.
+func (s *Snapshot) lookup(uid types.UID) (int32, bool) {
+	if slot, ok := s.assumed[uid]; ok {
+		return slot, true
+	}
+	if s.index == nil && s.scans < scansBeforeIndex {
+		s.scans++
+		for i := range s.v.nodes {
+			if entryOn(&s.v.nodes[i], uid) != nil {
+				return int32(i), true
+			}
+		}
+		return 0, false
+	}
+	s.buildIndex()
+	slot, ok := s.index[uid]
+	return slot, ok
+}
+
+// Forget removes a pod from the snapshot, assumed or seen, and frees what it
+// held: the admitter uses it to try a placement without preemption victims.
+// Finding a pod not assumed on the snapshot scans every node's pods (about a
+// millisecond for 40,000 pods); after scansBeforeIndex such scans the
+// snapshot builds a UID index instead.
+func (s *Snapshot) Forget(uid types.UID) {
+	slot, ok := s.lookup(uid)
+	if !ok {
+		return
+	}
+	n := &s.v.nodes[slot]
+	if e := entryOn(n, uid); e != nil {
+		s.v.charge(n, e, -1)
+		n.pods = without(n.pods, e)
+	}
+	delete(s.assumed, uid)
+	delete(s.index, uid)
+}
+
+// Allocation returns what the pod holds in the snapshot.
+func (s *Snapshot) Allocation(uid types.UID) (*PodAllocation, bool) {
+	slot, ok := s.lookup(uid)
+	if !ok {
+		return nil, false
+	}
+	n := &s.v.nodes[slot]
+	if e := entryOn(n, uid); e != nil {
+		return e.allocation(n.inv), true
+	}
+	return nil, false
+}
+
+// CheckInvariants is Ledger.CheckInvariants on the snapshot.
+func (s *Snapshot) CheckInvariants() []error {
+	return s.v.checkInvariants()
+}
+
+func (s *Snapshot) buildIndex() {
+	if s.index != nil {
+		return
+	}
+	total := 0
+	for i := range s.v.nodes {
+		total += len(s.v.nodes[i].pods)
+	}
+	s.index = make(map[types.UID]int32, total)
+	for i := range s.v.nodes {
+		for _, e := range s.v.nodes[i].pods {
+			s.index[e.uid] = int32(i)
+		}
+	}
+}
+
+func (s *Snapshot) sortedSlots() []int32 {
+	if s.sorted == nil {
+		s.sorted = make([]int32, 0, len(s.v.nodes))
+		for i := range s.v.nodes {
+			if s.v.nodes[i].present() {
+				s.sorted = append(s.sorted, int32(i))
+			}
+		}
+		slices.SortFunc(s.sorted, func(a, b int32) int { return strings.Compare(s.v.nodes[a].name, s.v.nodes[b].name) })
+	}
+	return s.sorted
+}
+
+// PlaceGang places every member of a gang, or none: each member in turn goes
+// to the candidate node that scores best for it (ties to the earlier
+// candidate), and is assumed on the snapshot, so later members see it. If a
+// member fits nowhere, the members placed so far are forgotten and a
+// *GangError says which member failed and why, with the InsufficientError of
+// the candidate that came closest.
+//
+// candidateNodes nil means every node, in name order; the admitter can pass
+// the nodes of one topology domain, best first. An empty placement means each
+// member's own, else binpack. Members need distinct UIDs.
+//
+// Members that ask alike share one score per candidate, computed once;
+// after each placement only the chosen node is scored again.
+func (s *Snapshot) PlaceGang(reqs []*PodRequest, candidateNodes []string, placement Placement) ([]*PodAllocation, error) {
+	var slots []int32
+	if candidateNodes == nil {
+		slots = s.sortedSlots()
+	} else {
+		slots = make([]int32, 0, len(candidateNodes))
+		for _, name := range candidateNodes {
+			if n, ok := s.v.slot(name); ok && s.v.nodes[n].present() {
+				slots = append(slots, n)
+			}
+		}
+	}
+	type group struct {
+		req    *PodRequest
+		pl     Placement
+		scores []int64 // per candidate; -1 when the member does not fit
+	}
+	var groups []*group
+	var sc scratch
+	rescore := func(g *group, i int) {
+		if v, ok := s.v.fineScore(slots[i], g.req, g.pl, &sc); ok {
+			g.scores[i] = v
+		} else {
+			g.scores[i] = -1
+		}
+	}
+	placed := make([]*PodAllocation, 0, len(reqs))
+	fail := func(member int, uid types.UID, cause error) error {
+		for _, a := range placed {
+			s.Forget(a.UID)
+		}
+		return &GangError{Total: len(reqs), Member: member, UID: uid, Cause: cause}
+	}
+	for m, req := range reqs {
+		if err := validRequest(req); err != nil {
+			var uid types.UID
+			if req != nil {
+				uid = req.UID
+			}
+			return nil, fail(m, uid, err)
+		}
+		pl := effectivePlacement(placement, req)
+		var g *group
+		for _, h := range groups {
+			if h.pl == pl && sameShape(h.req, req) {
+				g = h
+				break
+			}
+		}
+		if g == nil {
+			g = &group{req: req, pl: pl, scores: make([]int64, len(slots))}
+			for i := range slots {
+				rescore(g, i)
+			}
+			groups = append(groups, g)
+		}
+		best := -1
+		for i, v := range g.scores {
+			if v >= 0 && (best < 0 || v > g.scores[best]) {
+				best = i
+			}
+		}
+		if best < 0 {
+			return nil, fail(m, req.UID, s.closest(slots, req, pl))
+		}
+		node := s.v.nodes[slots[best]].name
+		a, err := s.v.choose(node, req, pl)
+		if err == nil {
+			err = s.Assume(a)
+		}
+		if err != nil {
+			return nil, fail(m, req.UID, err)
+		}
+		placed = append(placed, a)
+		for _, h := range groups {
+			rescore(h, best)
+		}
+	}
+	return placed, nil
+}
+
+// closest returns the InsufficientError of the candidate that came closest
+// to fitting req: the most devices with room, then the most free share, then
+// the most free memory.
+func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
+	if len(slots) == 0 {
+		return fmt.Errorf("no candidate node has a GPU inventory")
+	}
+	var best *InsufficientError
+	var sc scratch
+	for _, slot := range slots {
+		n := &s.v.nodes[slot]
+		_, f, ok := place(s.v.devs(n), req, pl, &sc)
+		if ok {
+			continue
+		}
+		if best != nil && f.withRoom < best.DevicesWithRoom {
+			continue
+		}
+		e := explain(n, s.v.devs(n), req, pl, f)
+		if best == nil || closer(e, best) {
+			best = e
+		}
+	}
+	if best == nil {
+		return fmt.Errorf("no candidate node fits %s", describe(req))
+	}
+	return best
+}
+
+func closer(a, b *InsufficientError) bool {
+	if a.Unresolvable != b.Unresolvable {
+		return !a.Unresolvable
+	}
+	if a.DevicesWithRoom != b.DevicesWithRoom {
+		return a.DevicesWithRoom > b.DevicesWithRoom
+	}
+	if a.BestFreeMilli != b.BestFreeMilli {
+		return a.BestFreeMilli > b.BestFreeMilli
+	}
+	return a.BestFreeMemoryMiB > b.BestFreeMemoryMiB
+}

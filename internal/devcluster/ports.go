@@ -1,0 +1,94 @@
+package devcluster
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// stateDir holds Partita's own state for the cluster (ports, rendered
+// configuration). It lives beside kwokctl's directory because kwokctl creates
+// its own only when the cluster is created, and the scheduler configuration
+// must exist before that.
+func (c *Cluster) stateDir() string {
+	return filepath.Join(c.opts.WorkDir, "partita", c.opts.Name)
+}
+
+var portPlaceholder = regexp.MustCompile(`\{port:([a-z0-9-]+)\}`)
+
+// ports returns the cluster's named loopback ports, choosing and saving a free
+// one for each name seen for the first time. A port stays the same for the
+// life of the cluster, so a kube-scheduler configured with the extender's
+// address keeps reaching it after the extender restarts.
+func (c *Cluster) ports(names []string) (map[string]int, error) {
+	file := filepath.Join(c.stateDir(), "ports.json")
+	ports := map[string]int{}
+	if b, err := os.ReadFile(file); err == nil {
+		if err := json.Unmarshal(b, &ports); err != nil {
+			return nil, fmt.Errorf("read %s: %w; remove the cluster with 'partita dev down --name %s'", file, err, c.opts.Name)
+		}
+	}
+	changed := false
+	for _, n := range names {
+		if _, ok := ports[n]; ok {
+			continue
+		}
+		p, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		ports[n] = p
+		changed = true
+	}
+	if changed {
+		if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", c.stateDir(), err)
+		}
+		b, _ := json.Marshal(ports)
+		if err := os.WriteFile(file, b, 0o644); err != nil {
+			return nil, fmt.Errorf("write %s: %w", file, err)
+		}
+	}
+	return ports, nil
+}
+
+// expand replaces {port:NAME}, {kubeconfig}, {dir} and {state} in s.
+func (c *Cluster) expand(s string) (string, error) {
+	var names []string
+	for _, m := range portPlaceholder.FindAllStringSubmatch(s, -1) {
+		names = append(names, m[1])
+	}
+	if len(names) > 0 {
+		ports, err := c.ports(names)
+		if err != nil {
+			return "", err
+		}
+		s = portPlaceholder.ReplaceAllStringFunc(s, func(m string) string {
+			return strconv.Itoa(ports[portPlaceholder.FindStringSubmatch(m)[1]])
+		})
+	}
+	return strings.NewReplacer("{kubeconfig}", c.KubeconfigPath(), "{dir}", c.Dir(), "{state}", c.stateDir()).Replace(s), nil
+}
+
+// Port returns the cluster's loopback port of the given name (see ports).
+func (c *Cluster) Port(name string) (int, error) {
+	p, err := c.ports([]string{name})
+	if err != nil {
+		return 0, err
+	}
+	return p[name], nil
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

@@ -13,6 +13,11 @@ GOLANGCI_LINT_VERSION := v2.15.0
 CONTROLLER_GEN := $(TOOLS)/controller-gen-$(CONTROLLER_GEN_VERSION)
 GOLANGCI_LINT := $(TOOLS)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 
+# go-nvml's cgo prologue calls NVML functions that newer headers mark
+# deprecated; the warnings say nothing about our code.
+CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+export CGO_CFLAGS
+
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/partita-dev/partita/internal/version.Version=$(VERSION)
 BIN := bin/partita

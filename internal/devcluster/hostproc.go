@@ -47,7 +47,24 @@ func (c *Cluster) hostProcessRunning(name string) bool {
 		return false
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && syscall.Kill(pid, 0) == nil
+	return err == nil && alive(pid)
+}
+
+// alive reports whether pid runs; an exited process that its parent has not
+// reaped yet (a zombie) does not count.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the parenthesised command name: "pid (comm) S ...".
+	if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) {
+		return stat[i+2] != 'Z'
+	}
+	return true
 }
 
 // startHostProcesses starts each process that is not already running, in its

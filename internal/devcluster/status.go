@@ -76,7 +76,7 @@ func (c *Cluster) componentStates() map[string]string {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && syscall.Kill(pid, 0) == nil {
+		if err == nil && alive(pid) {
 			states[name] = "running"
 		}
 	}

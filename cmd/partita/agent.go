@@ -1,0 +1,234 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/version"
+	"github.com/partita-dev/partita/nodeagent"
+)
+
+// agentFlags are the flags of `partita agent`.
+type agentFlags struct {
+	kubeconfig        string
+	nodeName          string
+	mode              string
+	enforce           string
+	simulate          string
+	simulateNodes     string
+	simulateUsage     float64
+	once              bool
+	print             bool
+	healthAddr        string
+	syncInterval      time.Duration
+	heartbeatInterval time.Duration
+	reportInterval    time.Duration
+	workers           int
+	qps               float32
+	burst             int
+	ignoredXIDs       []uint
+	nvmlLibrary       string
+	procRoot          string
+	sysRoot           string
+	mpsControl        string
+	mpsDir            string
+	verbosity         int
+}
+
+func newAgentCommand() *cobra.Command {
+	f := &agentFlags{}
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Run the node agent: discover GPUs, publish the GPUNode and capacity, apply slices, watch usage",
+		Long: `The node agent discovers the node's GPUs with NVML, publishes them as the node's
+GPUNode and as partita.dev/gpu-milli capacity, applies each bound pod's slice for
+the node's isolation mode, and watches that pods stay inside their slices.
+
+With --simulate it invents the devices instead (no GPU needed); with
+--simulate-nodes one process serves every node a label selector matches, each with
+simulated devices from its GPU Feature Discovery labels. --once --print prints the
+discovered inventory as JSON and exits, without a cluster.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runAgent(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config or the in-cluster config")
+	fl.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "the node this agent serves (default $NODE_NAME, else the host name)")
+	fl.StringVar(&f.mode, "mode", "", "isolation mode: time-slicing, mps or hami-core; empty follows each GPUNode's spec.isolation (time-slicing by default)")
+	fl.StringVar(&f.enforce, "enforce", string(nodeagent.EnforceReport), "what the watchdog does about a slice over its memory limit: off (measure), report (event and metric) or kill (end the process; needs hostPID)")
+	fl.StringVar(&f.simulate, "simulate", "", "simulate the devices instead of reading NVML, e.g. 8xH100-80GB; with --simulate-nodes, the devices of nodes without GPU Feature Discovery labels")
+	fl.StringVar(&f.simulateNodes, "simulate-nodes", "", "fleet mode: serve every node this label selector matches with simulated devices (default selector "+v1alpha1.LabelGPUNode+"=true; give a value with --simulate-nodes=SELECTOR)")
+	fl.Lookup("simulate-nodes").NoOptDefVal = v1alpha1.LabelGPUNode + "=true"
+	fl.Float64Var(&f.simulateUsage, "simulate-usage", 0.5, "share (0 to 1) of its slice that a simulated pod's process uses, unless the pod's "+nodeagent.AnnotationSimulateMemoryUsedPrefix+"<container> annotation says otherwise")
+	fl.BoolVar(&f.once, "once", false, "discover the GPUs once, print them and exit, without a cluster; with --mode mps, also start, check and stop an MPS control daemon per device")
+	fl.BoolVar(&f.print, "print", false, "with --once, print the inventory as JSON (else one summary line)")
+	fl.StringVar(&f.healthAddr, "health-addr", ":8081", "address of the /metrics, /healthz and /readyz endpoints")
+	fl.DurationVar(&f.syncInterval, "sync-interval", 10*time.Second, "how often each node's GPUs and slices are checked (writes happen only on change)")
+	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Minute, "the longest a GPUNode's status goes unwritten; usage figures alone are written this often")
+	fl.DurationVar(&f.reportInterval, "overuse-report-interval", 5*time.Minute, "how often an ongoing overuse is reported again")
+	fl.IntVar(&f.workers, "workers", 4, "nodes synced at once (fleet mode)")
+	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
+	fl.IntVar(&f.burst, "kube-api-burst", 40, "the most API requests in a burst")
+	defaultXIDs := []uint{}
+	for _, x := range nodeagent.DefaultIgnoredXIDs() {
+		defaultXIDs = append(defaultXIDs, uint(x))
+	}
+	fl.UintSliceVar(&f.ignoredXIDs, "ignored-xids", defaultXIDs, "XID errors that do not make a device unhealthy")
+	fl.StringVar(&f.nvmlLibrary, "nvml-library", "", "NVML library to load (default libnvidia-ml.so.1 from the loader path)")
+	fl.StringVar(&f.procRoot, "proc-root", "/proc", "the host's /proc, to map GPU processes to pods (run with hostPID: true)")
+	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "the host's /sys, to read each device's NUMA node")
+	fl.StringVar(&f.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (mps mode)")
+	fl.StringVar(&f.mpsDir, "mps-dir", "/run/partita/mps", "directory of the MPS daemons' pipe and log directories, one per device UUID (mps mode)")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every published change)")
+	return cmd
+}
+
+func runAgent(cmd *cobra.Command, f *agentFlags) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	klog.SetLogger(log)
+	ctrllog.SetLogger(log)
+	ctx := logr.NewContext(cmd.Context(), log)
+
+	mode := v1alpha1.IsolationMode(f.mode)
+	switch mode {
+	case "", v1alpha1.IsolationTimeSlicing, v1alpha1.IsolationMPS, v1alpha1.IsolationHAMiCore:
+	default:
+		return fmt.Errorf("--mode %q: want time-slicing, mps or hami-core", f.mode)
+	}
+	enforce, err := nodeagent.ParseEnforceMode(f.enforce)
+	if err != nil {
+		return fmt.Errorf("--enforce: %w", err)
+	}
+	if f.simulateUsage < 0 || f.simulateUsage > 1 {
+		return fmt.Errorf("--simulate-usage %v: want a share from 0 to 1", f.simulateUsage)
+	}
+	var spec *nodeagent.SimSpec
+	if f.simulate != "" {
+		s, err := nodeagent.ParseSimSpec(f.simulate)
+		if err != nil {
+			return fmt.Errorf("--simulate: %w", err)
+		}
+		spec = &s
+	}
+	metrics := nodeagent.NewMetrics()
+	opts := nodeagent.Options{
+		Mode:                  mode,
+		Enforce:               enforce,
+		SyncInterval:          f.syncInterval,
+		HeartbeatInterval:     f.heartbeatInterval,
+		OveruseReportInterval: f.reportInterval,
+		Workers:               f.workers,
+		SimulatedUsage:        f.simulateUsage,
+		MPS:                   nodeagent.MPSConfig{ControlPath: f.mpsControl, Dir: f.mpsDir},
+		Version:               version.Get(),
+		Metrics:               metrics,
+	}
+	var backend nodeagent.Backend
+	backendName := "simulated"
+	if f.simulateNodes != "" {
+		if f.once {
+			return errors.New("--once reads one node: use it with --simulate or on a GPU node, not with --simulate-nodes")
+		}
+		if opts.NodeSelector, err = labels.Parse(f.simulateNodes); err != nil {
+			return fmt.Errorf("--simulate-nodes: %w", err)
+		}
+		opts.Backends = nodeagent.SimulatedBackends(spec)
+	} else {
+		if f.nodeName == "" {
+			if f.nodeName, err = os.Hostname(); err != nil {
+				return fmt.Errorf("find the node name (set --node-name): %w", err)
+			}
+		}
+		opts.NodeName = f.nodeName
+		if spec != nil {
+			backend = nodeagent.NewSimulated(f.nodeName, *spec)
+		} else {
+			xids := make([]uint64, len(f.ignoredXIDs))
+			for i, x := range f.ignoredXIDs {
+				xids[i] = uint64(x)
+			}
+			nv := nodeagent.NewNVML(nodeagent.NVMLConfig{
+				LibraryPath: f.nvmlLibrary,
+				IgnoredXIDs: xids,
+				ProcRoot:    f.procRoot,
+				SysRoot:     f.sysRoot,
+				OnError:     metrics.NVMLError,
+			})
+			defer nv.Close()
+			backend, backendName = nv, "nvml"
+		}
+		opts.Backends = nodeagent.StaticBackend(backend)
+	}
+
+	if f.once {
+		inv, err := nodeagent.Discover(ctx, f.nodeName, backendName, backend)
+		if err != nil {
+			return err
+		}
+		out := cmd.OutOrStdout()
+		if f.print {
+			enc := json.NewEncoder(out)
+			enc.SetIndent("", "  ")
+			if err := enc.Encode(inv); err != nil {
+				return err
+			}
+		} else {
+			healthy := 0
+			for _, d := range inv.Devices {
+				if d.Health == v1alpha1.DeviceHealthy {
+					healthy++
+				}
+			}
+			if _, err := fmt.Fprintf(out, "%s: %d devices (%s backend), %d healthy, partita.dev/gpu-milli %d\n", inv.Node, len(inv.Devices), inv.Backend, healthy, inv.CapacityMilli); err != nil {
+				return err
+			}
+		}
+		if mode != v1alpha1.IsolationMPS {
+			return nil
+		}
+		// mps mode: start and stop a daemon per device, as the agent would.
+		mps := opts.MPS
+		if spec != nil {
+			mps.Runner = nodeagent.NewSimulatedRunner()
+		}
+		if err := nodeagent.TryMPS(ctx, mps, inv, 3*time.Second); err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(cmd.ErrOrStderr(), "MPS: started, checked and stopped a control daemon on each of %d devices\n", len(inv.Devices))
+		return err
+	}
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.UserAgent = "partita-agent/" + version.Get()
+	agent, err := nodeagent.New(cfg, opts)
+	if err != nil {
+		return err
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, nodeagent.Handler(metrics, agent.Ready)) })
+	g.Go(func() error { return agent.Run(gctx) })
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,832 @@
+package nodeagent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// BackendFunc returns the backend of a node the agent serves, and a key
+// that changes when the node's backend must be replaced (a simulated node's
+// labels changed). A nil backend means the node has no GPUs to serve.
+type BackendFunc func(node *corev1.Node) (b Backend, key string, err error)
+
+// StaticBackend serves every node with b: the single-node agent.
+func StaticBackend(b Backend) BackendFunc {
+	return func(*corev1.Node) (Backend, string, error) { return b, "", nil }
+}
+
+// SimulatedBackends gives each node a simulated backend whose devices come
+// from its GPU Feature Discovery labels, the labels it lacks from fallback
+// (nil for none). A node that has neither is not served.
+func SimulatedBackends(fallback *SimSpec) BackendFunc {
+	return func(node *corev1.Node) (Backend, string, error) {
+		spec, ok, err := SimSpecForNode(node, fallback)
+		if err != nil || !ok || spec.Count == 0 {
+			return nil, "", err
+		}
+		return NewSimulated(node.Name, spec), spec.String(), nil
+	}
+}
+
+// Options configure an Agent. Exactly one of NodeName and NodeSelector is
+// set.
+type Options struct {
+	// NodeName is the node a single-node agent serves.
+	NodeName string
+	// NodeSelector selects the nodes a fleet agent serves.
+	NodeSelector labels.Selector
+	// Backends gives each served node its backend.
+	Backends BackendFunc
+	// Mode is the isolation mode to apply; empty follows each GPUNode's
+	// spec.isolation (time-slicing when it has none).
+	Mode v1alpha1.IsolationMode
+	// Enforce is what the watchdog does about overuse.
+	Enforce EnforceMode
+	// SyncInterval is how often each node's GPUs are read and its slices
+	// checked, without any write unless something changed.
+	SyncInterval time.Duration
+	// HeartbeatInterval is the longest a GPUNode's status goes unwritten;
+	// usage figures alone are written only this often.
+	HeartbeatInterval time.Duration
+	// OveruseReportInterval is how often an ongoing overuse is reported again.
+	OveruseReportInterval time.Duration
+	// Workers is the number of nodes synced at once.
+	Workers int
+	// SimulatedUsage is the share of its slice a simulated process uses
+	// unless its pod says otherwise.
+	SimulatedUsage float64
+	// MPS configures mps mode.
+	MPS MPSConfig
+	// Version is the agent version written to GPUNode status.
+	Version string
+	// Clock is the clock; the real one when nil.
+	Clock clock.WithTicker
+	// Metrics receive the agent's figures; new ones when nil.
+	Metrics *Metrics
+	// Recorder records events; when nil the agent records to the API server.
+	Recorder EventRecorder
+}
+
+func (o *Options) defaults() error {
+	switch {
+	case (o.NodeName == "") == (o.NodeSelector == nil):
+		return errors.New("configure the agent: set exactly one of a node name and a node selector")
+	case o.Backends == nil:
+		return errors.New("configure the agent: no backend")
+	}
+	if o.Enforce == "" {
+		o.Enforce = EnforceReport
+	}
+	if o.SyncInterval <= 0 {
+		o.SyncInterval = 10 * time.Second
+	}
+	if o.HeartbeatInterval <= 0 {
+		o.HeartbeatInterval = time.Minute
+	}
+	if o.OveruseReportInterval <= 0 {
+		o.OveruseReportInterval = 5 * time.Minute
+	}
+	if o.Workers <= 0 {
+		o.Workers = 4
+	}
+	if o.MPS.Runner == nil {
+		o.MPS.Runner = ExecRunner{}
+	}
+	if o.MPS.ControlPath == "" {
+		o.MPS.ControlPath = "nvidia-cuda-mps-control"
+	}
+	if o.MPS.Dir == "" {
+		o.MPS.Dir = "/run/partita/mps"
+	}
+	if o.Clock == nil {
+		o.Clock = clock.RealClock{}
+	}
+	if o.Metrics == nil {
+		o.Metrics = NewMetrics()
+	}
+	return nil
+}
+
+// podNodeIndex indexes cached pods by spec.nodeName.
+const podNodeIndex = "spec.nodeName"
+
+// Agent publishes the GPUs of the nodes it serves and watches their slices.
+// Each node is synced by one worker at a time, on every change that matters
+// to it and every SyncInterval; writes happen only when the published
+// state changed or a heartbeat is due.
+type Agent struct {
+	opts        Options
+	cache       cache.Cache
+	client      client.Client
+	recorder    EventRecorder
+	broadcaster events.EventBroadcaster
+	queue       workqueue.TypedRateLimitingInterface[string]
+	simRunner   *SimulatedRunner // the MPS programs of simulated nodes
+
+	lock    sync.Mutex
+	nodes   map[string]*nodeState
+	synced  bool
+	pending map[string]bool // nodes not yet published once since start
+	lastErr error           // the single node's last sync error
+	baseCtx context.Context
+}
+
+// nodeState is what the agent keeps for a node it serves. Only the worker
+// that syncs the node touches it.
+type nodeState struct {
+	name       string
+	backend    Backend
+	backendKey string
+	ctx        context.Context
+	cancel     context.CancelFunc
+	watchdog   *watchdog
+	mps        *mpsManager
+	heartbeat  time.Duration
+
+	// written is the GPUNode as the agent last wrote it, over writtenFrom:
+	// while the cache still shows writtenFrom, written is the truth.
+	written     *v1alpha1.GPUNode
+	writtenFrom string
+	// capacity is the gpu-milli last patched onto the node, over capacityFrom.
+	capacity     int64
+	capacityFrom string
+	// badPods are the allocation errors already logged, by pod.
+	badPods map[types.UID]string
+}
+
+// New builds an agent on the cluster that cfg reaches. It caches only what
+// it serves: in single-node mode its node, its GPUNode and the pods bound to
+// it.
+func New(cfg *rest.Config, opts Options) (*Agent, error) {
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	scheme := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(scheme))
+	utilruntime.Must(v1alpha1.AddToScheme(scheme))
+
+	byObject := map[client.Object]cache.ByObject{}
+	if opts.NodeName != "" {
+		byName := fields.OneTermEqualSelector("metadata.name", opts.NodeName)
+		byObject[&corev1.Node{}] = cache.ByObject{Field: byName}
+		byObject[&v1alpha1.GPUNode{}] = cache.ByObject{Field: byName}
+		byObject[&corev1.Pod{}] = cache.ByObject{Field: fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)}
+	} else {
+		byObject[&corev1.Node{}] = cache.ByObject{Label: opts.NodeSelector}
+		byObject[&corev1.Pod{}] = cache.ByObject{Field: fields.OneTermNotEqualSelector("spec.nodeName", "")}
+	}
+	c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()})
+	if err != nil {
+		return nil, fmt.Errorf("create cache: %w", err)
+	}
+	if err := c.IndexField(context.Background(), &corev1.Pod{}, podNodeIndex, func(o client.Object) []string {
+		return []string{o.(*corev1.Pod).Spec.NodeName}
+	}); err != nil {
+		return nil, fmt.Errorf("index pods by node: %w", err)
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, fmt.Errorf("create client: %w", err)
+	}
+	a := &Agent{
+		opts:   opts,
+		cache:  c,
+		client: cl,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "partita-agent", Clock: opts.Clock},
+		),
+		nodes:     map[string]*nodeState{},
+		pending:   map[string]bool{},
+		simRunner: NewSimulatedRunner(),
+	}
+	a.recorder = opts.Recorder
+	if a.recorder == nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("create event client: %w", err)
+		}
+		a.broadcaster = events.NewBroadcaster(&events.EventSinkImpl{Interface: cs.EventsV1()})
+		a.recorder = a.broadcaster.NewRecorder(scheme, "partita.dev/agent")
+	}
+	return a, nil
+}
+
+// fleet reports whether the agent serves nodes by selector.
+func (a *Agent) fleet() bool { return a.opts.NodeSelector != nil }
+
+// Run serves the nodes until ctx ends, then stops the MPS daemons it
+// started.
+func (a *Agent) Run(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx)
+	a.lock.Lock()
+	a.baseCtx = ctx
+	a.lock.Unlock()
+	if a.broadcaster != nil {
+		if err := a.broadcaster.StartRecordingToSinkWithContext(ctx); err != nil {
+			return fmt.Errorf("start event recording: %w", err)
+		}
+		defer a.broadcaster.Shutdown()
+	}
+	if err := a.addHandlers(ctx); err != nil {
+		return err
+	}
+	cacheErr := make(chan error, 1)
+	go func() { cacheErr <- a.cache.Start(ctx) }()
+	if !a.cache.WaitForCacheSync(ctx) {
+		select {
+		case err := <-cacheErr:
+			return fmt.Errorf("start cache: %w", err)
+		default:
+			return fmt.Errorf("sync caches: %w", ctx.Err())
+		}
+	}
+	var nodes corev1.NodeList
+	if err := a.cache.List(ctx, &nodes); err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	a.lock.Lock()
+	for _, n := range nodes.Items {
+		a.pending[n.Name] = true
+		a.queue.Add(n.Name)
+	}
+	if !a.fleet() {
+		a.pending[a.opts.NodeName] = true
+		a.queue.Add(a.opts.NodeName)
+	}
+	a.synced = true
+	a.lock.Unlock()
+	log.Info("Serving GPU nodes", "nodes", len(nodes.Items), "fleet", a.fleet(), "mode", a.opts.Mode, "enforce", a.opts.Enforce)
+
+	var wg sync.WaitGroup
+	for range a.opts.Workers {
+		wg.Go(func() {
+			for a.processNext(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	a.queue.ShutDown()
+	wg.Wait()
+	a.lock.Lock()
+	states := a.nodes
+	a.nodes = map[string]*nodeState{}
+	a.lock.Unlock()
+	for _, st := range states {
+		st.stop()
+	}
+	return nil
+}
+
+// Ready says whether the agent has published every node it served at
+// start, and, for a single node, whether the last sync worked.
+func (a *Agent) Ready() error {
+	a.lock.Lock()
+	defer a.lock.Unlock()
+	switch {
+	case !a.synced:
+		return errors.New("caches not synced yet")
+	case a.lastErr != nil:
+		return a.lastErr
+	case len(a.pending) > 0:
+		return fmt.Errorf("%d nodes not published yet", len(a.pending))
+	}
+	return nil
+}
+
+func (a *Agent) addHandlers(ctx context.Context) error {
+	enqueue := func(name string) {
+		if name != "" {
+			a.queue.Add(name)
+		}
+	}
+	key := func(obj any) string {
+		k, _ := toolscache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+		return k
+	}
+	inf, err := a.cache.GetInformer(ctx, &corev1.Node{})
+	if err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { enqueue(key(obj)) },
+		UpdateFunc: func(oldObj, newObj any) {
+			o, n := oldObj.(*corev1.Node), newObj.(*corev1.Node)
+			oc, oa := nodeMilli(o)
+			nc, na := nodeMilli(n)
+			if o.UID != n.UID || oc != nc || oa != na || !labels.Equals(o.Labels, n.Labels) ||
+				o.Annotations[AnnotationSimulateUnhealthy] != n.Annotations[AnnotationSimulateUnhealthy] {
+				enqueue(n.Name)
+			}
+		},
+		DeleteFunc: func(obj any) { enqueue(key(obj)) },
+	}); err != nil {
+		return fmt.Errorf("watch nodes: %w", err)
+	}
+
+	inf, err = a.cache.GetInformer(ctx, &v1alpha1.GPUNode{})
+	if err != nil {
+		return fmt.Errorf("watch GPUNodes: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) { enqueue(key(obj)) },
+		UpdateFunc: func(oldObj, newObj any) {
+			// Status changes are the agent's own writes; only spec and owners
+			// need a look.
+			o, n := oldObj.(*v1alpha1.GPUNode), newObj.(*v1alpha1.GPUNode)
+			if o.Generation != n.Generation || len(o.OwnerReferences) != len(n.OwnerReferences) ||
+				(len(n.OwnerReferences) > 0 && o.OwnerReferences[0].UID != n.OwnerReferences[0].UID) {
+				enqueue(n.Name)
+			}
+		},
+		DeleteFunc: func(obj any) { enqueue(key(obj)) },
+	}); err != nil {
+		return fmt.Errorf("watch GPUNodes: %w", err)
+	}
+
+	podNode := func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		p, ok := obj.(*corev1.Pod)
+		if !ok || !hasAllocation(p) {
+			return
+		}
+		a.lock.Lock()
+		_, served := a.nodes[p.Spec.NodeName]
+		a.lock.Unlock()
+		if served {
+			enqueue(p.Spec.NodeName)
+		}
+	}
+	inf, err = a.cache.GetInformer(ctx, &corev1.Pod{})
+	if err != nil {
+		return fmt.Errorf("watch pods: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    podNode,
+		UpdateFunc: func(_, newObj any) { podNode(newObj) },
+		DeleteFunc: podNode,
+	}); err != nil {
+		return fmt.Errorf("watch pods: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) processNext(ctx context.Context) bool {
+	name, shutdown := a.queue.Get()
+	if shutdown {
+		return false
+	}
+	defer a.queue.Done(name)
+	log := logr.FromContextOrDiscard(ctx).WithValues("node", name)
+	served, err := a.sync(logr.NewContext(ctx, log), name)
+	if !a.fleet() {
+		a.lock.Lock()
+		a.lastErr = err
+		a.lock.Unlock()
+	}
+	if err != nil {
+		log.Error(err, "Could not sync node; retrying with backoff")
+		a.queue.AddRateLimited(name)
+		return true
+	}
+	a.queue.Forget(name)
+	if served {
+		jitter := time.Duration(rand.Int64N(int64(a.opts.SyncInterval)/10 + 1))
+		a.queue.AddAfter(name, a.opts.SyncInterval+jitter)
+	}
+	return true
+}
+
+// sync reads one node's GPUs and pods, applies and checks the slices, and
+// publishes what changed. It reports whether the node is served.
+func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
+	start := a.opts.Clock.Now()
+	defer func() { a.opts.Metrics.syncDuration.Observe(a.opts.Clock.Since(start).Seconds()) }()
+	log := logr.FromContextOrDiscard(ctx)
+
+	node := &corev1.Node{}
+	if err := a.cache.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return true, fmt.Errorf("read node: %w", err)
+		}
+		if !a.fleet() {
+			log.V(2).Info("Waiting for the node to exist")
+			return true, nil
+		}
+		return false, a.release(ctx, name)
+	}
+	st, err := a.state(ctx, node)
+	if err != nil || st == nil {
+		a.donePending(name)
+		if err != nil {
+			log.Error(err, "Not serving node")
+		}
+		return false, a.release(ctx, name)
+	}
+
+	gn := &v1alpha1.GPUNode{}
+	if err := a.cache.Get(ctx, client.ObjectKey{Name: name}, gn); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return true, fmt.Errorf("read GPUNode: %w", err)
+		}
+		gn = nil
+	}
+	gn = st.current(gn)
+	mode := a.effectiveMode(ctx, gn)
+
+	var podList corev1.PodList
+	if err := a.cache.List(ctx, &podList, client.MatchingFields{podNodeIndex: name}); err != nil {
+		return true, fmt.Errorf("list pods: %w", err)
+	}
+	pods := make([]*corev1.Pod, len(podList.Items))
+	for i := range podList.Items {
+		pods[i] = &podList.Items[i]
+	}
+	if sim, ok := st.backend.(*Simulated); ok {
+		sim.Simulate(node, pods, a.opts.SimulatedUsage)
+	}
+
+	var devices []v1alpha1.GPUDevice
+	var held []boundPod
+	snap, snapErr := st.backend.Snapshot(ctx)
+	switch {
+	case snapErr != nil && !IsUnavailable(snapErr):
+		return true, fmt.Errorf("read GPUs: %w", snapErr)
+	case snapErr != nil:
+		// Nothing new may land on GPUs the agent cannot see.
+		if gn != nil {
+			devices = unavailableDevices(gn.Status.Devices, snapErr.Error())
+		}
+		held, _ = allocationsOn(inventoryOf(name, mode, toStates(devices)), pods)
+		a.opts.Metrics.reportDevices(name, &Snapshot{Devices: toStates(devices)}, allocatedMilli(held), nil)
+	default:
+		devices = make([]v1alpha1.GPUDevice, len(snap.Devices))
+		for i, d := range snap.Devices {
+			devices[i] = d.GPUDevice
+		}
+		var bad map[types.UID]error
+		held, bad = allocationsOn(inventoryOf(name, mode, snap.Devices), pods)
+		st.logBadPods(log, pods, bad)
+	}
+
+	used := map[sliceKey]int64{}
+	if snap != nil {
+		var unattributed map[int32]int64
+		used, unattributed = st.watchdog.check(ctx, held, snap.Processes)
+		a.opts.Metrics.reportDevices(name, snap, allocatedMilli(held), unattributed)
+		a.applyMode(ctx, st, mode, devices, held)
+	}
+	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
+	err = errors.Join(a.publish(ctx, node, gn, st, status), a.publishCapacity(ctx, node, st, capacityMilli(devices)))
+	if err == nil && snapErr == nil {
+		a.donePending(name)
+	}
+	return true, errors.Join(snapErr, err)
+}
+
+func toStates(devices []v1alpha1.GPUDevice) []DeviceState {
+	out := make([]DeviceState, len(devices))
+	for i, d := range devices {
+		out[i] = DeviceState{GPUDevice: d, UtilizationPercent: -1}
+	}
+	return out
+}
+
+// donePending records that a node was published once since start.
+func (a *Agent) donePending(name string) {
+	a.lock.Lock()
+	defer a.lock.Unlock()
+	delete(a.pending, name)
+}
+
+// effectiveMode is the isolation mode to apply: the flag's, else the
+// GPUNode's spec, else time-slicing. mig is not supported yet.
+func (a *Agent) effectiveMode(ctx context.Context, gn *v1alpha1.GPUNode) v1alpha1.IsolationMode {
+	m := a.opts.Mode
+	if m == "" && gn != nil {
+		m = gn.Spec.Isolation
+	}
+	switch m {
+	case "":
+		return v1alpha1.IsolationTimeSlicing
+	case v1alpha1.IsolationMIG:
+		logr.FromContextOrDiscard(ctx).V(2).Info("Isolation mode mig is not supported yet; using time-slicing")
+		return v1alpha1.IsolationTimeSlicing
+	}
+	return m
+}
+
+// applyMode prepares the node for its isolation mode: in mps mode one
+// control daemon per device that can be shared, with the unclaimed memory
+// and compute as defaults for clients that set no limits. time-slicing and
+// hami-core need nothing on the node: the pod's environment carries its
+// limits.
+func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, devices []v1alpha1.GPUDevice, held []boundPod) {
+	if mode != v1alpha1.IsolationMPS {
+		if st.mps != nil {
+			st.mps.stopAll()
+			st.mps = nil
+		}
+		return
+	}
+	if st.mps == nil {
+		runner := a.opts.MPS.Runner
+		if _, sim := st.backend.(*Simulated); sim {
+			runner = a.simRunner
+		}
+		cfg := a.opts.MPS
+		cfg.Runner = runner
+		st.mps = newMPSManager(st.name, cfg, a.opts.Clock, a.opts.Metrics)
+	}
+	st.mps.ensure(st.ctx, mpsTargets(devices, held))
+}
+
+// mpsTargets lists the devices that can be shared (healthy, not held whole)
+// with their default limits.
+func mpsTargets(devices []v1alpha1.GPUDevice, held []boundPod) []mpsTarget {
+	whole := map[int32]bool{}
+	claimedMiB, claimedMilli := map[int32]int64{}, map[int32]int64{}
+	for _, h := range held {
+		for _, c := range h.alloc.Containers {
+			for _, dev := range c.DeviceIndexes {
+				if c.Whole() {
+					whole[dev] = true
+				}
+				claimedMiB[dev] += c.MemoryMiB
+				claimedMilli[dev] += c.Milli
+			}
+		}
+	}
+	var out []mpsTarget
+	for _, d := range devices {
+		if !schedulable(d) || whole[d.Index] {
+			continue
+		}
+		out = append(out, mpsTarget{
+			Index:                d.Index,
+			UUID:                 d.UUID,
+			DefaultMemLimitMiB:   max(d.MemoryMiB-claimedMiB[d.Index], 1),
+			DefaultThreadPercent: int32(min(max(100-claimedMilli[d.Index]/10, 1), 100)),
+		})
+	}
+	return out
+}
+
+// state returns the agent's state for a node, creating it (and starting its
+// health watch) on first sight, and replacing it when the node's backend
+// changed. It returns nil when the node has no GPUs to serve.
+func (a *Agent) state(ctx context.Context, node *corev1.Node) (*nodeState, error) {
+	b, key, err := a.opts.Backends(node)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	a.lock.Lock()
+	defer a.lock.Unlock()
+	if st := a.nodes[node.Name]; st != nil {
+		if st.backendKey == key && st.ctx.Err() == nil {
+			return st, nil
+		}
+		logr.FromContextOrDiscard(ctx).V(2).Info("Node's GPUs changed; replacing its backend", "from", st.backendKey, "to", key)
+		st.stop()
+	}
+	nctx, cancel := context.WithCancel(logr.NewContext(a.baseCtx, logr.FromContextOrDiscard(ctx)))
+	killer, _ := b.(ProcessKiller)
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(node.Name))
+	// Spread heartbeats over the last fifth of the interval so that a fleet
+	// started at once does not write at once forever after.
+	spread := time.Duration(float64(a.opts.HeartbeatInterval/5) * float64(h.Sum32()) / float64(1<<32))
+	st := &nodeState{
+		name:       node.Name,
+		backend:    b,
+		backendKey: key,
+		ctx:        nctx,
+		cancel:     cancel,
+		watchdog:   newWatchdog(node.Name, a.opts.Enforce, a.opts.OveruseReportInterval, a.opts.Clock, a.recorder, killer, a.opts.Metrics),
+		heartbeat:  a.opts.HeartbeatInterval - spread,
+		badPods:    map[types.UID]string{},
+	}
+	if w, ok := b.(HealthWatcher); ok {
+		name := node.Name
+		go func() {
+			if err := w.WatchHealth(nctx, func() { a.queue.Add(name) }); err != nil {
+				logr.FromContextOrDiscard(nctx).Error(err, "Stopped watching GPU health")
+			}
+		}()
+	}
+	a.nodes[node.Name] = st
+	a.opts.Metrics.nodes.Set(float64(len(a.nodes)))
+	return st, nil
+}
+
+// stop ends what the agent runs for the node.
+func (st *nodeState) stop() {
+	st.cancel()
+	if st.mps != nil {
+		st.mps.stopAll()
+	}
+}
+
+// current returns the freshest view of the node's GPUNode: the cache's,
+// unless the cache still shows the version the agent last wrote over.
+func (st *nodeState) current(cached *v1alpha1.GPUNode) *v1alpha1.GPUNode {
+	if cached != nil && st.written != nil && cached.ResourceVersion == st.writtenFrom && cached.UID == st.written.UID {
+		return st.written.DeepCopy()
+	}
+	return cached
+}
+
+// logBadPods logs, once per pod and reason, the pods whose allocation
+// could not be read.
+func (st *nodeState) logBadPods(log logr.Logger, pods []*corev1.Pod, bad map[types.UID]error) {
+	for _, p := range pods {
+		err, ok := bad[p.UID]
+		if !ok {
+			delete(st.badPods, p.UID)
+			continue
+		}
+		if st.badPods[p.UID] != err.Error() {
+			st.badPods[p.UID] = err.Error()
+			log.Error(err, "Ignored a pod whose GPU allocation does not read", "pod", klog.KObj(p))
+		}
+	}
+}
+
+// ownerRef makes a GPUNode belong to its Node, so that deleting the node
+// deletes it too.
+func ownerRef(node *corev1.Node) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}
+}
+
+// publish writes the node's GPUNode when its inventory changed or its
+// heartbeat is due, creating it when missing and pointing its owner at the
+// current Node (a node deleted and created again has a new UID).
+func (a *Agent) publish(ctx context.Context, node *corev1.Node, gn *v1alpha1.GPUNode, st *nodeState, want v1alpha1.GPUNodeStatus) error {
+	log := logr.FromContextOrDiscard(ctx)
+	if gn == nil {
+		gn = &v1alpha1.GPUNode{
+			ObjectMeta: metav1.ObjectMeta{Name: node.Name, OwnerReferences: []metav1.OwnerReference{ownerRef(node)}},
+			Spec:       v1alpha1.GPUNodeSpec{Isolation: a.opts.Mode},
+		}
+		err := a.client.Create(ctx, gn)
+		a.countWrite(writeGPUNode, err)
+		switch {
+		case apierrors.IsAlreadyExists(err):
+			// The cache has not seen it yet: read it.
+			if err := a.client.Get(ctx, client.ObjectKey{Name: node.Name}, gn); err != nil {
+				return fmt.Errorf("read GPUNode: %w", err)
+			}
+		case err != nil:
+			return fmt.Errorf("create GPUNode: %w", err)
+		default:
+			log.V(2).Info("Created GPUNode")
+		}
+	}
+	if len(gn.OwnerReferences) != 1 || gn.OwnerReferences[0].UID != node.UID {
+		gn = gn.DeepCopy()
+		gn.OwnerReferences = []metav1.OwnerReference{ownerRef(node)}
+		err := a.client.Update(ctx, gn)
+		a.countWrite(writeGPUNode, err)
+		if err != nil {
+			return fmt.Errorf("set owner of GPUNode: %w", err)
+		}
+		log.V(2).Info("Pointed GPUNode at the current node", "uid", node.UID)
+	}
+	hb := gn.Status.Heartbeat
+	due := hb == nil || a.opts.Clock.Since(hb.Time) >= st.heartbeat
+	if !due && sameInventory(&gn.Status, &want) {
+		return nil
+	}
+	out := gn.DeepCopy()
+	out.Status = want
+	err := a.client.Status().Update(ctx, out)
+	a.countWrite(writeGPUNode, err)
+	if err != nil {
+		return fmt.Errorf("update GPUNode status: %w", err)
+	}
+	if !sameInventory(&gn.Status, &want) {
+		log.V(2).Info("Published GPUs", "devices", want.DeviceCount, "healthy", want.HealthyDevices, "slices", len(want.Slices), "allocatedMilli", want.AllocatedMilli, "mode", want.Isolation)
+	}
+	st.written, st.writtenFrom = out, gn.ResourceVersion
+	return nil
+}
+
+// publishCapacity sets the node's partita.dev/gpu-milli capacity and
+// allocatable to milli, when they differ. The kubelet copies capacity to
+// allocatable for extended resources; kwok does not, so the agent sets both.
+func (a *Agent) publishCapacity(ctx context.Context, node *corev1.Node, st *nodeState, milli int64) error {
+	a.opts.Metrics.capacityMilli.WithLabelValues(node.Name).Set(float64(milli))
+	if node.ResourceVersion == st.capacityFrom && milli == st.capacity {
+		return nil // the cache has not caught up with our last patch
+	}
+	if c, al := nodeMilli(node); c == milli && al == milli {
+		return nil
+	}
+	if err := a.patchCapacity(ctx, node, &milli); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Set node GPU capacity", "gpuMilli", milli)
+	st.capacity, st.capacityFrom = milli, node.ResourceVersion
+	return nil
+}
+
+// patchCapacity sets (or, with nil, removes) the node's gpu-milli capacity
+// and allocatable.
+func (a *Agent) patchCapacity(ctx context.Context, node *corev1.Node, milli *int64) error {
+	var v any
+	if milli != nil {
+		q := milliQuantity(*milli)
+		v = q.String()
+	}
+	r := map[string]any{string(v1alpha1.ResourceGPUMilli): v}
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": r, "allocatable": r}})
+	if err != nil {
+		return fmt.Errorf("encode capacity patch: %w", err)
+	}
+	err = a.client.Status().Patch(ctx, node.DeepCopy(), client.RawPatch(types.MergePatchType, data))
+	a.countWrite(writeCapacity, err)
+	if err != nil {
+		return fmt.Errorf("patch node capacity: %w", err)
+	}
+	return nil
+}
+
+func (a *Agent) countWrite(kind string, err error) {
+	result := resultOK
+	if err != nil {
+		result = resultError
+	}
+	a.opts.Metrics.apiWrites.WithLabelValues(kind, result).Inc()
+}
+
+// release stops serving a node that is gone or no longer selected. In fleet
+// mode it removes the node's GPUNode and, when the node still exists, its
+// gpu-milli capacity, so that nothing stale is left behind. On error the
+// node stays known and the next sync tries again.
+func (a *Agent) release(ctx context.Context, name string) error {
+	a.lock.Lock()
+	st := a.nodes[name]
+	delete(a.pending, name)
+	a.lock.Unlock()
+	if st == nil {
+		return nil
+	}
+	st.stop()
+	a.opts.Metrics.clearNode(name)
+	if a.fleet() {
+		live := &corev1.Node{}
+		err := a.client.Get(ctx, client.ObjectKey{Name: name}, live)
+		switch {
+		case err == nil:
+			if c, al := nodeMilli(live); c >= 0 || al >= 0 {
+				if err := a.patchCapacity(ctx, live, nil); err != nil && !apierrors.IsNotFound(err) {
+					return err
+				}
+			}
+		case !apierrors.IsNotFound(err):
+			return fmt.Errorf("read node: %w", err)
+		}
+		gn := &v1alpha1.GPUNode{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		err = a.client.Delete(ctx, gn)
+		a.countWrite(writeGPUNode, err)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete GPUNode: %w", err)
+		}
+	}
+	a.lock.Lock()
+	delete(a.nodes, name)
+	a.opts.Metrics.nodes.Set(float64(len(a.nodes)))
+	a.lock.Unlock()
+	logr.FromContextOrDiscard(ctx).V(2).Info("Stopped serving node")
+	return nil
+}

@@ -1,0 +1,100 @@
+package nodeagent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// mib is one MiB in bytes.
+const mib = 1 << 20
+
+// Backend reads one node's GPUs: which devices exist, their health and
+// usage, and the processes that use them. NVML reads the hardware;
+// Simulated invents devices for dev clusters and tests.
+type Backend interface {
+	// Snapshot returns the node's devices and GPU processes now. It returns an
+	// *UnavailableError when the backend cannot read the devices at all.
+	Snapshot(ctx context.Context) (*Snapshot, error)
+}
+
+// HealthWatcher is a Backend that learns of health changes between
+// snapshots (NVML XID events), so that an unhealthy device leaves the
+// node's capacity at once rather than at the next sync.
+type HealthWatcher interface {
+	// WatchHealth blocks until ctx ends, calling changed after a device's
+	// health changed.
+	WatchHealth(ctx context.Context, changed func()) error
+}
+
+// ProcessKiller ends a process that uses a GPU (the watchdog's kill mode).
+type ProcessKiller interface {
+	// Kill ends the process with the given (host) PID.
+	Kill(ctx context.Context, pid int32) error
+}
+
+// Snapshot is what a Backend saw at one moment.
+type Snapshot struct {
+	// Devices are the node's GPUs, sorted by index.
+	Devices []DeviceState
+	// Processes are the processes that hold GPU memory.
+	Processes []Process
+}
+
+// DeviceState is one device: its inventory entry and its current usage.
+type DeviceState struct {
+	v1alpha1.GPUDevice
+	// MemoryUsedBytes is the device memory in use.
+	MemoryUsedBytes int64
+	// UtilizationPercent is the share of time a kernel ran over the last
+	// sample period, 0 to 100, or -1 when unknown.
+	UtilizationPercent int32
+}
+
+// Process is one process's use of one device.
+type Process struct {
+	// PID is the process's PID in the host's PID namespace.
+	PID int32 `json:"pid"`
+	// DeviceIndex is the device the memory is on.
+	DeviceIndex int32 `json:"deviceIndex"`
+	// MemoryBytes is the device memory the process holds.
+	MemoryBytes int64 `json:"memoryBytes"`
+	// PodUID is the pod the process belongs to, when known.
+	PodUID types.UID `json:"podUID,omitempty"`
+	// ContainerID is the runtime's container ID, when known (NVML backend).
+	ContainerID string `json:"containerID,omitempty"`
+	// Container is the container's name, when known (simulated backend).
+	Container string `json:"container,omitempty"`
+}
+
+// UnavailableError says that a backend cannot read the node's GPUs at all
+// (NVML missing, the driver not loaded). The agent then treats every known
+// device as unhealthy and retries with backoff.
+type UnavailableError struct {
+	// Backend names the backend ("nvml").
+	Backend string
+	// Hint says what to check, for a person.
+	Hint string
+	// Err is the cause.
+	Err error
+}
+
+func (e *UnavailableError) Error() string {
+	msg := fmt.Sprintf("%s backend unavailable: %v", e.Backend, e.Err)
+	if e.Hint != "" {
+		msg += " (" + e.Hint + ")"
+	}
+	return msg
+}
+
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// IsUnavailable reports whether err says a backend cannot read the GPUs.
+func IsUnavailable(err error) bool {
+	var u *UnavailableError
+	return errors.As(err, &u)
+}

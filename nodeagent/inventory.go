@@ -1,0 +1,115 @@
+package nodeagent
+
+import (
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// maxReasonLen is the longest health reason the CRD accepts.
+const maxReasonLen = 1024
+
+// schedulable reports whether a device may take new work; this matches what
+// the ledger counts (gpu.Device.Healthy).
+func schedulable(d v1alpha1.GPUDevice) bool {
+	return d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled
+}
+
+// capacityMilli is the node's partita.dev/gpu-milli capacity: 1000 for each
+// device that may take work.
+func capacityMilli(devices []v1alpha1.GPUDevice) int64 {
+	var n int64
+	for _, d := range devices {
+		if schedulable(d) {
+			n += gpu.MilliPerGPU
+		}
+	}
+	return n
+}
+
+// buildStatus is the GPUNode status the agent wants to publish.
+func buildStatus(devices []v1alpha1.GPUDevice, sl []v1alpha1.GPUSlice, mode v1alpha1.IsolationMode, version string, now metav1.Time) v1alpha1.GPUNodeStatus {
+	st := v1alpha1.GPUNodeStatus{
+		Devices:      slices.Clone(devices),
+		Slices:       sl,
+		Isolation:    mode,
+		DeviceCount:  int32(len(devices)),
+		AgentVersion: version,
+		Heartbeat:    &now,
+	}
+	slices.SortFunc(st.Devices, func(a, b v1alpha1.GPUDevice) int { return int(a.Index) - int(b.Index) })
+	for i := range st.Devices {
+		if len(st.Devices[i].HealthReason) > maxReasonLen {
+			st.Devices[i].HealthReason = st.Devices[i].HealthReason[:maxReasonLen]
+		}
+		if st.Devices[i].Health == v1alpha1.DeviceHealthy {
+			st.HealthyDevices++
+		}
+	}
+	for _, s := range sl {
+		st.AllocatedMilli += s.Milli
+	}
+	return st
+}
+
+// unavailableDevices is what the agent publishes while its backend cannot
+// read the GPUs: the devices it knew, all unhealthy, so nothing new lands on
+// them until the backend is back.
+func unavailableDevices(known []v1alpha1.GPUDevice, reason string) []v1alpha1.GPUDevice {
+	out := slices.Clone(known)
+	for i := range out {
+		out[i].Health = v1alpha1.DeviceUnhealthy
+		out[i].HealthReason = reason
+	}
+	return out
+}
+
+// sameInventory reports whether two statuses agree on everything but the
+// heartbeat and the observed memory of slices; those two alone only need a
+// write when the heartbeat is due. A slice going over or back under its
+// limit is a change.
+func sameInventory(a, b *v1alpha1.GPUNodeStatus) bool {
+	return equality.Semantic.DeepEqual(inventoryPart(a), inventoryPart(b))
+}
+
+func inventoryPart(s *v1alpha1.GPUNodeStatus) *v1alpha1.GPUNodeStatus {
+	out := s.DeepCopy()
+	out.Heartbeat = nil
+	for i := range out.Slices {
+		sl := &out.Slices[i]
+		over := sl.MemoryLimitMiB > 0 && sl.ObservedMemoryMiB > sl.MemoryLimitMiB
+		sl.ObservedMemoryMiB = 0
+		if over {
+			sl.ObservedMemoryMiB = -1
+		}
+	}
+	if len(out.Devices) == 0 {
+		out.Devices = nil
+	}
+	if len(out.Slices) == 0 {
+		out.Slices = nil
+	}
+	return out
+}
+
+// nodeMilli reads the node's partita.dev/gpu-milli capacity and allocatable,
+// -1 where absent.
+func nodeMilli(n *corev1.Node) (capacity, allocatable int64) {
+	capacity, allocatable = -1, -1
+	if q, ok := n.Status.Capacity[v1alpha1.ResourceGPUMilli]; ok {
+		capacity = q.Value()
+	}
+	if q, ok := n.Status.Allocatable[v1alpha1.ResourceGPUMilli]; ok {
+		allocatable = q.Value()
+	}
+	return capacity, allocatable
+}
+
+// milliQuantity is a milli-GPU count as a resource quantity.
+func milliQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }

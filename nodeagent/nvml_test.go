@@ -1,0 +1,350 @@
+//go:build cgo
+
+package nodeagent
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// machine is go-nvml's DGX H100 mock plus what the mock leaves out and the
+// agent calls: utilization, processes, PCI bus IDs and XID events.
+type machine struct {
+	server *server.Server
+	events chan nvml.EventData
+
+	lock  sync.Mutex
+	procs map[int][]nvml.ProcessInfo
+}
+
+// newMachine returns a DGX H100 mock whose device i sits at PCI bus i and
+// runs at 10×i% utilization.
+func newMachine(t *testing.T) *machine {
+	t.Helper()
+	m := &machine{server: dgxh100.New(), events: make(chan nvml.EventData, 8), procs: map[int][]nvml.ProcessInfo{}}
+	for i, d := range m.server.Devices {
+		dev := d.(*server.Device)
+		dev.GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+			return nvml.Utilization{Gpu: uint32(10 * i)}, nvml.SUCCESS
+		}
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			m.lock.Lock()
+			defer m.lock.Unlock()
+			return m.procs[i], nvml.SUCCESS
+		}
+		dev.GetMPSComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) {
+			return nil, nvml.ERROR_NOT_SUPPORTED
+		}
+		dev.GetPciInfoFunc = func() (nvml.PciInfo, nvml.Return) {
+			var p nvml.PciInfo
+			for j, c := range fmt.Sprintf("00000000:%02X:00.0", i) {
+				p.BusId[j] = int8(c)
+			}
+			return p, nvml.SUCCESS
+		}
+		dev.GetSupportedEventTypesFunc = func() (uint64, nvml.Return) { return nvml.EventTypeXidCriticalError, nvml.SUCCESS }
+		dev.RegisterEventsFunc = func(uint64, nvml.EventSet) nvml.Return { return nvml.SUCCESS }
+	}
+	m.server.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) {
+		return &mock.EventSet{
+			WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+				select {
+				case e := <-m.events:
+					return e, nvml.SUCCESS
+				case <-time.After(time.Duration(ms) * time.Millisecond / 10):
+					return nvml.EventData{}, nvml.ERROR_TIMEOUT
+				}
+			},
+			FreeFunc: func() nvml.Return { return nvml.SUCCESS },
+		}, nvml.SUCCESS
+	}
+	return m
+}
+
+func (m *machine) device(i int) *server.Device { return m.server.Devices[i].(*server.Device) }
+
+func (m *machine) setProcs(i int, procs ...nvml.ProcessInfo) {
+	m.lock.Lock()
+	defer m.lock.Unlock()
+	m.procs[i] = procs
+}
+
+// fakeSys writes a sysfs tree where bus i's device is on NUMA node i/4.
+func fakeSys(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	for i := range 8 {
+		dir := filepath.Join(root, "bus", "pci", "devices", fmt.Sprintf("0000:%02x:00.0", i))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "numa_node"), []byte(fmt.Sprintf("%d\n", i/4)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+func TestNVMLDiscovery(t *testing.T) {
+	m := newMachine(t)
+	b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: fakeSys(t), ProcRoot: t.TempDir()})
+	snap, err := b.Snapshot(t.Context())
+	if err != nil {
+		t.Fatalf("Snapshot: %v", err)
+	}
+	var want []DeviceState
+	for i := range 8 {
+		want = append(want, DeviceState{
+			GPUDevice: v1alpha1.GPUDevice{
+				Index:             int32(i),
+				UUID:              m.device(i).UUID,
+				Product:           "NVIDIA H100 80GB HBM3",
+				MemoryMiB:         81920,
+				NUMANode:          ptr.To(int32(i / 4)),
+				MIGMode:           v1alpha1.MIGDisabled,
+				ComputeCapability: "9.0",
+				Health:            v1alpha1.DeviceHealthy,
+			},
+			UtilizationPercent: int32(10 * i),
+		})
+	}
+	if diff := cmp.Diff(want, snap.Devices); diff != "" {
+		t.Errorf("devices (-want,+got):\n%s", diff)
+	}
+	inv, err := Discover(t.Context(), "n1", "nvml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.CapacityMilli != 8000 {
+		t.Errorf("capacity = %d, want 8000", inv.CapacityMilli)
+	}
+}
+
+func TestNVMLMIGModes(t *testing.T) {
+	cases := map[string]struct {
+		current int
+		ret     nvml.Return
+		want    v1alpha1.MIGMode
+	}{
+		"enabled":       {current: nvml.DEVICE_MIG_ENABLE, ret: nvml.SUCCESS, want: v1alpha1.MIGEnabled},
+		"disabled":      {current: nvml.DEVICE_MIG_DISABLE, ret: nvml.SUCCESS, want: v1alpha1.MIGDisabled},
+		"not supported": {ret: nvml.ERROR_NOT_SUPPORTED, want: v1alpha1.MIGUnsupported},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := newMachine(t)
+			m.device(0).GetMigModeFunc = func() (int, int, nvml.Return) { return tc.current, tc.current, tc.ret }
+			snap, err := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir()}).Snapshot(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := snap.Devices[0].MIGMode; got != tc.want {
+				t.Errorf("MIG mode = %s, want %s", got, tc.want)
+			}
+			if got, want := capacityMilli(devicesOf(snap)), map[bool]int64{true: 7000, false: 8000}[tc.want == v1alpha1.MIGEnabled]; got != want {
+				t.Errorf("capacity = %d, want %d (a MIG-enabled device takes no slices)", got, want)
+			}
+		})
+	}
+}
+
+func TestNVMLInitFailureIsRetried(t *testing.T) {
+	cases := map[string]struct {
+		ret      nvml.Return
+		wantHint string
+	}{
+		"no library": {ret: nvml.ERROR_LIBRARY_NOT_FOUND, wantHint: "libnvidia-ml.so.1 was not found"},
+		"no driver":  {ret: nvml.ERROR_DRIVER_NOT_LOADED, wantHint: "kernel driver is not loaded"},
+		"mismatch":   {ret: nvml.ERROR_LIB_RM_VERSION_MISMATCH, wantHint: "differ in version"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := newMachine(t)
+			fail := true
+			m.server.InitFunc = func() nvml.Return {
+				if fail {
+					return tc.ret
+				}
+				return nvml.SUCCESS
+			}
+			var errCalls []string
+			b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), OnError: func(c string) { errCalls = append(errCalls, c) }})
+			_, err := b.Snapshot(t.Context())
+			if !IsUnavailable(err) {
+				t.Fatalf("Snapshot error = %v, want an UnavailableError", err)
+			}
+			if !strings.Contains(err.Error(), tc.wantHint) || !strings.Contains(err.Error(), tc.ret.Error()) {
+				t.Errorf("error %q does not name %s and hint %q", err, tc.ret, tc.wantHint)
+			}
+			if diff := cmp.Diff([]string{"Init"}, errCalls); diff != "" {
+				t.Errorf("NVML errors counted (-want,+got):\n%s", diff)
+			}
+			fail = false
+			snap, err := b.Snapshot(t.Context())
+			if err != nil {
+				t.Fatalf("Snapshot after NVML came back: %v", err)
+			}
+			if len(snap.Devices) != 8 {
+				t.Errorf("got %d devices after retry, want 8", len(snap.Devices))
+			}
+		})
+	}
+}
+
+func TestNVMLLostDevice(t *testing.T) {
+	m := newMachine(t)
+	b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir()})
+	if _, err := b.Snapshot(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	m.device(3).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	snap, err := b.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range snap.Devices {
+		wantHealthy := d.Index != 3
+		if (d.Health == v1alpha1.DeviceHealthy) != wantHealthy {
+			t.Errorf("device %d health = %s (%s), want healthy=%v", d.Index, d.Health, d.HealthReason, wantHealthy)
+		}
+	}
+	if r := snap.Devices[3].HealthReason; !strings.Contains(r, "GPU is lost") {
+		t.Errorf("reason = %q, want it to say the GPU is lost", r)
+	}
+	if got := capacityMilli(devicesOf(snap)); got != 7000 {
+		t.Errorf("capacity = %d, want 7000", got)
+	}
+	// A lost device stays unhealthy even if a later call succeeds.
+	m.device(3).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return m.device(3).MemoryInfo, nvml.SUCCESS }
+	if snap, _ = b.Snapshot(t.Context()); snap.Devices[3].Health != v1alpha1.DeviceUnhealthy {
+		t.Errorf("device 3 turned %s again; lost devices need a reset", snap.Devices[3].Health)
+	}
+}
+
+func TestNVMLXIDEvents(t *testing.T) {
+	cases := map[string]struct {
+		xid           uint64
+		device        int // -1: NVML names no device
+		ignored       []uint64
+		wantUnhealthy []int32
+	}{
+		"critical XID":         {xid: 79, device: 2, ignored: DefaultIgnoredXIDs(), wantUnhealthy: []int32{2}},
+		"benign XID":           {xid: 31, device: 2, ignored: DefaultIgnoredXIDs()},
+		"benign made critical": {xid: 31, device: 2, ignored: nil, wantUnhealthy: []int32{2}},
+		"XID without device":   {xid: 48, device: -1, ignored: DefaultIgnoredXIDs(), wantUnhealthy: []int32{0, 1, 2, 3, 4, 5, 6, 7}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := newMachine(t)
+			b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), IgnoredXIDs: tc.ignored})
+			ctx, cancel := context.WithCancel(t.Context())
+			changed := make(chan struct{}, 1)
+			done := make(chan error)
+			go func() {
+				done <- b.WatchHealth(ctx, func() {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				})
+			}()
+			e := nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: tc.xid}
+			if tc.device >= 0 {
+				e.Device = m.server.Devices[tc.device]
+			}
+			m.events <- e
+			// A second event, of a type the agent does not act on, shows the
+			// first was consumed.
+			m.events <- nvml.EventData{EventType: nvml.EventTypeSingleBitEccError, Device: m.server.Devices[0]}
+			deadline := time.After(10 * time.Second)
+			for len(m.events) > 0 {
+				select {
+				case <-deadline:
+					t.Fatal("events were not consumed")
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			if len(tc.wantUnhealthy) > 0 {
+				select {
+				case <-changed:
+				case <-deadline:
+					t.Fatal("WatchHealth did not report the change")
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("WatchHealth: %v", err)
+			}
+			snap, err := b.Snapshot(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []int32
+			for _, d := range snap.Devices {
+				if d.Health == v1alpha1.DeviceUnhealthy {
+					got = append(got, d.Index)
+					if !strings.Contains(d.HealthReason, fmt.Sprintf("XID %d", tc.xid)) {
+						t.Errorf("device %d reason %q does not name XID %d", d.Index, d.HealthReason, tc.xid)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.wantUnhealthy, got); diff != "" {
+				t.Errorf("unhealthy devices (-want,+got):\n%s", diff)
+			}
+			if want := int64(8-len(tc.wantUnhealthy)) * 1000; capacityMilli(devicesOf(snap)) != want {
+				t.Errorf("capacity = %d, want %d", capacityMilli(devicesOf(snap)), want)
+			}
+		})
+	}
+}
+
+func TestNVMLProcessesMapToPods(t *testing.T) {
+	procRoot := t.TempDir()
+	const uid = "0c1d2e3f-1111-2222-3333-444455556666"
+	cid := strings.Repeat("ab", 32)
+	writeCgroup := func(pid int, content string) {
+		dir := filepath.Join(procRoot, fmt.Sprint(pid))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeCgroup(4242, "0::/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod"+strings.ReplaceAll(uid, "-", "_")+".slice/cri-containerd-"+cid+".scope\n")
+	writeCgroup(4343, "0::/user.slice/user-0.slice/session-1.scope\n")
+	m := newMachine(t)
+	m.setProcs(1,
+		nvml.ProcessInfo{Pid: 4242, UsedGpuMemory: 3 << 30},
+		nvml.ProcessInfo{Pid: 4343, UsedGpuMemory: 1 << 30},
+		nvml.ProcessInfo{Pid: 4444, UsedGpuMemory: 1 << 20}, // gone, or not visible without hostPID
+	)
+	snap, err := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), ProcRoot: procRoot}).Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Process{
+		{PID: 4242, DeviceIndex: 1, MemoryBytes: 3 << 30, PodUID: types.UID(uid), ContainerID: cid},
+		{PID: 4343, DeviceIndex: 1, MemoryBytes: 1 << 30},
+		{PID: 4444, DeviceIndex: 1, MemoryBytes: 1 << 20},
+	}
+	if diff := cmp.Diff(want, snap.Processes); diff != "" {
+		t.Errorf("processes (-want,+got):\n%s", diff)
+	}
+}

@@ -1,0 +1,359 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-logr/logr"
+	"github.com/open-policy-agent/cert-controller/pkg/rotator"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/webhook"
+)
+
+// defaultPartitaNamespace is where Partita runs when $POD_NAMESPACE is unset.
+const defaultPartitaNamespace = "partita-system"
+
+// webhookFlags are the flags of `partita webhook`.
+type webhookFlags struct {
+	kubeconfig      string
+	addr            string
+	namespace       string
+	certDir         string
+	certRotation    string
+	secretName      string
+	serviceName     string
+	configName      string
+	devRegister     bool
+	admissionGate   bool
+	preemptNever    bool
+	isolationModes  string
+	referenceMiB    int64
+	maxGPUsPerPod   string
+	minGPUFraction  string
+	requireQueue    bool
+	trustedUsers    []string
+	trustedGroups   []string
+	excluded        []string
+	maxRequestBytes int64
+	batchInterval   time.Duration
+	qps             float32
+	burst           int
+	verbosity       int
+}
+
+func newWebhookCommand() *cobra.Command {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = defaultPartitaNamespace
+	}
+	f := &webhookFlags{namespace: ns}
+	cmd := &cobra.Command{
+		Use:   "webhook",
+		Short: "Serve the admission webhooks: canonicalise GPU pods, refuse bad or spoofed ones, apply the Rego policy",
+		Long: `Serve Partita's mutating and validating admission webhooks over TLS
+(/mutate-pods, /validate-pods, /validate-policies) with /healthz, /readyz and
+/metrics. Every pod in a namespace Partita manages is rewritten into canonical
+form, checked, and asked about by the Rego policy (data.partita.admission);
+operators override the policy with ConfigMaps labelled partita.dev/policy=rego
+in Partita's namespace, reloaded within seconds.
+
+Certificates: --cert-rotation=self rotates them with cert-controller (a Secret
+mounted at --cert-dir, CA injected into both webhook configurations);
+--cert-rotation=none serves files someone else renews (cert-manager). Either
+way a renewed certificate is served without a restart. --dev-register, for a
+webhook outside the cluster (partita dev up), generates certificates in
+--cert-dir and registers both configurations with url https://<addr>.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWebhook(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config or the in-cluster config")
+	fl.StringVar(&f.addr, "addr", ":9443", "address to serve the webhooks (HTTPS) on")
+	fl.StringVar(&f.namespace, "namespace", f.namespace, "Partita's namespace (default $POD_NAMESPACE, else "+defaultPartitaNamespace+"): never blocked by the pod webhooks, and home of the policy ConfigMaps")
+	fl.StringVar(&f.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key (and ca.crt)")
+	fl.StringVar(&f.certRotation, "cert-rotation", "self", "self: cert-controller rotates the certificate in the Secret --secret-name mounted at --cert-dir; none: serve the files as they are (cert-manager)")
+	fl.StringVar(&f.secretName, "secret-name", "partita-webhook-cert", "Secret that holds the certificate (--cert-rotation=self)")
+	fl.StringVar(&f.serviceName, "service-name", "partita-webhook", "Service in front of the webhook; the certificate names <service>.<namespace>.svc")
+	fl.StringVar(&f.configName, "configuration-name", webhook.DefaultConfigurationName, "name of the Mutating- and ValidatingWebhookConfiguration")
+	fl.BoolVar(&f.devRegister, "dev-register", false, "run outside the cluster: generate certificates in --cert-dir and register both webhook configurations with url https://<addr> (partita dev up)")
+	fl.BoolVar(&f.admissionGate, "admission-gate", false, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
+	fl.BoolVar(&f.preemptNever, "preemption-never", false, "write preemptionPolicy: Never into GPU pods; the API server refuses it unless the pod's PriorityClass says Never too (see docs/operations.md)")
+	fl.StringVar(&f.isolationModes, "isolation-modes", "auto", "isolation modes whose env GPU containers get: auto (those of the cluster's GPUNodes) or a list of time-slicing, mps, hami-core")
+	fl.Int64Var(&f.referenceMiB, "reference-gpu-memory-mib", 0, "device memory (MiB) against which memory requests are counted in partita.dev/gpu-milli while no GPUNode is known")
+	fl.StringVar(&f.maxGPUsPerPod, "max-gpus-per-pod", "", "policy: the most GPUs one pod may ask for (a number, fractions allowed); empty for no ceiling")
+	fl.StringVar(&f.minGPUFraction, "min-gpu-fraction", "", "policy: the smallest share of a GPU a container may ask for, e.g. 0.1; empty for none")
+	fl.BoolVar(&f.requireQueue, "require-queue", false, "policy: refuse GPU pods that name no queue when their namespace has no default queue")
+	fl.StringSliceVar(&f.trustedUsers, "trusted-users", nil, "users that may write system annotations and device env (besides --trusted-groups)")
+	fl.StringSliceVar(&f.trustedGroups, "trusted-groups", nil, "groups that may write system annotations and device env (default system:serviceaccounts:<namespace>)")
+	fl.StringSliceVar(&f.excluded, "exclude-namespaces", nil, "namespaces the pod webhooks skip besides kube-system and --namespace (with --dev-register)")
+	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted; larger ones get 413")
+	fl.DurationVar(&f.batchInterval, "batch-interval", policy.DefaultBatchInterval, "how long queue, namespace and policy changes gather before the policy sees them")
+	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
+	fl.IntVar(&f.burst, "kube-api-burst", 40, "the most API requests in a burst")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every admission decision, 3 the access log)")
+	return cmd
+}
+
+// policyConfig reads the policy flags.
+func (f *webhookFlags) policyConfig() (policy.Config, error) {
+	c := policy.Config{RequireQueue: f.requireQueue}
+	if f.maxGPUsPerPod != "" {
+		q, err := resource.ParseQuantity(f.maxGPUsPerPod)
+		if err != nil || q.Sign() <= 0 {
+			return c, fmt.Errorf("--max-gpus-per-pod %q: want a positive number of GPUs", f.maxGPUsPerPod)
+		}
+		c.MaxGPUMilliPerPod = q.MilliValue()
+	}
+	if f.minGPUFraction != "" {
+		q, err := resource.ParseQuantity(f.minGPUFraction)
+		if err != nil || q.Sign() <= 0 || q.MilliValue() > gpu.MilliPerGPU {
+			return c, fmt.Errorf("--min-gpu-fraction %q: want a fraction in (0, 1]", f.minGPUFraction)
+		}
+		c.MinGPUMilli = q.MilliValue()
+	}
+	return c, nil
+}
+
+func (f *webhookFlags) modes() ([]v1alpha1.IsolationMode, error) {
+	if f.isolationModes == "auto" || f.isolationModes == "" {
+		return nil, nil
+	}
+	var out []v1alpha1.IsolationMode
+	for _, m := range strings.Split(f.isolationModes, ",") {
+		switch mode := v1alpha1.IsolationMode(strings.TrimSpace(m)); mode {
+		case v1alpha1.IsolationTimeSlicing, v1alpha1.IsolationMPS, v1alpha1.IsolationHAMiCore:
+			out = append(out, mode)
+		default:
+			return nil, fmt.Errorf("--isolation-modes: unknown mode %q; want auto or a list of time-slicing, mps, hami-core", m)
+		}
+	}
+	return out, nil
+}
+
+func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	klog.SetLogger(log)
+	ctrllog.SetLogger(log)
+	gin.SetMode(gin.ReleaseMode)
+	ctx := logr.NewContext(cmd.Context(), log)
+
+	switch f.certRotation {
+	case "self", "none":
+	default:
+		return fmt.Errorf("--cert-rotation %q: want self or none", f.certRotation)
+	}
+	polConf, err := f.policyConfig()
+	if err != nil {
+		return err
+	}
+	pinned, err := f.modes()
+	if err != nil {
+		return err
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(reg)))
+	if err != nil {
+		return err
+	}
+	if err := engine.SetConfig(ctx, polConf); err != nil {
+		return err
+	}
+
+	// Only the policy ConfigMaps of Partita's namespace are cached.
+	policySelector := labels.SelectorFromSet(labels.Set{v1alpha1.LabelPolicy: policy.PolicyLabelValue})
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                 scheme,
+		Logger:                 log,
+		Metrics:                metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress: "0",
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{f.namespace: {}}, Label: policySelector},
+		}},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	view := webhook.NewGPUNodeView(f.referenceMiB, pinned)
+	stateSync := policy.NewStateSync(mgr.GetCache(), engine, policy.WithBatchInterval(f.batchInterval))
+	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder("partita-webhook"),
+		f.namespace, f.batchInterval, clock.RealClock{})
+	for _, w := range []interface {
+		Watch(context.Context, cache.Informers) error
+	}{view, stateSync, loader} {
+		if err := w.Watch(ctx, mgr.GetCache()); err != nil {
+			return err
+		}
+	}
+	if err := mgr.Add(stateSync); err != nil {
+		return fmt.Errorf("add policy state sync: %w", err)
+	}
+	if err := mgr.Add(loader); err != nil {
+		return fmt.Errorf("add policy loader: %w", err)
+	}
+
+	l, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.addr, err)
+	}
+	var caBundle []byte
+	certsReady := make(chan struct{})
+	switch {
+	case f.devRegister:
+		host, _, err := net.SplitHostPort(l.Addr().String())
+		if err != nil {
+			return fmt.Errorf("read listen address: %w", err)
+		}
+		o := webhook.DevCertificateOptions{Dir: f.certDir, DNSNames: []string{"localhost"}, Now: time.Now()}
+		if ip := net.ParseIP(host); ip != nil && !ip.IsUnspecified() {
+			o.IPs = []net.IP{ip}
+		} else {
+			o.IPs = []net.IP{net.IPv4(127, 0, 0, 1)}
+		}
+		if caBundle, err = webhook.EnsureDevCertificates(o); err != nil {
+			return err
+		}
+		close(certsReady)
+	case f.certRotation == "self":
+		// cert-controller keeps the Secret current and injects the CA into
+		// both configurations; the kubelet syncs the Secret into --cert-dir.
+		err := rotator.AddRotator(mgr, &rotator.CertRotator{
+			SecretKey:            types.NamespacedName{Namespace: f.namespace, Name: f.secretName},
+			CertDir:              f.certDir,
+			CAName:               "partita-ca",
+			CAOrganization:       "partita",
+			DNSName:              fmt.Sprintf("%s.%s.svc", f.serviceName, f.namespace),
+			ExtraDNSNames:        []string{fmt.Sprintf("%s.%s.svc.cluster.local", f.serviceName, f.namespace)},
+			IsReady:              certsReady,
+			EnableReadinessCheck: true,
+			Webhooks: []rotator.WebhookInfo{
+				{Name: f.configName, Type: rotator.Mutating},
+				{Name: f.configName, Type: rotator.Validating},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("set up certificate rotation: %w", err)
+		}
+	default:
+		close(certsReady)
+	}
+
+	trusted := webhook.Identities{Users: f.trustedUsers, Groups: f.trustedGroups}
+	if len(trusted.Groups) == 0 {
+		trusted.Groups = webhook.DefaultIdentities(f.namespace).Groups
+	}
+	pods := webhook.NewPodAdmission(engine, view,
+		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever), webhook.WithTrusted(trusted))
+	var registered atomic.Bool
+	ready := func() error {
+		switch {
+		case !stateSync.Synced():
+			return errors.New("the policy has not seen the cluster state yet")
+		case !loader.Synced():
+			return errors.New("the policy ConfigMaps have not been read yet")
+		case f.devRegister && !registered.Load():
+			return errors.New("the webhook configurations are not registered yet")
+		}
+		return nil
+	}
+	srv := webhook.NewServer(log.WithName("http"), pods,
+		webhook.WithMetrics(webhook.NewMetrics(reg), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
+		webhook.WithReady(ready),
+		webhook.WithMaxRequestBytes(f.maxRequestBytes),
+		webhook.WithPolicyAdmission(webhook.NewPolicyAdmission(loader, f.namespace)))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return mgr.Start(gctx) })
+	g.Go(func() error {
+		select {
+		case <-certsReady:
+		case <-gctx.Done():
+			return nil
+		}
+		cw, err := webhook.WatchCertificates(gctx, f.certDir)
+		if err != nil {
+			return err
+		}
+		return webhook.ServeTLS(gctx, l, srv.Handler(), cw.GetCertificate)
+	})
+	if f.devRegister {
+		g.Go(func() error {
+			// Register once the policy knows the cluster, so that the first
+			// pods are judged against real queues.
+			if err := wait.PollUntilContextCancel(gctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
+				return stateSync.Synced() && loader.Synced(), nil
+			}); err != nil {
+				return nil //nolint:nilerr // the context ended: shutting down
+			}
+			err := webhook.Register(gctx, cs, webhook.ConfigurationOptions{
+				Name: f.configName, Namespace: f.namespace, ExcludedNamespaces: f.excluded,
+				URL: "https://" + l.Addr().String(), CABundle: caBundle,
+			})
+			if err != nil {
+				return err
+			}
+			if err := webhook.WaitForRegistration(gctx, cs, registrationProbeNamespace, 30*time.Second); err != nil {
+				return err
+			}
+			registered.Store(true)
+			log.Info("Registered the webhook configurations", "name", f.configName, "url", "https://"+l.Addr().String())
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// registrationProbeNamespace is where the registration probe is sent: a
+// namespace the pod webhooks always select.
+const registrationProbeNamespace = "default"

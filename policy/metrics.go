@@ -1,0 +1,100 @@
+package policy
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Label values of partita_policy_loads_total's result.
+const (
+	loadLoaded  = "loaded"
+	loadRefused = "refused"
+)
+
+// Metrics are the policy engine's Prometheus metrics. A nil *Metrics
+// records nothing.
+type Metrics struct {
+	info            *prometheus.GaugeVec
+	loads           *prometheus.CounterVec
+	evalErrors      prometheus.Counter
+	evalDuration    prometheus.Histogram
+	stateWrites     prometheus.Counter
+	stateQueues     prometheus.Gauge
+	stateNamespaces prometheus.Gauge
+}
+
+// NewMetrics creates the policy metrics and registers them on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		info: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "partita_policy_info",
+			Help: "The policy version in force (a digest of its modules) and where it came from (default, or configmap:<names>); always 1.",
+		}, []string{"version", "source"}),
+		loads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "partita_policy_loads_total",
+			Help: "Policy loads by result: loaded, or refused (did not compile; the last good policy stays).",
+		}, []string{"result"}),
+		evalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "partita_policy_evaluation_errors_total",
+			Help: "Policy evaluations that failed (runtime error, wrong result shape, timeout); the request was refused.",
+		}),
+		evalDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "partita_policy_evaluation_duration_seconds",
+			Help:    "Time to evaluate data.partita.admission for one pod.",
+			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25},
+		}),
+		stateWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "partita_policy_state_writes_total",
+			Help: "Batches of cluster state written to the policy's in-memory store.",
+		}),
+		stateQueues: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "partita_policy_state_queues",
+			Help: "Queues in the policy's state.",
+		}),
+		stateNamespaces: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "partita_policy_state_namespaces",
+			Help: "Namespaces in the policy's state.",
+		}),
+	}
+	reg.MustRegister(m.info, m.loads, m.evalErrors, m.evalDuration, m.stateWrites, m.stateQueues, m.stateNamespaces)
+	return m
+}
+
+func (m *Metrics) setVersion(version, source string) {
+	if m == nil {
+		return
+	}
+	m.info.Reset()
+	m.info.WithLabelValues(version, source).Set(1)
+}
+
+func (m *Metrics) load(ok bool) {
+	if m == nil {
+		return
+	}
+	if ok {
+		m.loads.WithLabelValues(loadLoaded).Inc()
+		return
+	}
+	m.loads.WithLabelValues(loadRefused).Inc()
+}
+
+func (m *Metrics) evaluation(d time.Duration, err error) {
+	if m == nil {
+		return
+	}
+	m.evalDuration.Observe(d.Seconds())
+	if err != nil {
+		m.evalErrors.Inc()
+	}
+}
+
+func (m *Metrics) stateWritten(st State) {
+	if m == nil {
+		return
+	}
+	m.stateWrites.Inc()
+	m.stateQueues.Set(float64(len(st.Queues)))
+	m.stateNamespaces.Set(float64(len(st.Namespaces)))
+}

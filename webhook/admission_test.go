@@ -1,0 +1,99 @@
+package webhook
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	admissionv1 "k8s.io/api/admission/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// TestAdmission sends each case of testdata/admission through the HTTP
+// handler and compares the response with its golden file: the JSON patch
+// of an admitted request, or the status of a refused one. Every admitted
+// pod CREATE is also checked twice more: mutating the patched pod again
+// (reinvocation) adds nothing, and the validating webhook accepts it.
+func TestAdmission(t *testing.T) {
+	cases := map[string]struct {
+		path string
+		opts testOptions
+	}{
+		"mutate-partita-fraction":    {path: PathMutatePods},
+		"mutate-partita-memory":      {path: PathMutatePods},
+		"mutate-partita-whole":       {path: PathMutatePods},
+		"mutate-runai-fraction":      {path: PathMutatePods},
+		"mutate-runai-memory":        {path: PathMutatePods},
+		"mutate-kai-queue":           {path: PathMutatePods},
+		"mutate-hami-gpumem":         {path: PathMutatePods},
+		"mutate-hami-percentage":     {path: PathMutatePods},
+		"mutate-nvidia-whole":        {path: PathMutatePods},
+		"mutate-coscheduling-gang":   {path: PathMutatePods},
+		"mutate-sidecar-and-init":    {path: PathMutatePods},
+		"mutate-no-gpu":              {path: PathMutatePods},
+		"mutate-default-queue":       {path: PathMutatePods},
+		"mutate-admission-gate":      {path: PathMutatePods, opts: testOptions{gate: true}},
+		"mutate-isolation-modes":     {path: PathMutatePods, opts: testOptions{modes: []v1alpha1.IsolationMode{v1alpha1.IsolationHAMiCore, v1alpha1.IsolationMPS}}},
+		"mutate-trusted-identity":    {path: PathMutatePods},
+		"mutate-ephemeral-container": {path: PathMutatePods},
+		"mutate-mirror-pod":          {path: PathMutatePods},
+
+		"deny-fraction-too-large":     {path: PathMutatePods},
+		"deny-fraction-syntax":        {path: PathMutatePods},
+		"deny-conflicting-dialects":   {path: PathMutatePods},
+		"deny-canonical-disagrees":    {path: PathMutatePods},
+		"deny-gpu-milli-alone":        {path: PathMutatePods},
+		"deny-init-container-gpu":     {path: PathMutatePods},
+		"deny-queue-names-disagree":   {path: PathMutatePods},
+		"deny-spoofed-devices":        {path: PathMutatePods},
+		"deny-spoofed-node":           {path: PathMutatePods},
+		"deny-visible-devices-all":    {path: PathMutatePods},
+		"deny-visible-devices-no-gpu": {path: PathMutatePods},
+		"deny-mps-env":                {path: PathMutatePods},
+		"deny-queue-missing":          {path: PathMutatePods},
+		"deny-queue-not-leaf":         {path: PathMutatePods},
+		"deny-namespace-not-allowed":  {path: PathMutatePods},
+		"deny-over-queue-limit":       {path: PathMutatePods},
+		"deny-malformed-object":       {path: PathMutatePods},
+		"deny-fake-mirror-pod":        {path: PathMutatePods},
+
+		"validate-create-canonical":      {path: PathValidatePods},
+		"validate-create-not-mutated":    {path: PathValidatePods},
+		"validate-update-spoof-devices":  {path: PathValidatePods},
+		"validate-update-remove-node":    {path: PathValidatePods},
+		"validate-update-extender":       {path: PathValidatePods},
+		"validate-update-queue":          {path: PathValidatePods},
+		"validate-update-labels":         {path: PathValidatePods},
+		"validate-binding-spoofed":       {path: PathValidatePods},
+		"validate-binding-extender":      {path: PathValidatePods},
+		"validate-binding-plain":         {path: PathValidatePods},
+		"validate-ephemeral-all":         {path: PathValidatePods},
+		"validate-ephemeral-not-mutated": {path: PathValidatePods},
+		"validate-ephemeral-void":        {path: PathValidatePods},
+
+		"policy-valid":  {path: PathValidatePolicies},
+		"policy-broken": {path: PathValidatePolicies},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			h := newTestServer(t, tc.opts)
+			req := readCase(t, name)
+			got := outcomeOf(t, post(t, h, tc.path, req))
+			checkGolden(t, name, got)
+
+			if tc.path != PathMutatePods || !got.Allowed || req.Operation != admissionv1.Create {
+				return
+			}
+			patched := applyPatch(t, req.Object.Raw, got.Patch)
+			again := *req
+			again.Object = runtime.RawExtension{Raw: patched}
+			if second := outcomeOf(t, post(t, h, PathMutatePods, &again)); len(second.Patch) > 0 {
+				t.Errorf("a second mutation changed the pod again (not idempotent):\n%s", cmp.Diff(outcome{Allowed: true}, second))
+			}
+			if v := outcomeOf(t, post(t, h, PathValidatePods, &again)); !v.Allowed {
+				t.Errorf("the validating webhook refused the mutated pod: %+v", v.Status)
+			}
+		})
+	}
+}

@@ -1,0 +1,244 @@
+package webhook
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// Device env: what the container runtime and the isolation layers read
+// (DESIGN §2.1, §8). Only Partita sets these.
+const (
+	// EnvVisibleDevices selects the devices the NVIDIA runtime mounts.
+	EnvVisibleDevices = "NVIDIA_VISIBLE_DEVICES"
+	// EnvMPSPinnedMemLimit is the MPS client's memory limit (mps mode).
+	EnvMPSPinnedMemLimit = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"
+	// EnvMPSActiveThreads is the MPS client's share of SMs (mps mode).
+	EnvMPSActiveThreads = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"
+	// EnvDeviceMemoryLimit is HAMi-core's memory limit (hami-core mode).
+	EnvDeviceMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT"
+	// EnvDeviceSMLimit is HAMi-core's compute limit (hami-core mode).
+	EnvDeviceSMLimit = "CUDA_DEVICE_SM_LIMIT"
+	// VisibleDevicesVoid makes the NVIDIA runtime mount no device, whatever
+	// the image sets.
+	VisibleDevicesVoid = "void"
+)
+
+// Prefixes of env names that only Partita sets.
+const (
+	envPrefixMPS    = "CUDA_MPS_"
+	envPrefixDevice = "CUDA_DEVICE_"
+)
+
+// isDeviceEnv reports whether only Partita may set the env var.
+func isDeviceEnv(name string) bool {
+	return name == EnvVisibleDevices || strings.HasPrefix(name, envPrefixMPS) || strings.HasPrefix(name, envPrefixDevice)
+}
+
+// annotationRef is an env source that the kubelet resolves from the pod's
+// annotation at container start. The annotation is written at bind; until
+// then (and on a pod that never got devices) it resolves to "", which the
+// NVIDIA runtime treats as no device.
+func annotationRef(key string) *corev1.EnvVarSource {
+	return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
+		APIVersion: "v1",
+		FieldPath:  "metadata.annotations['" + key + "']",
+	}}
+}
+
+// deviceEnvFor is the device env of one GPU container, for the isolation
+// modes that nodes in the cluster use: a pod is created before it is
+// placed, so it carries the env of every mode it may land in; a layer that
+// is not running ignores its variables. Memory limits come with slices
+// only (whole devices have none), compute limits only when asked for.
+func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode) []corev1.EnvVar {
+	out := []corev1.EnvVar{{Name: EnvVisibleDevices, ValueFrom: annotationRef(v1alpha1.AnnotationDevicesPrefix + c.Name)}}
+	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + c.Name)
+	smRef := annotationRef(v1alpha1.AnnotationSMLimitPrefix + c.Name)
+	for _, m := range modes {
+		switch m {
+		case v1alpha1.IsolationMPS:
+			if !c.Whole() {
+				out = append(out, corev1.EnvVar{Name: EnvMPSPinnedMemLimit, ValueFrom: memRef})
+			}
+			if c.CoresPercent > 0 {
+				out = append(out, corev1.EnvVar{Name: EnvMPSActiveThreads, ValueFrom: smRef})
+			}
+		case v1alpha1.IsolationHAMiCore:
+			if !c.Whole() {
+				out = append(out, corev1.EnvVar{Name: EnvDeviceMemoryLimit, ValueFrom: memRef})
+			}
+			if c.CoresPercent > 0 {
+				out = append(out, corev1.EnvVar{Name: EnvDeviceSMLimit, ValueFrom: smRef})
+			}
+		}
+	}
+	return out
+}
+
+// voidEnv is the device env of a container without a GPU.
+func voidEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{{Name: EnvVisibleDevices, Value: VisibleDevicesVoid}}
+}
+
+// addEnv appends each variable the container does not set yet. It never
+// changes a variable the container sets: validation has checked those.
+func addEnv(c *corev1.Container, vars []corev1.EnvVar) {
+	for _, v := range vars {
+		if !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.Name == v.Name }) {
+			c.Env = append(c.Env, v)
+		}
+	}
+}
+
+// injectEnv writes the device env into every container of pod: the
+// downward-API env on GPU containers, void on the others (init containers
+// never get a GPU).
+func injectEnv(pod *corev1.Pod, req *gpu.PodRequest, modes []v1alpha1.IsolationMode) {
+	gpuCtrs := gpuContainers(req)
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		if cr, ok := gpuCtrs[c.Name]; ok {
+			addEnv(c, deviceEnvFor(cr, modes))
+			continue
+		}
+		addEnv(c, voidEnv())
+	}
+	for i := range pod.Spec.InitContainers {
+		addEnv(&pod.Spec.InitContainers[i], voidEnv())
+	}
+}
+
+func gpuContainers(req *gpu.PodRequest) map[string]gpu.ContainerRequest {
+	if req == nil {
+		return nil
+	}
+	out := make(map[string]gpu.ContainerRequest, len(req.Containers))
+	for _, c := range req.Containers {
+		out[c.Name] = c
+	}
+	return out
+}
+
+// allowedDeviceEnv is the one form each device variable may take in a
+// container: a reference to that container's own allocation annotation on
+// a GPU container, "void" on any other. Every other device variable is
+// refused.
+func allowedDeviceEnv(container string, isGPU bool) map[string]corev1.EnvVar {
+	if !isGPU {
+		return map[string]corev1.EnvVar{EnvVisibleDevices: {Name: EnvVisibleDevices, Value: VisibleDevicesVoid}}
+	}
+	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + container)
+	smRef := annotationRef(v1alpha1.AnnotationSMLimitPrefix + container)
+	return map[string]corev1.EnvVar{
+		EnvVisibleDevices:    {Name: EnvVisibleDevices, ValueFrom: annotationRef(v1alpha1.AnnotationDevicesPrefix + container)},
+		EnvMPSPinnedMemLimit: {Name: EnvMPSPinnedMemLimit, ValueFrom: memRef},
+		EnvMPSActiveThreads:  {Name: EnvMPSActiveThreads, ValueFrom: smRef},
+		EnvDeviceMemoryLimit: {Name: EnvDeviceMemoryLimit, ValueFrom: memRef},
+		EnvDeviceSMLimit:     {Name: EnvDeviceSMLimit, ValueFrom: smRef},
+	}
+}
+
+// envMatches compares a variable with its allowed form; the API server
+// defaults fieldRef.apiVersion to v1, so an empty one counts as v1.
+func envMatches(got, want corev1.EnvVar) bool {
+	if got.Name != want.Name || got.Value != want.Value {
+		return false
+	}
+	switch {
+	case got.ValueFrom == nil || want.ValueFrom == nil:
+		return got.ValueFrom == nil && want.ValueFrom == nil
+	case got.ValueFrom.FieldRef == nil || want.ValueFrom.FieldRef == nil:
+		return false
+	}
+	g, w := got.ValueFrom, want.ValueFrom
+	if g.ConfigMapKeyRef != nil || g.SecretKeyRef != nil || g.ResourceFieldRef != nil || g.FileKeyRef != nil {
+		return false
+	}
+	api := g.FieldRef.APIVersion
+	if api == "" {
+		api = "v1"
+	}
+	return api == w.FieldRef.APIVersion && g.FieldRef.FieldPath == w.FieldRef.FieldPath
+}
+
+// deviceEnvErrors refuses device env that the pod sets itself: any device
+// variable not in its allowed form, in regular, init and ephemeral
+// containers.
+func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest) field.ErrorList {
+	var errs field.ErrorList
+	gpuCtrs := gpuContainers(req)
+	check := func(path *field.Path, c *corev1.Container, kind containerKind) {
+		isGPU := kind == kindGPU
+		var allowed map[string]corev1.EnvVar
+		for j, e := range c.Env {
+			if !isDeviceEnv(e.Name) {
+				continue
+			}
+			if allowed == nil {
+				allowed = allowedDeviceEnv(c.Name, isGPU)
+			}
+			if want, ok := allowed[e.Name]; ok && envMatches(e, want) {
+				continue
+			}
+			errs = append(errs, field.Forbidden(path.Index(j), deviceEnvMessage(e, kind)))
+		}
+	}
+	for i := range pod.Spec.Containers {
+		c := &pod.Spec.Containers[i]
+		kind := kindPlain
+		if _, isGPU := gpuCtrs[c.Name]; isGPU {
+			kind = kindGPU
+		}
+		check(field.NewPath("spec", "containers").Index(i).Child("env"), c, kind)
+	}
+	for i := range pod.Spec.InitContainers {
+		check(field.NewPath("spec", "initContainers").Index(i).Child("env"), &pod.Spec.InitContainers[i], kindPlain)
+	}
+	for i := range pod.Spec.EphemeralContainers {
+		c := corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
+		check(field.NewPath("spec", "ephemeralContainers").Index(i).Child("env"), &c, kindEphemeral)
+	}
+	return errs
+}
+
+// containerKind says what a container is, for deviceEnvMessage.
+type containerKind int
+
+const (
+	kindPlain containerKind = iota
+	kindGPU
+	kindEphemeral
+)
+
+func deviceEnvMessage(e corev1.EnvVar, kind containerKind) string {
+	what := e.Name
+	if e.Value != "" {
+		what = fmt.Sprintf("%s=%q", e.Name, shorten(e.Value))
+	}
+	if e.Name == EnvVisibleDevices {
+		switch kind {
+		case kindGPU:
+			return what + " is set by Partita from the devices assigned at bind: a pod cannot choose its own GPUs; remove it"
+		case kindEphemeral:
+			return what + ` is set by Partita: a debug container gets "void" and no GPU; remove it`
+		}
+		return what + ` is set by Partita: a container without a GPU request gets "void"; remove it, or ask for a GPU (for example the annotation partita.dev/gpu-fraction)`
+	}
+	return what + " is set by Partita for the node's isolation mode: a pod cannot set its own GPU limits; remove it"
+}
+
+// shorten keeps an echoed value readable.
+func shorten(s string) string {
+	const max = 64
+	if len(s) <= max {
+		return s
+	}
+	return s[:max] + "..."
+}

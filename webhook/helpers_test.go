@@ -1,0 +1,287 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	jsonpatch5 "github.com/evanphx/json-patch/v5"
+	"github.com/gin-gonic/gin"
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/yaml"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// partitaNamespace is Partita's namespace in these tests.
+const partitaNamespace = "partita-system"
+
+// testUsers are the requesters a case file can name.
+func testUsers() map[string]authenticationv1.UserInfo {
+	return map[string]authenticationv1.UserInfo{
+		"":      {Username: "alice", Groups: []string{"system:authenticated"}},
+		"admin": {Username: "kubernetes-admin", Groups: []string{"system:masters", "system:authenticated"}},
+		"node":  {Username: "system:node:gpu-node-0", Groups: []string{"system:nodes", "system:authenticated"}},
+		"extender": {Username: "system:serviceaccount:partita-system:partita-extender",
+			Groups: []string{"system:serviceaccounts", "system:serviceaccounts:partita-system", "system:authenticated"}},
+	}
+}
+
+// testState is the cluster the cases run against: research (limit 16) with
+// leaves team-a (namespace team-a, limit 8) and team-b (namespace team-b);
+// namespace team-a defaults to queue team-a.
+func testState(t testing.TB) policy.State {
+	t.Helper()
+	queues := []v1alpha1.Queue{
+		*partitatest.MakeQueue("research").GPU("8", "16", 1).Obj(),
+		*partitatest.MakeQueue("team-a").Parent("research").Namespaces("team-a").GPU("4", "8", 1).Obj(),
+		*partitatest.MakeQueue("team-b").Parent("research").Namespaces("team-b").GPU("4", "-1", 1).Obj(),
+	}
+	st, err := policy.BuildState(queues, []policy.NamespaceInfo{
+		{Name: "team-a", Labels: map[string]string{v1alpha1.LabelDefaultQueue: "team-a"}},
+		{Name: "team-b"},
+		{Name: "other"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// testOptions vary the server per case.
+type testOptions struct {
+	gate  bool
+	modes []v1alpha1.IsolationMode
+}
+
+// newTestServer returns a server with a real policy engine over testState,
+// on an H100 80GB cluster in time-slicing mode unless opts say otherwise.
+func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) http.Handler {
+	t.Helper()
+	ctx := context.Background()
+	engine, err := policy.NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := engine.SetState(ctx, testState(t)); err != nil {
+		t.Fatal(err)
+	}
+	modes := opts.modes
+	if modes == nil {
+		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
+	}
+	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
+		WithAdmissionGate(opts.gate), WithTrusted(DefaultIdentities(partitaNamespace)))
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme).Build()
+	loader := policy.NewConfigMapLoader(cl, cl, engine, nil, partitaNamespace, policy.DefaultBatchInterval, clock.RealClock{})
+	opt := append([]ServerOption{WithPolicyAdmission(NewPolicyAdmission(loader, partitaNamespace))}, serverOpts...)
+	return NewServer(logr.Discard(), pods, opt...).Handler()
+}
+
+// caseFile is a readable AdmissionRequest: testdata/admission/<name>.yaml.
+type caseFile struct {
+	Operation   admissionv1.Operation `json:"operation"`
+	SubResource string                `json:"subResource"`
+	Kind        string                `json:"kind"`
+	Namespace   string                `json:"namespace"`
+	User        string                `json:"user"`
+	Object      json.RawMessage       `json:"object"`
+	OldObject   json.RawMessage       `json:"oldObject"`
+}
+
+func readCase(t testing.TB, name string) *admissionv1.AdmissionRequest {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "admission", name+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cf caseFile
+	if err := yaml.Unmarshal(b, &cf); err != nil {
+		t.Fatalf("read case %s: %v", name, err)
+	}
+	user, ok := testUsers()[cf.User]
+	if !ok {
+		t.Fatalf("case %s: unknown user %q", name, cf.User)
+	}
+	kind := cf.Kind
+	if kind == "" {
+		kind = "Pod"
+	}
+	resource := "pods"
+	if kind == "ConfigMap" {
+		resource = "configmaps"
+	}
+	var meta struct {
+		Metadata metav1.ObjectMeta `json:"metadata"`
+	}
+	_ = json.Unmarshal(cf.Object, &meta)
+	req := &admissionv1.AdmissionRequest{
+		UID:         types.UID("uid-" + name),
+		Kind:        metav1.GroupVersionKind{Version: "v1", Kind: kind},
+		Resource:    metav1.GroupVersionResource{Version: "v1", Resource: resource},
+		SubResource: cf.SubResource,
+		Name:        meta.Metadata.Name,
+		Namespace:   cf.Namespace,
+		Operation:   cf.Operation,
+		UserInfo:    user,
+		Object:      runtime.RawExtension{Raw: cf.Object},
+	}
+	if len(cf.OldObject) > 0 {
+		req.OldObject = runtime.RawExtension{Raw: cf.OldObject}
+	}
+	return req
+}
+
+// post sends req to path as an AdmissionReview and returns the response.
+func post(t testing.TB, h http.Handler, path string, req *admissionv1.AdmissionRequest) *admissionv1.AdmissionResponse {
+	t.Helper()
+	body, err := json.Marshal(admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request:  req,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, bytes.NewReader(body)))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("POST %s: status %d: %s", path, rec.Code, rec.Body)
+	}
+	var out admissionv1.AdmissionReview
+	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+		t.Fatalf("decode response: %v", err)
+	}
+	if out.Response == nil || out.Response.UID != req.UID {
+		t.Fatalf("response %+v does not answer request %s", out.Response, req.UID)
+	}
+	return out.Response
+}
+
+// outcome is what a response says, for comparisons.
+type outcome struct {
+	Allowed bool                  `json:"allowed"`
+	Patch   []jsonpatch.Operation `json:"patch,omitempty"`
+	Status  *metav1.Status        `json:"status,omitempty"`
+}
+
+func outcomeOf(t testing.TB, resp *admissionv1.AdmissionResponse) outcome {
+	t.Helper()
+	o := outcome{Allowed: resp.Allowed, Status: resp.Result}
+	if len(resp.Patch) > 0 {
+		if err := json.Unmarshal(resp.Patch, &o.Patch); err != nil {
+			t.Fatalf("decode patch: %v", err)
+		}
+	}
+	return o
+}
+
+// golden is the readable form of an outcome: the patch as YAML, a refusal
+// as its code, reason and message on one line each (the API server shows
+// the message as it is).
+func golden(t testing.TB, o outcome) string {
+	t.Helper()
+	var b strings.Builder
+	fmt.Fprintf(&b, "allowed: %v\n", o.Allowed)
+	if st := o.Status; st != nil {
+		fmt.Fprintf(&b, "status: %d %s\n", st.Code, st.Reason)
+		fmt.Fprintf(&b, "message: |-\n  %s\n", strings.ReplaceAll(st.Message, "\n", "\n  "))
+	}
+	if len(o.Patch) > 0 {
+		y, err := yaml.Marshal(map[string]any{"patch": o.Patch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Write(y)
+	}
+	return b.String()
+}
+
+// checkGolden compares got with testdata/admission/<name>.golden, or writes
+// it with -update.
+func checkGolden(t *testing.T, name string, got outcome) {
+	t.Helper()
+	text := golden(t, got)
+	path := filepath.Join("testdata", "admission", name+".golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read golden file (run with -update to create it): %v", err)
+	}
+	if diff := cmp.Diff(string(want), text); diff != "" {
+		t.Errorf("response differs from %s (-want,+got); run with -update if the change is intended:\n%s", path, diff)
+	}
+}
+
+// applyPatch applies a response's patch to the request's object.
+func applyPatch(t testing.TB, obj []byte, ops []jsonpatch.Operation) []byte {
+	t.Helper()
+	if len(ops) == 0 {
+		return obj
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mustApply(t, obj, raw)
+}
+
+// podOf decodes a pod.
+func podOf(t testing.TB, raw []byte) *corev1.Pod {
+	t.Helper()
+	pod := &corev1.Pod{}
+	if err := json.Unmarshal(raw, pod); err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+func mustApply(t testing.TB, obj, patch []byte) []byte {
+	t.Helper()
+	p, err := jsonpatch5.DecodePatch(patch)
+	if err != nil {
+		t.Fatalf("decode patch: %v", err)
+	}
+	out, err := p.Apply(obj)
+	if err != nil {
+		t.Fatalf("apply patch %s: %v", patch, err)
+	}
+	return out
+}
+
+func TestMain(m *testing.M) {
+	// gin's mode is process-wide; test mode keeps its route listing quiet.
+	gin.SetMode(gin.TestMode)
+	os.Exit(m.Run())
+}

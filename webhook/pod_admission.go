@@ -1,0 +1,192 @@
+package webhook
+
+import (
+	"context"
+	"slices"
+	"strconv"
+
+	"gomodules.xyz/jsonpatch/v2"
+	admissionv1 "k8s.io/api/admission/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/policy"
+)
+
+// PolicyEvaluator decides GPU pods (policy.Engine).
+type PolicyEvaluator interface {
+	Admission(ctx context.Context, in *policy.AdmissionInput) (*policy.AdmissionDecision, error)
+}
+
+// Result is a webhook's answer to one admission request.
+type Result struct {
+	// Patch is the JSON patch to apply; empty for none.
+	Patch []jsonpatch.Operation
+	// Err refuses the request: a *DenialError with the user's message, or
+	// any other error for an internal failure.
+	Err error
+	// Dialect is the pod's GPU dialect, for the decision log; empty for a
+	// pod without GPUs.
+	Dialect gpu.Dialect
+}
+
+// PodAdmission mutates and validates pods.
+type PodAdmission struct {
+	policy        PolicyEvaluator
+	cluster       ClusterView
+	trusted       Identities
+	admissionGate bool
+	// preemptNever writes preemptionPolicy: Never; see WithPreemptionNever.
+	preemptNever bool
+}
+
+// PodOption configures a PodAdmission.
+type PodOption func(*PodAdmission)
+
+// WithAdmissionGate adds the scheduling gate partita.dev/admission to every
+// GPU pod, for the queue and gang admission loop.
+func WithAdmissionGate(on bool) PodOption { return func(a *PodAdmission) { a.admissionGate = on } }
+
+// WithPreemptionNever writes preemptionPolicy: Never into GPU pods (DESIGN
+// §6). Off by default: the API server re-runs its built-in Priority
+// admission plugin after any webhook changes a pod, and that plugin refuses
+// a pod whose preemptionPolicy differs from its PriorityClass's. Turn it on
+// only where every GPU pod's PriorityClass already says Never; otherwise
+// the extender's preempt verb keeps kube-scheduler from evicting for GPUs.
+func WithPreemptionNever(on bool) PodOption { return func(a *PodAdmission) { a.preemptNever = on } }
+
+// WithTrusted sets the identities that may write system annotations and
+// device env.
+func WithTrusted(id Identities) PodOption { return func(a *PodAdmission) { a.trusted = id } }
+
+// NewPodAdmission returns the pod handlers. With no options no one is
+// trusted and there is no admission gate.
+func NewPodAdmission(p PolicyEvaluator, cv ClusterView, opts ...PodOption) *PodAdmission {
+	a := &PodAdmission{policy: p, cluster: cv}
+	for _, o := range opts {
+		o(a)
+	}
+	return a
+}
+
+// checkPod reads the pod's GPU request and refuses what nobody but Partita
+// may create: parser errors, and (unless the user is trusted) system
+// annotations and device env.
+func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo) (*gpu.PodRequest, error) {
+	req, errs := gpu.ParsePod(pod)
+	var sys field.ErrorList
+	if !a.trusted.Trusts(user) {
+		sys = systemAnnotationErrors(pod.Annotations)
+		if len(errs) == 0 {
+			sys = append(sys, deviceEnvErrors(pod, req)...)
+		}
+	}
+	switch {
+	case len(errs) > 0:
+		return nil, &DenialError{Reason: ReasonInvalidRequest, Errs: append(errs, sys...)}
+	case len(sys) > 0:
+		return nil, &DenialError{Reason: ReasonSystemKey, Errs: sys}
+	}
+	return req, nil
+}
+
+// canonical is pod as Partita writes it for req: ApplyCanonical, the device
+// env, and for GPU pods preemptionPolicy Never and the admission gate.
+func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.Pod {
+	out := gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
+	injectEnv(out, req, a.cluster.IsolationModes())
+	if req == nil {
+		return out
+	}
+	// kube-scheduler's own preemption must never evict for a GPU request:
+	// the extender's admission loop preempts whole gangs (DESIGN §6).
+	if a.preemptNever {
+		never := corev1.PreemptNever
+		out.Spec.PreemptionPolicy = &never
+	}
+	if a.admissionGate && !slices.ContainsFunc(out.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == v1alpha1.SchedulingGateAdmission
+	}) {
+		out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
+	}
+	return out
+}
+
+// policyInput is the policy's view of one GPU pod.
+func (a *PodAdmission) policyInput(ar *admissionv1.AdmissionRequest, pod *corev1.Pod, req *gpu.PodRequest) *policy.AdmissionInput {
+	ref := a.cluster.ReferenceDeviceMemoryMiB()
+	in := &policy.AdmissionInput{
+		Operation: string(ar.Operation),
+		User:      policy.UserInfo{Username: ar.UserInfo.Username, Groups: ar.UserInfo.Groups},
+		Namespace: pod.Namespace,
+		Pod: policy.PodInfo{
+			Name:               pod.Name,
+			GenerateName:       pod.GenerateName,
+			Labels:             pod.Labels,
+			Annotations:        pod.Annotations,
+			PriorityClassName:  pod.Spec.PriorityClassName,
+			ServiceAccountName: pod.Spec.ServiceAccountName,
+		},
+		Request: policy.Request{
+			Dialect:   string(req.Dialect),
+			Queue:     req.Queue,
+			PodGroup:  req.PodGroup,
+			Placement: string(req.Placement),
+			MinMember: minMember(pod),
+		},
+	}
+	for _, c := range req.Containers {
+		q := c.MilliResource(ref)
+		milli := q.Value()
+		in.Request.GPUMilli += milli
+		in.Request.Containers = append(in.Request.Containers, policy.ContainerRequest{
+			Name:           c.Name,
+			Count:          int64(c.Count),
+			Milli:          c.Milli,
+			MemoryMiB:      c.MemoryMiB,
+			CoresPercent:   int64(c.CoresPercent),
+			MilliPerDevice: c.MilliOn(ref),
+			GPUMilli:       milli,
+		})
+	}
+	return in
+}
+
+// minMember reads partita.dev/min-member; a missing or unreadable value is
+// 0 (the extender's admission loop reports a bad one).
+func minMember(pod *corev1.Pod) int64 {
+	v, err := strconv.ParseInt(pod.Annotations[v1alpha1.AnnotationMinMember], 10, 32)
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// applyPolicy asks the policy about a GPU pod. It returns the pod with the
+// policy's defaults written (pod itself when there are none) and its
+// request read again.
+func (a *PodAdmission) applyPolicy(ctx context.Context, ar *admissionv1.AdmissionRequest, pod *corev1.Pod, req *gpu.PodRequest) (*corev1.Pod, *gpu.PodRequest, error) {
+	d, err := a.policy.Admission(ctx, a.policyInput(ar, pod, req))
+	if err != nil {
+		return nil, nil, &DenialError{Reason: ReasonPolicyError, Err: err}
+	}
+	if len(d.Deny) > 0 {
+		return nil, nil, &DenialError{Reason: ReasonPolicy, Messages: d.Deny, Err: nil}
+	}
+	patched := pod.DeepCopy()
+	changed, errs := applyDefaults(patched, d.Patch)
+	if len(errs) > 0 {
+		return nil, nil, &DenialError{Reason: ReasonPolicyError, Errs: errs}
+	}
+	if !changed {
+		return pod, req, nil
+	}
+	req2, errs := gpu.ParsePod(patched)
+	if len(errs) > 0 {
+		return nil, nil, &DenialError{Reason: ReasonInvalidRequest, Errs: errs, Messages: []string{"(after the policy's defaults (version " + d.Version + ") were written)"}}
+	}
+	return patched, req2, nil
+}

@@ -1,0 +1,235 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// subresourceBinding is the subresource a scheduler binds pods through.
+const subresourceBinding = "binding"
+
+// Validate answers the validating webhook, which sees each object after
+// every mutation: new pods, pod updates, ephemeral containers and
+// bindings.
+func (a *PodAdmission) Validate(_ context.Context, ar *admissionv1.AdmissionRequest) Result {
+	switch {
+	case ar.SubResource == subresourceBinding && ar.Operation == admissionv1.Create:
+		return a.validateBinding(ar)
+	case !isPod(ar):
+		return Result{}
+	case ar.SubResource == "" && ar.Operation == admissionv1.Create:
+		return a.validateCreate(ar)
+	case ar.SubResource == "" && ar.Operation == admissionv1.Update:
+		return a.validateUpdate(ar)
+	case ar.SubResource == subresourceEphemeral && ar.Operation == admissionv1.Update:
+		old, pod, err := decodeOldNew(ar)
+		if err != nil {
+			return Result{Err: err}
+		}
+		if errs := a.ephemeralEnvErrors(ar, old, pod, true); len(errs) > 0 {
+			return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
+		}
+	}
+	return Result{}
+}
+
+// validateCreate checks a new pod as it will be stored: its request, its
+// system keys, and that Partita's mutation ran (a pod that skipped it, say
+// because the mutating configuration is missing, would escape the queues
+// and see every GPU).
+func (a *PodAdmission) validateCreate(ar *admissionv1.AdmissionRequest) Result {
+	pod, err := decodePod(ar.Object, ar.Namespace, "pod")
+	if err != nil {
+		return Result{Err: err}
+	}
+	if isMirrorPod(ar, pod) {
+		return Result{}
+	}
+	req, err := a.checkPod(pod, ar.UserInfo)
+	if err != nil {
+		return Result{Err: err}
+	}
+	want := a.canonical(pod, req)
+	tolerateDrift(pod, want, req)
+	if ownedFieldsEqual(pod, want) {
+		return Result{Dialect: dialectOf(req)}
+	}
+	ops, err := diffPaths(pod, want)
+	switch {
+	case err != nil:
+		return Result{Err: err, Dialect: dialectOf(req)}
+	case len(ops) > 0:
+		return Result{Dialect: dialectOf(req), Err: &DenialError{Reason: ReasonNotCanonical, Messages: []string{fmt.Sprintf(
+			"the pod did not pass Partita's mutating webhook (it lacks %s); check that the MutatingWebhookConfiguration is installed and selects namespace %s",
+			patchPaths(ops, 5), pod.Namespace)}}}
+	}
+	return Result{Dialect: dialectOf(req)}
+}
+
+// tolerateDrift makes want agree with pod where the answer depends on the
+// cluster and may have moved since the mutation: partita.dev/gpu-milli of a
+// memory request (the parser has checked it lies in range) and the device
+// env of each isolation mode (checked to be exactly Partita's). A container
+// must still have NVIDIA_VISIBLE_DEVICES.
+func tolerateDrift(pod, want *corev1.Pod, req *gpu.PodRequest) {
+	if req != nil {
+		for _, c := range req.Containers {
+			got := pod.Spec.Containers[c.Index].Resources
+			w := &want.Spec.Containers[c.Index].Resources
+			if q, ok := got.Limits[v1alpha1.ResourceGPUMilli]; ok {
+				w.Limits[v1alpha1.ResourceGPUMilli] = q
+			}
+			if q, ok := got.Requests[v1alpha1.ResourceGPUMilli]; ok {
+				w.Requests[v1alpha1.ResourceGPUMilli] = q
+			}
+		}
+	}
+	keep := func(got []corev1.EnvVar, w *[]corev1.EnvVar) {
+		if slices.ContainsFunc(got, func(e corev1.EnvVar) bool { return e.Name == EnvVisibleDevices }) {
+			*w = slices.Clone(got)
+		}
+	}
+	for i := range want.Spec.Containers {
+		keep(pod.Spec.Containers[i].Env, &want.Spec.Containers[i].Env)
+	}
+	for i := range want.Spec.InitContainers {
+		keep(pod.Spec.InitContainers[i].Env, &want.Spec.InitContainers[i].Env)
+	}
+}
+
+// validateUpdate refuses, from anyone but Partita, a change to a system
+// annotation, and from anyone a change to the GPU request, queue, gang or
+// placement: the queues and the ledger account a pod as it was created.
+func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
+	old, pod, err := decodeOldNew(ar)
+	if err != nil {
+		return Result{Err: err}
+	}
+	if !a.trusted.Trusts(ar.UserInfo) {
+		if errs := changedSystemAnnotations(old.Annotations, pod.Annotations); len(errs) > 0 {
+			return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
+		}
+	}
+	oldReq, oldErrs := gpu.ParsePod(old)
+	if len(oldErrs) > 0 {
+		// A pod from before Partita, or one it never could read: nothing to
+		// keep fixed.
+		return Result{}
+	}
+	req, errs := gpu.ParsePod(pod)
+	if len(errs) > 0 {
+		return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonImmutable, Errs: errs}}
+	}
+	if diff := requestDiff(oldReq, req); len(diff) > 0 {
+		return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonImmutable, Messages: []string{
+			"a pod's GPU request, queue, pod group and placement are fixed when it is created (" + strings.Join(diff, "; ") +
+				"); delete the pod and create it again"}}}
+	}
+	return Result{Dialect: dialectOf(req)}
+}
+
+// requestDiff says, in words, how two readings of a pod's request differ.
+func requestDiff(old, cur *gpu.PodRequest) []string {
+	var out []string
+	describe := func(r *gpu.PodRequest) string {
+		if r == nil {
+			return "no GPU"
+		}
+		a := r.CanonicalAnnotations()
+		parts := make([]string, 0, len(a)+1)
+		for _, k := range slices.Sorted(maps.Keys(a)) {
+			parts = append(parts, k+"="+a[k])
+		}
+		names := make([]string, 0, len(r.Containers))
+		for _, c := range r.Containers {
+			names = append(names, c.Name)
+		}
+		parts = append(parts, "containers "+strings.Join(names, ","))
+		return strings.Join(parts, " ")
+	}
+	if o, c := describe(old), describe(cur); o != c {
+		out = append(out, fmt.Sprintf("GPU request was %q, now %q", o, c))
+	}
+	get := func(r *gpu.PodRequest) (string, string, string) {
+		if r == nil {
+			return "", "", ""
+		}
+		return r.Queue, r.PodGroup, string(r.Placement)
+	}
+	oq, og, op := get(old)
+	cq, cg, cp := get(cur)
+	for _, f := range []struct{ what, o, c string }{{"queue", oq, cq}, {"pod group", og, cg}, {"placement", op, cp}} {
+		if f.o != f.c {
+			out = append(out, fmt.Sprintf("%s was %q, now %q", f.what, f.o, f.c))
+		}
+	}
+	return out
+}
+
+// ephemeralEnvErrors checks the ephemeral containers an update adds: no
+// device env of their own, and (once mutated, requireVoid)
+// NVIDIA_VISIBLE_DEVICES=void.
+func (a *PodAdmission) ephemeralEnvErrors(ar *admissionv1.AdmissionRequest, old, pod *corev1.Pod, requireVoid bool) field.ErrorList {
+	if a.trusted.Trusts(ar.UserInfo) {
+		return nil
+	}
+	var errs field.ErrorList
+	void := voidEnv()[0]
+	for i := range pod.Spec.EphemeralContainers {
+		ec := &pod.Spec.EphemeralContainers[i]
+		if hasEphemeral(old, ec.Name) {
+			continue
+		}
+		path := field.NewPath("spec", "ephemeralContainers").Index(i).Child("env")
+		hasVoid := false
+		for j, e := range ec.Env {
+			if !isDeviceEnv(e.Name) {
+				continue
+			}
+			if envMatches(e, void) {
+				hasVoid = true
+				continue
+			}
+			errs = append(errs, field.Forbidden(path.Index(j), deviceEnvMessage(e, kindEphemeral)))
+		}
+		if requireVoid && !hasVoid {
+			errs = append(errs, field.Required(path, "NVIDIA_VISIBLE_DEVICES=void is missing: the container did not pass Partita's mutating webhook"))
+		}
+	}
+	return errs
+}
+
+// validateBinding refuses a Binding that carries system annotations unless
+// it comes from Partita: the API server copies a Binding's annotations onto
+// the pod, so this is where a pod's devices are chosen (DESIGN §2.3).
+func (a *PodAdmission) validateBinding(ar *admissionv1.AdmissionRequest) Result {
+	if a.trusted.Trusts(ar.UserInfo) {
+		return Result{}
+	}
+	var b corev1.Binding
+	if err := decodeInto(ar.Object, "binding", &b); err != nil {
+		return Result{Err: err}
+	}
+	if errs := systemAnnotationErrors(b.Annotations); len(errs) > 0 {
+		return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs, Messages: []string{
+			"only Partita's extender may bind a pod with device annotations"}}}
+	}
+	return Result{}
+}
+
+func dialectOf(req *gpu.PodRequest) gpu.Dialect {
+	if req == nil {
+		return ""
+	}
+	return req.Dialect
+}

@@ -1,0 +1,259 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// extenderFlags are the flags of `partita extender`.
+type extenderFlags struct {
+	kubeconfig        string
+	impersonateUser   string
+	impersonateGroups []string
+	addr              string
+	certDir           string
+	leaderElect       bool
+	leaseNamespace    string
+	leaseName         string
+	placement         string
+	assumeTTL         time.Duration
+	maxRequestBytes   int64
+	qps               float32
+	burst             int
+	verbosity         int
+
+	printConfig bool
+	config      extender.SchedulerConfigOptions
+}
+
+func newExtenderCommand() *cobra.Command {
+	ns := os.Getenv("POD_NAMESPACE")
+	if ns == "" {
+		ns = defaultPartitaNamespace
+	}
+	def := extender.DefaultSchedulerConfigOptions()
+	f := &extenderFlags{leaseNamespace: ns, config: def}
+	cmd := &cobra.Command{
+		Use:   "extender",
+		Short: "Serve the kube-scheduler extender: device-level filter, prioritize, bind and preempt for GPU pods",
+		Long: `Serve kube-scheduler's HTTP extender verbs (/filter, /prioritize, /bind,
+/preempt) with /metrics, /healthz, /readyz and /debug/ledger. The GPU ledger is
+built from GPUNodes and pods through informers, so a restarted extender picks
+up where the last one stopped. Every replica answers filter and prioritize;
+only the elected leader binds (others answer bind with an error, and
+kube-scheduler retries).
+
+--print-scheduler-config prints the KubeSchedulerConfiguration that wires the
+extender in (kube-scheduler --config) and exits.
+
+Plain HTTP is allowed on a loopback address only; elsewhere --cert-dir must
+hold tls.crt and tls.key, which are reloaded when they change.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.printConfig {
+				b, err := extender.SchedulerConfig(f.config)
+				if err != nil {
+					return err
+				}
+				_, err = cmd.OutOrStdout().Write(b)
+				return err
+			}
+			return runExtender(cmd, f)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config or the in-cluster config")
+	fl.StringVar(&f.impersonateUser, "as", "", "user to impersonate for every API request (the dev cluster binds as Partita's service account)")
+	fl.StringSliceVar(&f.impersonateGroups, "as-group", nil, "groups to impersonate, with --as")
+	fl.StringVar(&f.addr, "addr", ":8443", "address to serve the extender on")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key to serve HTTPS; empty serves plain HTTP, allowed on a loopback --addr only")
+	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader among replicas; only the leader binds")
+	fl.StringVar(&f.leaseNamespace, "leader-election-namespace", f.leaseNamespace, "namespace of the leader election Lease (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
+	fl.StringVar(&f.leaseName, "leader-election-id", "partita-extender", "name of the leader election Lease")
+	fl.StringVar(&f.placement, "placement", string(gpu.PlacementBinpack), "device placement for pods that do not choose one with "+v1alpha1.AnnotationPlacement+": binpack or spread")
+	fl.DurationVar(&f.assumeTTL, "assume-ttl", extender.DefaultAssumeTTL, "how long a GPU assignment may wait to show on its pod before it is checked and, if the pod is unbound, dropped")
+	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", extender.DefaultMaxRequestBytes, "largest request body accepted; larger ones get 413")
+	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
+	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
+
+	fl.BoolVar(&f.printConfig, "print-scheduler-config", false, "print the kube-scheduler configuration for this extender and exit")
+	fl.StringVar(&f.config.URL, "extender-url", def.URL, "with --print-scheduler-config: the URL kube-scheduler reaches the extender at")
+	fl.StringVar(&f.config.CAFile, "extender-ca-file", "", "with --print-scheduler-config: CA file kube-scheduler verifies an https extender with (empty: no verification)")
+	fl.Int64Var(&f.config.Weight, "scheduler-weight", def.Weight, "with --print-scheduler-config: weight of the extender's scores")
+	fl.DurationVar(&f.config.HTTPTimeout, "scheduler-http-timeout", def.HTTPTimeout, "with --print-scheduler-config: kube-scheduler's timeout for each call")
+	fl.Float32Var(&f.config.QPS, "scheduler-qps", def.QPS, "with --print-scheduler-config: kube-scheduler's client QPS")
+	fl.Int32Var(&f.config.Burst, "scheduler-burst", def.Burst, "with --print-scheduler-config: kube-scheduler's client burst")
+	return cmd
+}
+
+func runExtender(cmd *cobra.Command, f *extenderFlags) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	klog.SetLogger(log)
+	ctrllog.SetLogger(log)
+	gin.SetMode(gin.ReleaseMode)
+	ctx := logr.NewContext(cmd.Context(), log)
+
+	placement := gpu.Placement(f.placement)
+	if placement != gpu.PlacementBinpack && placement != gpu.PlacementSpread {
+		return fmt.Errorf("--placement %q: want binpack or spread", f.placement)
+	}
+	l, err := net.Listen("tcp", f.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", f.addr, err)
+	}
+	if f.certDir == "" && !isLoopback(l.Addr()) {
+		_ = l.Close()
+		return fmt.Errorf("--addr %s is not a loopback address: serve HTTPS with --cert-dir, or listen on 127.0.0.1", f.addr)
+	}
+
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.QPS, cfg.Burst = f.qps, f.burst
+	cfg.Impersonate.UserName, cfg.Impersonate.Groups = f.impersonateUser, f.impersonateGroups
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return fmt.Errorf("build scheme: %w", err)
+	}
+	mgr, err := manager.New(cfg, manager.Options{
+		Scheme:                        scheme,
+		Logger:                        log,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                f.leaderElect,
+		LeaderElectionID:              f.leaseName,
+		LeaderElectionNamespace:       f.leaseNamespace,
+		LeaderElectionReleaseOnCancel: true,
+		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+	})
+	if err != nil {
+		return fmt.Errorf("create manager: %w", err)
+	}
+	if err := extender.IndexPodsByUID(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	ledger := gpu.NewLedger()
+	feed := extender.NewLedgerFeed(ledger)
+	if err := feed.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	elected := mgr.Elected()
+	isLeader := func() bool {
+		select {
+		case <-elected:
+			return true
+		default:
+			return false
+		}
+	}
+	ext := extender.New(ledger, mgr.GetClient(), extender.ClientsetBinder{Client: cs},
+		extender.WithLiveReader(mgr.GetAPIReader()),
+		extender.WithSynced(feed.Synced),
+		extender.WithLeader(isLeader),
+		extender.WithPlacement(placement),
+		extender.WithAssumeTTL(f.assumeTTL),
+		extender.WithMetrics(extender.NewMetrics(metrics.Registry, ledger, isLeader)))
+	if err := mgr.Add(ext); err != nil {
+		return fmt.Errorf("add bind expiry: %w", err)
+	}
+	srv := extender.NewServer(log.WithName("http"), ext,
+		extender.WithMetricsHandler(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})),
+		extender.WithMaxRequestBytes(f.maxRequestBytes),
+		extender.WithReady(func() error {
+			if !feed.Synced() {
+				return extender.ErrNotSynced
+			}
+			return nil
+		}))
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return mgr.Start(gctx) })
+	g.Go(func() error {
+		var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+		if f.certDir != "" {
+			cw, err := watchCertificates(gctx, f.certDir)
+			if err != nil {
+				return err
+			}
+			getCert = cw.GetCertificate
+		}
+		return extender.Serve(gctx, l, srv.Handler(), getCert)
+	})
+	return g.Wait()
+}
+
+// watchCertificates serves the certificate in dir and reloads it on change.
+func watchCertificates(ctx context.Context, dir string) (*certwatcher.CertWatcher, error) {
+	cw, err := certwatcher.New(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
+	if err != nil {
+		return nil, fmt.Errorf("load serving certificate from %s: %w", dir, err)
+	}
+	cw = cw.WithWatchInterval(10 * time.Second)
+	go func() {
+		if err := cw.Start(ctx); err != nil {
+			logr.FromContextOrDiscard(ctx).Error(err, "Stopped watching the serving certificate", "dir", dir)
+		}
+	}()
+	return cw, nil
+}
+
+func isLoopback(a net.Addr) bool {
+	tcp, ok := a.(*net.TCPAddr)
+	return ok && tcp.IP.IsLoopback()
+}
+
+// devExtenderURL is where the dev cluster's kube-scheduler reaches the
+// extender: a loopback port chosen once per cluster.
+const devExtenderURL = "http://127.0.0.1:{port:extender}"
+
+// devSchedulerConfig is the kube-scheduler configuration of the dev cluster,
+// rendered as --print-scheduler-config does, with the {port:extender}
+// placeholder the dev cluster fills in. Its options are constants, so an
+// error is a bug (TestDevSchedulerConfig).
+func devSchedulerConfig() string {
+	o := extender.DefaultSchedulerConfigOptions()
+	o.URL = devExtenderURL
+	b, err := extender.SchedulerConfig(o)
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}

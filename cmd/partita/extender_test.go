@@ -1,0 +1,31 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TestDevSchedulerConfig renders the dev cluster's scheduler configuration,
+// which must name the extender's port placeholder.
+func TestDevSchedulerConfig(t *testing.T) {
+	if got := devSchedulerConfig(); !strings.Contains(got, `urlPrefix: "http://127.0.0.1:{port:extender}"`) {
+		t.Errorf("dev scheduler configuration does not name the extender's port:\n%s", got)
+	}
+}
+
+func TestPrintSchedulerConfig(t *testing.T) {
+	cmd := newRootCommand()
+	var out bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetArgs([]string{"extender", "--print-scheduler-config", "--extender-url", "https://ext.example:8443", "--scheduler-qps", "150"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`urlPrefix: "https://ext.example:8443"`, "enableHTTPS: true", "qps: 150", "nodeCacheCapable: true",
+		"name: partita.dev/gpu-milli", "ignoredByScheduler: false", "bindVerb: bind", "preemptVerb: preempt"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -1,0 +1,718 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/devcluster"
+)
+
+// The extender's end-to-end tests run the real kube-scheduler, which calls
+// `partita extender` (started by `partita dev up` with the scheduler
+// configuration of `partita extender --print-scheduler-config`). Pods are
+// created already canonical (as the webhook writes them) so that the tests
+// do not depend on the webhook's mutation.
+
+// extGPUClass is a PriorityClass whose preemptionPolicy is Never: the API
+// server refuses a pod that says Never under a class (or the default) that
+// says otherwise, and managed pods must say Never (DESIGN §6).
+const extGPUClass = "partita-e2e-gpu-never"
+
+// extLabel marks the extender tests' pods.
+const extLabel = "e2e.partita.dev/extender"
+
+func ensureGPUPriorityClass(ctx context.Context, t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: extGPUClass}, Value: 0,
+		PreemptionPolicy: ptr.To(corev1.PreemptNever), Description: "Partita e2e: GPU pods never preempt"}
+	if _, err := cs.SchedulingV1().PriorityClasses().Create(ctx, pc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create priority class: %v", err)
+	}
+}
+
+// extGPUPod is a canonical GPU pod: count devices of milli each (1000 for
+// whole GPUs), the partita.dev/gpu-milli resource, preemptionPolicy Never.
+func extGPUPod(ns, name string, milli int64, count int, nodeSelector map[string]string) *corev1.Pod {
+	anns := map[string]string{v1alpha1.AnnotationGPUCount: strconv.Itoa(count)}
+	if milli < gpu.MilliPerGPU {
+		anns[v1alpha1.AnnotationGPUFraction] = gpu.FormatMilli(milli)
+	}
+	q := *resource.NewQuantity(milli*int64(count), resource.DecimalSI)
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: anns, Labels: map[string]string{extLabel: "true"}},
+		Spec: corev1.PodSpec{
+			PriorityClassName: extGPUClass,
+			PreemptionPolicy:  ptr.To(corev1.PreemptNever),
+			NodeSelector:      nodeSelector,
+			Containers: []corev1.Container{{Name: "main", Image: "registry.k8s.io/pause:3.10",
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{v1alpha1.ResourceGPUMilli: q},
+					Limits:   corev1.ResourceList{v1alpha1.ResourceGPUMilli: q},
+				}}},
+		},
+	}
+}
+
+// extNamespace creates a namespace for the test and waits for its default
+// service account: the API server refuses pods in a namespace until
+// kube-controller-manager has created it, which a busy machine delays.
+func extNamespace(ctx context.Context, t *testing.T, cs kubernetes.Interface) string {
+	t.Helper()
+	ns := createNamespace(ctx, t, cs)
+	waitServiceAccount(ctx, t, cs, ns)
+	return ns
+}
+
+func waitServiceAccount(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	poll(t, 60*time.Second, "the default service account of "+ns, func() (bool, string) {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, fmt.Sprint(err)
+	})
+}
+
+var gpuNodes = map[string]string{v1alpha1.LabelGPUNode: "true"}
+
+// createPods creates pods with a few workers at once, as a burst.
+func createPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, pods []*corev1.Pod, workers int) {
+	t.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, len(pods))
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(pods) {
+					return
+				}
+				if _, err := cs.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
+					errs <- fmt.Errorf("create pod %s: %w", pods[i].Name, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+}
+
+// burst returns n pods of milli each, named prefix-000...
+func burst(ns, prefix string, n int, milli int64, nodeSelector map[string]string) []*corev1.Pod {
+	out := make([]*corev1.Pod, n)
+	for i := range out {
+		out[i] = extGPUPod(ns, fmt.Sprintf("%s-%03d", prefix, i), milli, 1, nodeSelector)
+	}
+	return out
+}
+
+func listNS(ctx context.Context, t *testing.T, ns string) []corev1.Pod {
+	t.Helper()
+	pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list pods: %v", err)
+	}
+	return pods.Items
+}
+
+// waitPods polls the namespace's pods every 500ms until cond holds, and
+// fails the test with cond's last word and the pods' state when d passes.
+func waitPods(ctx context.Context, t *testing.T, ns string, d time.Duration, what string, cond func([]corev1.Pod) (bool, string)) []corev1.Pod {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		pods := listNS(ctx, t, ns)
+		ok, msg := cond(pods)
+		if ok {
+			return pods
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("%s: not after %s: %s\n%s", what, d, msg, devcluster.DescribePods(context.WithoutCancel(ctx), clientset, ns, extLabel))
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func countBound(pods []corev1.Pod) (bound, pending int) {
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			bound++
+		} else {
+			pending++
+		}
+	}
+	return bound, pending
+}
+
+// waitSettled waits until exactly wantBound pods are bound, every other pod
+// has been found unschedulable by kube-scheduler, and nothing has changed
+// for 5 seconds.
+func waitSettled(ctx context.Context, t *testing.T, ns string, d time.Duration, wantBound int) []corev1.Pod {
+	t.Helper()
+	var stableSince time.Time
+	last := -1
+	return waitPods(ctx, t, ns, d, fmt.Sprintf("%d pods bound and the rest unschedulable", wantBound), func(pods []corev1.Pod) (bool, string) {
+		b, p := countBound(pods)
+		if b != last {
+			last, stableSince = b, time.Now()
+		}
+		if b > wantBound {
+			t.Fatalf("%d pods bound, more than the %d that fit\n%s", b, wantBound, devcluster.DescribePods(ctx, clientset, ns, extLabel))
+		}
+		tried := 0
+		for _, pod := range pods {
+			for _, c := range pod.Status.Conditions {
+				if pod.Spec.NodeName == "" && c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+					tried++
+				}
+			}
+		}
+		msg := fmt.Sprintf("%d bound, %d pending (%d found unschedulable), count stable for %s", b, p, tried, time.Since(stableSince).Round(time.Second))
+		return b == wantBound && tried == p && time.Since(stableSince) > 5*time.Second, msg
+	})
+}
+
+// devicesOf is the device UUIDs a pod holds (partita.dev/devices.main).
+func devicesOf(p *corev1.Pod) []string {
+	v := p.Annotations[v1alpha1.AnnotationDevicesPrefix+"main"]
+	if v == "" {
+		return nil
+	}
+	return strings.Split(v, ",")
+}
+
+// checkClusterLedger recomputes the ledger from the API objects alone (every
+// GPUNode and every pod) and checks DESIGN §3's invariants on it: per device
+// at most 1000 milli and its memory, whole devices alone, every bound pod
+// that asks for GPUs holding exactly the devices it asked for. It returns
+// the recomputed state.
+func checkClusterLedger(ctx context.Context, t *testing.T) gpu.LedgerState {
+	t.Helper()
+	var gns v1alpha1.GPUNodeList
+	if err := crClient(t).List(ctx, &gns); err != nil {
+		t.Fatalf("list GPUNodes: %v", err)
+	}
+	pods, err := clientset.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatalf("list pods: %v", err)
+	}
+	l := gpu.BuildLedger(gns.Items, pods.Items)
+	for _, err := range l.CheckInvariants() {
+		t.Errorf("invariant: %v", err)
+	}
+	inv := map[string]*gpu.NodeInventory{}
+	for i := range gns.Items {
+		inv[gns.Items[i].Name] = gpu.InventoryFromGPUNode(&gns.Items[i])
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		req, _ := gpu.ParsePod(p)
+		if req == nil || p.Spec.NodeName == "" || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		if _, err := gpu.AllocationFromPod(p, inv[p.Spec.NodeName]); err != nil {
+			t.Errorf("pod %s/%s is bound to %s without its devices: %v", p.Namespace, p.Name, p.Spec.NodeName, err)
+		}
+	}
+	return l.State()
+}
+
+// deletePods deletes the namespace's pods at once and waits until they are
+// gone, so that their devices are free for the next test. A busy API server
+// may time out on the collection delete while it carries on: what is left is
+// then deleted pod by pod.
+func deletePods(ctx context.Context, t *testing.T, ns string) {
+	t.Helper()
+	ctx = context.WithoutCancel(ctx)
+	now := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	err := clientset.CoreV1().Pods(ns).DeleteCollection(ctx, now, metav1.ListOptions{})
+	if err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
+		t.Errorf("delete pods of %s: %v", ns, err)
+	}
+	start := time.Now()
+	for {
+		pods := listNS(ctx, t, ns)
+		if len(pods) == 0 {
+			return
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Errorf("%d pods of %s still there after 2 minutes", len(pods), ns)
+			return
+		}
+		if time.Since(start) > 20*time.Second {
+			for _, p := range pods {
+				_ = clientset.CoreV1().Pods(ns).Delete(ctx, p.Name, now)
+			}
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+// waitGPUsIdle waits until the shared cluster's GPUs are free and its
+// GPUNodes are the dev cluster's own, all healthy, so that a test can count
+// on all of them.
+func waitGPUsIdle(ctx context.Context, t *testing.T) {
+	t.Helper()
+	c := crClient(t)
+	poll(t, 90*time.Second, "every GPU of the shared cluster free", func() (bool, string) {
+		var gns v1alpha1.GPUNodeList
+		if err := c.List(ctx, &gns); err != nil {
+			return false, err.Error()
+		}
+		healthy := 0
+		for _, g := range gns.Items {
+			healthy += int(g.Status.HealthyDevices)
+		}
+		if len(gns.Items) != e2eNodes || healthy != e2eNodes*e2eGPUsPerNode {
+			return false, fmt.Sprintf("%d GPUNodes with %d healthy devices, want %d with %d", len(gns.Items), healthy, e2eNodes, e2eNodes*e2eGPUsPerNode)
+		}
+		pods, err := clientset.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		st := gpu.BuildLedger(gns.Items, pods.Items).State()
+		if len(st.Pods) > 0 {
+			return false, fmt.Sprintf("%d pods still hold GPUs, e.g. %s/%s", len(st.Pods), st.Pods[0].Allocation.Namespace, st.Pods[0].Allocation.Name)
+		}
+		return true, ""
+	})
+}
+
+// addTwoGPUNode adds a simulated node with two H100s to the shared cluster
+// (the agent serves it like the others) and removes it when the test ends.
+func addTwoGPUNode(ctx context.Context, t *testing.T, name string) {
+	t.Helper()
+	node := devcluster.SimulatedGPUNode(0, 2, devcluster.GPUModels["H100-80GB"])
+	node.Name = name
+	node.Labels["kubernetes.io/hostname"] = name
+	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create node %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
+		defer cancel()
+		_ = clientset.CoreV1().Nodes().Delete(cctx, name, metav1.DeleteOptions{})
+		poll(t, 60*time.Second, "the two-GPU node's GPUNode gone", func() (bool, string) {
+			err := crClient(t).Get(cctx, client.ObjectKey{Name: name}, &v1alpha1.GPUNode{})
+			return apierrors.IsNotFound(err), fmt.Sprint(err)
+		})
+	})
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{
+		"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable, "nodeInfo": node.Status.NodeInfo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatalf("set capacity of node %s: %v", name, err)
+	}
+	poll(t, 60*time.Second, "the two-GPU node Ready with partita.dev/gpu-milli 2000", func() (bool, string) {
+		n, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		q := n.Status.Allocatable[v1alpha1.ResourceGPUMilli]
+		return devcluster.NodeReady(n) && q.Value() == 2000, fmt.Sprintf("ready %v, gpu-milli %s", devcluster.NodeReady(n), q.String())
+	})
+}
+
+// TestExtenderOneNodeTwoGPUs runs the small placement cases on a node of its
+// own with two GPUs.
+func TestExtenderOneNodeTwoGPUs(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	node := "e2e-ext-two-gpus"
+	addTwoGPUNode(ctx, t, node)
+	onNode := map[string]string{"kubernetes.io/hostname": node}
+
+	t.Run("FourHalvesLandOnTwoDevices", func(t *testing.T) {
+		ns := extNamespace(ctx, t, clientset)
+		t.Cleanup(func() { deletePods(ctx, t, ns) })
+		createPods(ctx, t, clientset, burst(ns, "half", 4, 500, onNode), 4)
+		pods := waitPods(ctx, t, ns, 90*time.Second, "four halves bound", func(pods []corev1.Pod) (bool, string) {
+			b, p := countBound(pods)
+			return b == 4, fmt.Sprintf("%d bound, %d pending", b, p)
+		})
+		perDevice := map[string]int{}
+		for i := range pods {
+			d := devicesOf(&pods[i])
+			if len(d) != 1 {
+				t.Errorf("pod %s holds devices %v, want one", pods[i].Name, d)
+			}
+			for _, u := range d {
+				perDevice[u]++
+			}
+		}
+		if len(perDevice) != 2 {
+			t.Errorf("the halves are on %d devices, want 2: %v", len(perDevice), perDevice)
+		}
+		for u, n := range perDevice {
+			if n != 2 {
+				t.Errorf("device %s holds %d halves, want 2", u, n)
+			}
+		}
+		checkClusterLedger(ctx, t)
+	})
+
+	t.Run("ThirdPodWaitsNamingTheLargestFreeSlice", func(t *testing.T) {
+		ns := extNamespace(ctx, t, clientset)
+		t.Cleanup(func() { deletePods(ctx, t, ns) })
+		createPods(ctx, t, clientset, burst(ns, "six", 3, 600, onNode), 1)
+		pods := waitSettled(ctx, t, ns, 90*time.Second, 2)
+		var waiting *corev1.Pod
+		seen := map[string]bool{}
+		for i := range pods {
+			if pods[i].Spec.NodeName == "" {
+				waiting = &pods[i]
+				continue
+			}
+			for _, u := range devicesOf(&pods[i]) {
+				if seen[u] {
+					t.Errorf("two 0.6 slices share device %s", u)
+				}
+				seen[u] = true
+			}
+		}
+		want := "largest free slice 0.4 on GPU"
+		poll(t, 30*time.Second, "an event on the waiting pod naming the largest free slice", func() (bool, string) {
+			var msgs []string
+			for _, e := range devcluster.PodEvents(ctx, clientset, waiting, 5) {
+				if e.Reason == "FailedScheduling" && strings.Contains(e.Message, want) {
+					t.Logf("event on %s: %s", waiting.Name, e.Message)
+					return true, ""
+				}
+				msgs = append(msgs, e.Reason+": "+e.Message)
+			}
+			return false, fmt.Sprintf("events: %q", msgs)
+		})
+		checkClusterLedger(ctx, t)
+	})
+}
+
+// TestExtenderWholeAndSlicesNeverShare fills one 8-GPU node with four whole
+// GPUs and eight halves, created interleaved: all fit, no device holds a
+// whole GPU and a slice, and one more of either waits.
+func TestExtenderWholeAndSlicesNeverShare(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	waitGPUsIdle(ctx, t)
+	ns := extNamespace(ctx, t, clientset)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	node := devcluster.NodeName(e2eNodes - 1)
+	onNode := map[string]string{"kubernetes.io/hostname": node}
+	var pods []*corev1.Pod
+	for i := range 4 {
+		pods = append(pods,
+			extGPUPod(ns, fmt.Sprintf("half-%d", 2*i), 500, 1, onNode),
+			extGPUPod(ns, fmt.Sprintf("whole-%d", i), 1000, 1, onNode),
+			extGPUPod(ns, fmt.Sprintf("half-%d", 2*i+1), 500, 1, onNode))
+	}
+	createPods(ctx, t, clientset, pods, 1)
+	waitPods(ctx, t, ns, 2*time.Minute, "four whole GPUs and eight halves bound", func(pods []corev1.Pod) (bool, string) {
+		b, p := countBound(pods)
+		return b == 12, fmt.Sprintf("%d bound, %d pending", b, p)
+	})
+	createPods(ctx, t, clientset, []*corev1.Pod{extGPUPod(ns, "whole-extra", 1000, 1, onNode), extGPUPod(ns, "half-extra", 500, 1, onNode)}, 1)
+	bound := waitSettled(ctx, t, ns, 90*time.Second, 12)
+
+	whole, sliced := map[string][]string{}, map[string][]string{}
+	for i := range bound {
+		p := &bound[i]
+		if p.Spec.NodeName == "" {
+			if !strings.HasSuffix(p.Name, "-extra") {
+				t.Errorf("pod %s waits, want only the extra ones to", p.Name)
+			}
+			continue
+		}
+		for _, u := range devicesOf(p) {
+			if strings.HasPrefix(p.Name, "whole") {
+				whole[u] = append(whole[u], p.Name)
+			} else {
+				sliced[u] = append(sliced[u], p.Name)
+			}
+		}
+	}
+	for u, w := range whole {
+		if len(w) != 1 || len(sliced[u]) > 0 {
+			t.Errorf("device %s holds whole %v and slices %v; a whole GPU must be alone", u, w, sliced[u])
+		}
+	}
+	if len(whole) != 4 || len(sliced) != 4 {
+		t.Errorf("%d devices hold whole GPUs and %d hold slices, want 4 and 4 (halves packed in pairs)", len(whole), len(sliced))
+	}
+	checkClusterLedger(ctx, t)
+}
+
+// TestExtenderBurst200 creates 200 quarter-GPU pods at once on 4 nodes × 8
+// GPUs: exactly 128 bind, 72 wait, and the invariants hold when recomputed
+// from the API objects alone.
+func TestExtenderBurst200(t *testing.T) {
+	ctx := testContext(t, 8*time.Minute)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	waitGPUsIdle(ctx, t)
+	ns := extNamespace(ctx, t, clientset)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	start := time.Now()
+	createPods(ctx, t, clientset, burst(ns, "q", 200, 250, gpuNodes), 16)
+	created := time.Since(start)
+	pods := waitSettled(ctx, t, ns, 5*time.Minute, 128)
+	t.Logf("200 pods created in %s; 128 bound and 72 waiting after %s", created.Round(time.Millisecond), time.Since(start).Round(time.Second))
+	_, pending := countBound(pods)
+	if pending != 72 {
+		t.Errorf("%d pods wait, want 72", pending)
+	}
+	st := checkClusterLedger(ctx, t)
+	for _, n := range st.Nodes {
+		for _, d := range n.Devices {
+			if d.AllocatedMilli != 1000 || d.Allocations != 4 {
+				t.Errorf("%s GPU %d holds %d milli in %d slices, want 1000 in 4", n.Name, d.Index, d.AllocatedMilli, d.Allocations)
+			}
+		}
+	}
+}
+
+// TestExtenderRestartMidBurst kills the extender (SIGKILL) while a burst is
+// being scheduled and starts it again with `partita dev up`: it rebuilds its
+// ledger from the API objects, no device is over-allocated, and no pod is
+// bound without its devices.
+func TestExtenderRestartMidBurst(t *testing.T) {
+	ctx := testContext(t, 8*time.Minute)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	waitGPUsIdle(ctx, t)
+	ns := extNamespace(ctx, t, clientset)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+
+	pidFile := filepath.Join(cluster.Dir(), "partita", "extender.pid")
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatalf("read the extender's pid file: %v", err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("extender pid file: %v", err)
+	}
+
+	pods := burst(ns, "r", 150, 250, gpuNodes)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// The kill lands mid-burst: some pods bound, some being bound, some
+		// waiting, some not created yet.
+		var wg sync.WaitGroup
+		const workers = 6
+		for w := range workers {
+			wg.Go(func() {
+				for i := w; i < len(pods); i += workers {
+					if _, err := clientset.CoreV1().Pods(ns).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
+						t.Errorf("create pod %s: %v", pods[i].Name, err)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+	}()
+	waitPods(ctx, t, ns, 2*time.Minute, "a quarter of the burst bound", func(pods []corev1.Pod) (bool, string) {
+		b, p := countBound(pods)
+		return b >= 40, fmt.Sprintf("%d bound, %d pending", b, p)
+	})
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the extender (pid %d): %v", pid, err)
+	}
+	b1, p1 := countBound(listNS(ctx, t, ns))
+	t.Logf("killed the extender with %d pods created, %d bound and %d pending", b1+p1, b1, p1)
+	checkClusterLedger(ctx, t)
+	time.Sleep(3 * time.Second)
+	if out, err := partita(ctx, "dev", "up", "--name", clusterName,
+		"--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode)); err != nil {
+		t.Fatalf("dev up to restart the extender: %v\n%s", err, out)
+	}
+	<-done
+	start := time.Now()
+	final := waitSettled(ctx, t, ns, 5*time.Minute, 128)
+	_, pending := countBound(final)
+	t.Logf("after the restart: 128 bound and %d waiting within %s", pending, time.Since(start).Round(time.Second))
+	if pending != len(pods)-128 {
+		t.Errorf("%d pods wait, want %d", pending, len(pods)-128)
+	}
+	st := checkClusterLedger(ctx, t)
+	for _, n := range st.Nodes {
+		for _, d := range n.Devices {
+			if d.AllocatedMilli > 1000 {
+				t.Errorf("%s GPU %d is over-allocated: %d milli", n.Name, d.Index, d.AllocatedMilli)
+			}
+		}
+	}
+	if log, err := os.ReadFile(cluster.HostProcessLog("extender")); err == nil {
+		if n := strings.Count(string(log), "Serving the scheduler extender"); n < 2 {
+			t.Errorf("the extender's log shows %d starts, want 2 or more", n)
+		}
+	}
+}
+
+// TestExtenderThroughput is the end-to-end benchmark of docs/benchmarks.md:
+// on a cluster of its own with 500 simulated nodes × 8 GPUs, 2,000 plain pods
+// (kube-scheduler alone) and then 2,000 half-GPU pods (kube-scheduler calling
+// the extender), the same scheduler and client QPS for both. Pods are created
+// held by a scheduling gate and released at once, so that the rate measured
+// is scheduling and binding, not creation. It reports pods/s for each and
+// their ratio (target ≥ 0.7). It runs only with PARTITA_E2E_BENCH=1:
+//
+//	make build && PARTITA_E2E_BENCH=1 PARTITA_BIN=$PWD/bin/partita go test -count=1 -v -timeout 40m -run TestExtenderThroughput ./e2e/
+func TestExtenderThroughput(t *testing.T) {
+	if os.Getenv("PARTITA_E2E_BENCH") == "" {
+		t.Skip("set PARTITA_E2E_BENCH=1 to run the end-to-end extender benchmark")
+	}
+	const nodes, gpus, n = 500, 8, 2000
+	ctx := testContext(t, 35*time.Minute)
+	name := clusterName + "-bench"
+	t.Cleanup(func() { _, _ = partita(context.WithoutCancel(ctx), "dev", "down", "--name", name) })
+	start := time.Now()
+	// The agent publishes 500 nodes at its client QPS, longer than dev up
+	// waits for it to be ready; dev up again starts what is missing.
+	for attempt := 1; ; attempt++ {
+		out, err := partita(ctx, "dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus))
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(out, "did not become ready") {
+			t.Fatalf("dev up: %v\n%s", err, out)
+		}
+		t.Logf("dev up, attempt %d: %v", attempt, err)
+	}
+	opts := devcluster.DefaultOptions()
+	opts.Name = name
+	bc, err := devcluster.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := bc.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: crClient(t).Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Minute, "every GPUNode published", func() (bool, string) {
+		var gns v1alpha1.GPUNodeList
+		if err := c.List(ctx, &gns); err != nil {
+			return false, err.Error()
+		}
+		healthy := 0
+		for _, g := range gns.Items {
+			healthy += int(g.Status.HealthyDevices)
+		}
+		return healthy == nodes*gpus, fmt.Sprintf("%d GPUNodes, %d healthy devices", len(gns.Items), healthy)
+	})
+	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))
+	ensureGPUPriorityClass(ctx, t, cs)
+
+	// Each phase creates its pods held by a scheduling gate, then removes
+	// the gates as fast as it can and times from the first removal until
+	// every pod is bound: creation (through the webhook, on a busy box) is
+	// slower than scheduling and would otherwise set the pace of both.
+	const hold = "e2e.partita.dev/hold"
+	ungate := []byte(`[{"op":"remove","path":"/spec/schedulingGates"}]`)
+	run := func(what string, mk func(ns string, i int) *corev1.Pod) (podsPerSecond float64) {
+		ns, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "bench-"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitServiceAccount(ctx, t, cs, ns.Name)
+		pods := make([]*corev1.Pod, n)
+		for i := range pods {
+			pods[i] = mk(ns.Name, i)
+			pods[i].Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: hold}}
+		}
+		begin := time.Now()
+		createPods(ctx, t, cs, pods, 32)
+		created := time.Since(begin)
+		begin = time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var ungated time.Duration
+		ungatingDone := make(chan struct{})
+		go func() {
+			defer close(ungatingDone)
+			for range 32 {
+				wg.Go(func() {
+					for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+						if _, err := cs.CoreV1().Pods(ns.Name).Patch(ctx, pods[i].Name, types.JSONPatchType, ungate, metav1.PatchOptions{}); err != nil {
+							t.Errorf("ungate %s: %v", pods[i].Name, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			ungated = time.Since(begin)
+		}()
+		var took time.Duration
+		for {
+			list, err := cs.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := countBound(list.Items)
+			if b == n {
+				took = time.Since(begin)
+				break
+			}
+			if time.Since(begin) > 10*time.Minute {
+				t.Fatalf("%s: %d of %d bound after 10 minutes", what, b, n)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		<-ungatingDone
+		rate := float64(n) / took.Seconds()
+		t.Logf("%s: %d pods created in %s; gates removed in %s; all bound %s after the first removal: %.1f pods/s",
+			what, n, created.Round(time.Millisecond), ungated.Round(time.Millisecond), took.Round(time.Millisecond), rate)
+		return rate
+	}
+	plain := run("plain pods, kube-scheduler alone", func(ns string, i int) *corev1.Pod {
+		p := extGPUPod(ns, fmt.Sprintf("plain-%04d", i), 0, 0, gpuNodes)
+		p.Annotations = nil
+		p.Spec.PriorityClassName, p.Spec.PreemptionPolicy = "", nil
+		p.Spec.Containers[0].Resources = corev1.ResourceRequirements{}
+		return p
+	})
+	fractional := run("half-GPU pods, kube-scheduler + extender", func(ns string, i int) *corev1.Pod {
+		return extGPUPod(ns, fmt.Sprintf("half-%04d", i), 500, 1, gpuNodes)
+	})
+	ratio := fractional / plain
+	t.Logf("RESULT plain %.1f pods/s, fractional %.1f pods/s, ratio %.2f (target ≥ 0.7)", plain, fractional, ratio)
+	if ratio < 0.7 {
+		t.Errorf("fractional pods schedule at %.2f of the plain rate, below the 0.7 target", ratio)
+	}
+}

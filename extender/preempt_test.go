@@ -1,0 +1,120 @@
+package extender
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	pt "github.com/partita-dev/partita/internal/partitatest"
+)
+
+func metaVictimsOf(uids ...string) *extenderv1.MetaVictims {
+	mv := &extenderv1.MetaVictims{Pods: []*extenderv1.MetaPod{}}
+	for _, u := range uids {
+		mv.Pods = append(mv.Pods, &extenderv1.MetaPod{UID: u})
+	}
+	return mv
+}
+
+func TestPreempt(t *testing.T) {
+	// n1: GPU 0 held whole by w, GPU 1 by halves h1 and h2. n2: GPU 0 held
+	// whole by g, a gang member.
+	w := bound(t, wholePod("w", 1, "1000"), "n1", 0)
+	h1 := bound(t, fractionPod("h1", "0.5", "500"), "n1", 1)
+	h2 := bound(t, fractionPod("h2", "0.5", "500"), "n1", 1)
+	g := bound(t, wholePod("g", 1, "1000").PodGroup("train"), "n2", 0)
+	cpuGang := pt.MakePod("launcher", "ns").Label(v1alpha1.LabelPodGroup, "train").Node("n2").Obj()
+	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj()}
+	whole := wholePod("p", 1, "1000")
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		args func(*corev1.Pod) *extenderv1.ExtenderPreemptionArgs
+		want map[string]*extenderv1.MetaVictims
+	}{
+		"evicting the whole GPU frees a device": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")},
+		},
+		"evicting one half frees no whole device": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-h1")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{},
+		},
+		"evicting both halves frees their device": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-h1", "uid-ns-h2")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-h1", "uid-ns-h2")},
+		},
+		"a gang is never evicted in part": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+					"n1": metaVictimsOf("uid-ns-w"), "n2": metaVictimsOf("uid-ns-g")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")},
+		},
+		"nor through a member without GPUs": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+					"n2": metaVictimsOf("uid-ns-launcher")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{},
+		},
+		"whole victims in, victims by UID out": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToVictims: map[string]*extenderv1.Victims{
+					"n1": {Pods: []*corev1.Pod{h1, h2}, NumPDBViolations: 1}}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n1": {Pods: []*extenderv1.MetaPod{{UID: "uid-ns-h1"}, {UID: "uid-ns-h2"}}, NumPDBViolations: 1}},
+		},
+		"a pinned pod preempts on its node only": {
+			pod: whole.Clone().Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{},
+		},
+		"a pod without GPUs is not the extender's to judge": {
+			pod: pt.MakePod("p", "ns").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n2": metaVictimsOf("uid-ns-g")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n2": metaVictimsOf("uid-ns-g")},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := newLedger(nodes, w, h1, h2, g)
+			e := New(l, fakeClient(w, h1, h2, g, cpuGang), &fakeBinder{})
+			got, err := e.Preempt(testCtx(t), tc.args(tc.pod))
+			if err != nil {
+				t.Fatalf("Preempt: %v", err)
+			}
+			if diff := cmp.Diff(tc.want, got.NodeNameToMetaVictims); diff != "" {
+				t.Errorf("Preempt (-want,+got):\n%s", diff)
+			}
+			// Preempt simulates on a snapshot: the ledger is untouched.
+			if got := len(l.State().Pods); got != 4 {
+				t.Errorf("ledger holds %d pods after Preempt, want 4", got)
+			}
+		})
+	}
+	t.Run("no pod is a bad request", func(t *testing.T) {
+		e := New(newLedger(nodes), fakeClient(), &fakeBinder{})
+		if _, err := e.Preempt(testCtx(t), &extenderv1.ExtenderPreemptionArgs{}); !IsRequestError(err) {
+			t.Errorf("Preempt error = %v, want a RequestError", err)
+		}
+	})
+}

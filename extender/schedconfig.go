@@ -1,0 +1,114 @@
+package extender
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/template"
+	"time"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// SchedulerConfigOptions describe the kube-scheduler configuration that wires
+// the extender in (DESIGN §9).
+type SchedulerConfigOptions struct {
+	// URL is the extender's base URL, http on loopback or https.
+	URL string
+	// Weight multiplies the extender's 0–10 scores; kube-scheduler scales them
+	// to its 0–100 plugin scale, so 5 weighs as much as five plugins at their
+	// maximum and device-level packing outweighs kube-scheduler's node-level
+	// spreading of CPU and memory.
+	Weight int64
+	// HTTPTimeout bounds each call. kube-scheduler waits for filter and
+	// prioritize inside its scheduling cycle, so a hung extender stalls every
+	// GPU pod for this long; bind runs beside the cycle and takes one API
+	// write, which passes the validating webhook (timeout 3 s).
+	HTTPTimeout time.Duration
+	// QPS and Burst are kube-scheduler's own client rate limits, raised from
+	// the defaults (50, 100): with the extender binding, each GPU pod still
+	// costs kube-scheduler an event and status writes.
+	QPS   float32
+	Burst int32
+	// CAFile verifies the extender's certificate when the URL is https; empty
+	// skips verification (only sensible on loopback).
+	CAFile string
+}
+
+// DefaultSchedulerConfigOptions are the defaults of `partita extender
+// --print-scheduler-config`.
+func DefaultSchedulerConfigOptions() SchedulerConfigOptions {
+	return SchedulerConfigOptions{
+		URL:         "https://partita-extender.partita-system.svc:443",
+		Weight:      5,
+		HTTPTimeout: 5 * time.Second,
+		QPS:         100,
+		Burst:       200,
+	}
+}
+
+var schedulerConfigTemplate = template.Must(template.New("config").Parse(`# kube-scheduler configuration for Partita's extender; written by
+# partita extender --print-scheduler-config. kube-scheduler calls the extender
+# only for pods that request {{.Resource}}.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  qps: {{.QPS}}
+  burst: {{.Burst}}
+extenders:
+- urlPrefix: {{.URL}}
+  filterVerb: {{.Filter}}
+  prioritizeVerb: {{.Prioritize}}
+  bindVerb: {{.Bind}}
+  preemptVerb: {{.Preempt}}
+  weight: {{.Weight}}
+  httpTimeout: {{.HTTPTimeout}}
+  enableHTTPS: {{.HTTPS}}
+{{- if .HTTPS}}
+  tlsConfig:
+{{- if .CAFile}}
+    caFile: {{.CAFile}}
+{{- else}}
+    insecure: true
+{{- end}}
+{{- end}}
+  nodeCacheCapable: true
+  ignorable: false
+  managedResources:
+  - name: {{.Resource}}
+    ignoredByScheduler: false
+`))
+
+// SchedulerConfig renders the KubeSchedulerConfiguration (v1) that wires
+// the extender in: all four verbs, nodeCacheCapable (kube-scheduler sends
+// node names, the extender has its own ledger), partita.dev/gpu-milli as the
+// managed resource that kube-scheduler still accounts for itself
+// (ignoredByScheduler false), not ignorable (a GPU pod must never be bound
+// without its devices), and raised client QPS.
+func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
+	// The URL is checked loosely: the dev cluster renders it with a
+	// {port:extender} placeholder that url.Parse would refuse.
+	scheme, rest, ok := strings.Cut(o.URL, "://")
+	if !ok || (scheme != "http" && scheme != "https") || rest == "" || strings.ContainsAny(o.URL, " \n\t") {
+		return nil, fmt.Errorf("render scheduler configuration: extender URL %q is not an http(s) URL", o.URL)
+	}
+	if o.Weight < 1 || o.HTTPTimeout <= 0 || o.QPS <= 0 || o.Burst < 1 {
+		return nil, fmt.Errorf("render scheduler configuration: weight %d, timeout %s, QPS %g and burst %d must all be positive", o.Weight, o.HTTPTimeout, o.QPS, o.Burst)
+	}
+	quote := func(s string) string { b, _ := json.Marshal(s); return string(b) }
+	data := map[string]any{
+		"URL": quote(o.URL), "Weight": o.Weight, "HTTPTimeout": quote(o.HTTPTimeout.String()),
+		"QPS": o.QPS, "Burst": o.Burst, "HTTPS": scheme == "https", "CAFile": "",
+		"Filter": VerbFilter, "Prioritize": VerbPrioritize, "Bind": VerbBind, "Preempt": VerbPreempt,
+		"Resource": string(v1alpha1.ResourceGPUMilli),
+	}
+	if o.CAFile != "" {
+		data["CAFile"] = quote(o.CAFile)
+	}
+	var b bytes.Buffer
+	if err := schedulerConfigTemplate.Execute(&b, data); err != nil {
+		return nil, fmt.Errorf("render scheduler configuration: %w", err)
+	}
+	return b.Bytes(), nil
+}

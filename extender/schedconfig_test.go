@@ -1,0 +1,91 @@
+package extender
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func TestSchedulerConfig(t *testing.T) {
+	extenderWant := func(url string, https bool, tls *configv1.ExtenderTLSConfig) configv1.Extender {
+		return configv1.Extender{
+			URLPrefix: url, FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind", PreemptVerb: "preempt",
+			Weight: 5, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}, EnableHTTPS: https, TLSConfig: tls,
+			NodeCacheCapable: true,
+			ManagedResources: []configv1.ExtenderManagedResource{{Name: "partita.dev/gpu-milli", IgnoredByScheduler: false}},
+		}
+	}
+	withURL := func(url, ca string) SchedulerConfigOptions {
+		o := DefaultSchedulerConfigOptions()
+		o.URL, o.CAFile = url, ca
+		return o
+	}
+	cases := map[string]struct {
+		opts SchedulerConfigOptions
+		want configv1.Extender
+	}{
+		"in a cluster, https verified by the CA": {
+			opts: withURL("https://partita-extender.partita-system.svc:443", "/etc/partita/ca.crt"),
+			want: extenderWant("https://partita-extender.partita-system.svc:443", true, &configv1.ExtenderTLSConfig{CAFile: "/etc/partita/ca.crt"}),
+		},
+		"https without a CA skips verification": {
+			opts: withURL("https://127.0.0.1:8443", ""),
+			want: extenderWant("https://127.0.0.1:8443", true, &configv1.ExtenderTLSConfig{Insecure: true}),
+		},
+		"dev cluster, plain HTTP on loopback with a port placeholder": {
+			opts: withURL("http://127.0.0.1:{port:extender}", ""),
+			want: extenderWant("http://127.0.0.1:{port:extender}", false, nil),
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			b, err := SchedulerConfig(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Strict: every key must be a field of kube-scheduler's v1 types.
+			var got configv1.KubeSchedulerConfiguration
+			if err := yaml.UnmarshalStrict(b, &got); err != nil {
+				t.Fatalf("decode as KubeSchedulerConfiguration: %v\n%s", err, b)
+			}
+			if got.APIVersion != "kubescheduler.config.k8s.io/v1" || got.Kind != "KubeSchedulerConfiguration" {
+				t.Errorf("apiVersion %q kind %q", got.APIVersion, got.Kind)
+			}
+			if got.ClientConnection.QPS != 100 || got.ClientConnection.Burst != 200 {
+				t.Errorf("client QPS %g burst %d, want 100 and 200", got.ClientConnection.QPS, got.ClientConnection.Burst)
+			}
+			if diff := cmp.Diff([]configv1.Extender{tc.want}, got.Extenders); diff != "" {
+				t.Errorf("extenders (-want,+got):\n%s", diff)
+			}
+			if !strings.Contains(string(b), "ignoredByScheduler: false") {
+				t.Errorf("ignoredByScheduler is not spelled out:\n%s", b)
+			}
+		})
+	}
+}
+
+func TestSchedulerConfigRefuses(t *testing.T) {
+	cases := map[string]func(*SchedulerConfigOptions){
+		"no scheme":     func(o *SchedulerConfigOptions) { o.URL = "127.0.0.1:8443" },
+		"ftp":           func(o *SchedulerConfigOptions) { o.URL = "ftp://host" },
+		"a line break":  func(o *SchedulerConfigOptions) { o.URL = "http://host\nkind: Pod" },
+		"weight 0":      func(o *SchedulerConfigOptions) { o.Weight = 0 },
+		"no timeout":    func(o *SchedulerConfigOptions) { o.HTTPTimeout = 0 },
+		"negative QPS":  func(o *SchedulerConfigOptions) { o.QPS = -1 },
+		"burst of zero": func(o *SchedulerConfigOptions) { o.Burst = 0 },
+	}
+	for name, mutate := range cases {
+		t.Run(name, func(t *testing.T) {
+			o := DefaultSchedulerConfigOptions()
+			mutate(&o)
+			if b, err := SchedulerConfig(o); err == nil {
+				t.Errorf("rendered:\n%s", b)
+			}
+		})
+	}
+}

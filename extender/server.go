@@ -1,0 +1,329 @@
+package extender
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
+
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+)
+
+// Paths the server answers besides the verbs ("/" + Verb...).
+const (
+	PathHealthz     = "/healthz"
+	PathReadyz      = "/readyz"
+	PathMetrics     = "/metrics"
+	PathDebugLedger = "/debug/ledger"
+)
+
+// DefaultMaxRequestBytes bounds a request body: a filter request carries the
+// pod (the API server takes objects up to 3 MiB) and up to a few thousand
+// node names.
+const DefaultMaxRequestBytes int64 = 8 << 20
+
+// Server serves the extender's verbs over HTTP with gin.
+type Server struct {
+	ext            *Extender
+	log            logr.Logger
+	metricsHandler http.Handler
+	ready          func() error
+	maxBytes       int64
+	clock          clock.PassiveClock
+}
+
+// ServerOption configures a Server.
+type ServerOption func(*Server)
+
+// WithMetricsHandler serves h (the registry's handler) at /metrics.
+func WithMetricsHandler(h http.Handler) ServerOption { return func(s *Server) { s.metricsHandler = h } }
+
+// WithReady makes /readyz answer 503 with the reason while ready returns an
+// error.
+func WithReady(ready func() error) ServerOption { return func(s *Server) { s.ready = ready } }
+
+// WithMaxRequestBytes bounds a request's body (DefaultMaxRequestBytes).
+func WithMaxRequestBytes(n int64) ServerOption { return func(s *Server) { s.maxBytes = n } }
+
+// WithServerClock sets the clock that times requests for the access log.
+func WithServerClock(c clock.PassiveClock) ServerOption { return func(s *Server) { s.clock = c } }
+
+// NewServer returns the HTTP server of ext; log receives the access log and
+// reaches the verbs through each request's context.
+func NewServer(log logr.Logger, ext *Extender, opts ...ServerOption) *Server {
+	s := &Server{ext: ext, log: log, maxBytes: DefaultMaxRequestBytes, clock: clock.RealClock{},
+		ready: func() error { return nil }}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Handler returns the gin engine. gin's mode is process-wide; cmd/partita
+// sets release mode once at start.
+func (s *Server) Handler() http.Handler {
+	r := gin.New()
+	r.Use(s.accessLog(), gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
+		logr.FromContextOrDiscard(c.Request.Context()).Error(fmt.Errorf("panic: %v", err), "Recovered from a panic", "path", c.Request.URL.Path)
+		c.AbortWithStatus(http.StatusInternalServerError)
+	}))
+	r.POST("/"+VerbFilter, s.filter)
+	r.POST("/"+VerbPrioritize, s.prioritize)
+	r.POST("/"+VerbBind, s.bind)
+	r.POST("/"+VerbPreempt, s.preempt)
+	r.GET(PathHealthz, func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
+	r.GET(PathReadyz, func(c *gin.Context) {
+		if err := s.ready(); err != nil {
+			c.String(http.StatusServiceUnavailable, "not ready: %v\n", err)
+			return
+		}
+		c.String(http.StatusOK, "ok\n")
+	})
+	r.GET(PathDebugLedger, s.debugLedger)
+	if s.metricsHandler != nil {
+		r.GET(PathMetrics, gin.WrapH(s.metricsHandler))
+	}
+	return r
+}
+
+// accessLog puts the logger into each request's context and logs the
+// request when it is done (V(5): kube-scheduler calls for every pod).
+func (s *Server) accessLog() gin.HandlerFunc {
+	return func(c *gin.Context) {
+		start := s.clock.Now()
+		c.Request = c.Request.WithContext(logr.NewContext(c.Request.Context(), s.log))
+		c.Next()
+		s.log.V(5).Info("Served request", "method", c.Request.Method, "path", c.Request.URL.Path,
+			"status", c.Writer.Status(), "bytes", c.Writer.Size(), "latency", s.clock.Since(start))
+	}
+}
+
+// contentTypeJSON is what gin's c.JSON writes.
+const contentTypeJSON = "application/json; charset=utf-8"
+
+func (s *Server) filter(c *gin.Context) {
+	args, ok := readArgs(s, c, VerbFilter, decodeExtenderArgs)
+	if !ok {
+		return
+	}
+	res, err := s.ext.Filter(c.Request.Context(), args)
+	switch {
+	case IsRequestError(err):
+		s.badRequest(c, err)
+	case err != nil:
+		// kube-scheduler reads Error and tries the pod again later.
+		c.JSON(http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()})
+	default:
+		if b, ok := encodeFilterResult(res); ok {
+			c.Data(http.StatusOK, contentTypeJSON, b)
+			return
+		}
+		c.JSON(http.StatusOK, res)
+	}
+}
+
+func (s *Server) prioritize(c *gin.Context) {
+	args, ok := readArgs(s, c, VerbPrioritize, decodeExtenderArgs)
+	if !ok {
+		return
+	}
+	res, err := s.ext.Prioritize(c.Request.Context(), args)
+	switch {
+	case IsRequestError(err):
+		s.badRequest(c, err)
+	case err != nil:
+		// HostPriorityList has no error field; kube-scheduler scores
+		// without this extender when the call fails.
+		c.String(statusFor(err), "%v\n", err)
+	default:
+		c.Data(http.StatusOK, contentTypeJSON, encodeHostPriorityList(res))
+	}
+}
+
+func (s *Server) bind(c *gin.Context) {
+	args, ok := readArgs(s, c, VerbBind, decodeArgs[extenderv1.ExtenderBindingArgs])
+	if !ok {
+		return
+	}
+	err := s.ext.Bind(c.Request.Context(), args)
+	switch {
+	case IsRequestError(err):
+		s.badRequest(c, err)
+	case err != nil:
+		// kube-scheduler reads Error, forgets the pod's assumed node and
+		// tries the pod again.
+		c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{Error: err.Error()})
+	default:
+		c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{})
+	}
+}
+
+func (s *Server) preempt(c *gin.Context) {
+	args, ok := readArgs(s, c, VerbPreempt, decodeArgs[extenderv1.ExtenderPreemptionArgs])
+	if !ok {
+		return
+	}
+	res, err := s.ext.Preempt(c.Request.Context(), args)
+	switch {
+	case IsRequestError(err):
+		s.badRequest(c, err)
+	case err != nil:
+		c.String(statusFor(err), "%v\n", err)
+	default:
+		c.JSON(http.StatusOK, res)
+	}
+}
+
+func statusFor(err error) int {
+	if errors.Is(err, ErrNotSynced) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (s *Server) badRequest(c *gin.Context, err error) {
+	logr.FromContextOrDiscard(c.Request.Context()).V(1).Info("Refused request", "path", c.Request.URL.Path, "err", err.Error())
+	c.String(http.StatusBadRequest, "%v\n", err)
+}
+
+// readArgs reads a verb's body and decodes it with decode, answering 400 or
+// 413 itself when it cannot.
+func readArgs[T any](s *Server, c *gin.Context, verb string, decode func(string, []byte) (*T, error)) (*T, bool) {
+	body, code, err := s.readBody(c, verb)
+	if err == nil {
+		var args *T
+		args, err = decode(verb, body)
+		if err == nil {
+			return args, true
+		}
+		code = http.StatusBadRequest
+	}
+	if code == http.StatusBadRequest {
+		s.badRequest(c, err)
+	} else {
+		c.String(code, "%v\n", err)
+	}
+	return nil, false
+}
+
+// readBody reads the body. Bodies over the limit are refused with 413 before
+// they are read whole, so memory stays bounded whatever a client sends.
+func (s *Server) readBody(c *gin.Context, verb string) ([]byte, int, error) {
+	r := c.Request
+	if r.ContentLength > s.maxBytes {
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("read %s request: body of %d bytes is over the limit of %d bytes (--max-request-bytes)", verb, r.ContentLength, s.maxBytes)
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	if _, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, r.Body, s.maxBytes)); err != nil {
+		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("read %s request: body is over the limit of %d bytes (--max-request-bytes)", verb, s.maxBytes)
+		}
+		return nil, http.StatusBadRequest, &RequestError{Verb: verb, Reason: "read body: " + err.Error()}
+	}
+	return buf.Bytes(), http.StatusOK, nil
+}
+
+// decodeArgs decodes a verb's JSON body into T: a JSON object, nothing
+// after it. Whether the fields make sense is the verb's to say.
+func decodeArgs[T any](verb string, body []byte) (*T, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, &RequestError{Verb: verb, Reason: "empty body; want the JSON object kube-scheduler sends"}
+	}
+	if body[0] != '{' {
+		return nil, &RequestError{Verb: verb, Reason: "body is not a JSON object"}
+	}
+	out := new(T)
+	if err := json.Unmarshal(body, out); err != nil {
+		return nil, &RequestError{Verb: verb, Reason: "decode JSON: " + err.Error()}
+	}
+	return out, nil
+}
+
+// ledgerReport is what /debug/ledger answers: the ledger checked against
+// DESIGN §3's invariants, and the allocations the world changed under.
+type ledgerReport struct {
+	Nodes      int      `json:"nodes"`
+	Pods       int      `json:"pods"`
+	Assumed    int      `json:"assumed"`
+	Violations []string `json:"violations"`
+	Stranded   []string `json:"stranded"`
+}
+
+func (s *Server) debugLedger(c *gin.Context) {
+	l := s.ext.Ledger()
+	st := l.State()
+	rep := ledgerReport{Nodes: len(st.Nodes), Pods: len(st.Pods), Violations: []string{}, Stranded: []string{}}
+	for _, p := range st.Pods {
+		if p.Assumed {
+			rep.Assumed++
+		}
+	}
+	for _, err := range l.CheckInvariants() {
+		rep.Violations = append(rep.Violations, err.Error())
+	}
+	for _, st := range l.Stranded() {
+		rep.Stranded = append(rep.Stranded, fmt.Sprintf("%s/%s on %s: %s %s %s", st.Namespace, st.Name, st.Node, st.Reason, st.DeviceUUID, st.Detail))
+	}
+	c.JSON(http.StatusOK, &rep)
+}
+
+// Serve serves h on l until ctx ends: over TLS when getCertificate is set
+// (it is asked at each handshake, so a renewed certificate is served
+// without a restart), else plain HTTP.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
+	logger := logr.FromContextOrDiscard(ctx)
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          log.New(logWriter{logger.V(3)}, "", 0),
+	}
+	if getCertificate != nil {
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(sctx)
+	}()
+	logger.Info("Serving the scheduler extender", "addr", l.Addr().String(), "tls", getCertificate != nil)
+	var err error
+	if getCertificate != nil {
+		err = srv.ServeTLS(l, "", "")
+	} else {
+		err = srv.Serve(l)
+	}
+	if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve extender on %s: %w", l.Addr(), err)
+	}
+	<-done
+	return nil
+}
+
+// logWriter sends net/http's own error log to logr.
+type logWriter struct{ log logr.Logger }
+
+func (w logWriter) Write(p []byte) (int, error) {
+	w.log.Info("HTTP server error", "msg", string(bytes.TrimSpace(p)))
+	return len(p), nil
+}

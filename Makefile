@@ -76,7 +76,7 @@ test-e2e: build cluster-bins
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/...
 
 bench:
-	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/...
+	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/
 
 clean:
 	rm -rf bin

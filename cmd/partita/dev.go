@@ -31,6 +31,7 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 		return nil, err
 	}
 	opts.PartitaBinary = bin
+	opts.SchedulerConfig = devSchedulerConfig()
 	if opts.HostProcesses, err = devHostProcesses(); err != nil {
 		return nil, err
 	}

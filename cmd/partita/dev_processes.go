@@ -2,15 +2,74 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // devHostProcesses lists Partita's own processes that `partita dev up` runs on
 // the host for the cluster, each with free loopback ports.
 func devHostProcesses() ([]devcluster.HostProcess, error) {
-	return nil, nil
+	agentPort, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	agent := devcluster.HostProcess{
+		Name: "agent",
+		// One agent serves every simulated GPU node, with devices from
+		// their GPU Feature Discovery labels.
+		Args: []string{"agent", "--kubeconfig", "{kubeconfig}",
+			"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true",
+			"--sync-interval", "2s", "--heartbeat-interval", "30s", "--overuse-report-interval", "1m",
+			"--health-addr", fmt.Sprintf("127.0.0.1:%d", agentPort), "--v", "2"},
+		ReadyURL: fmt.Sprintf("http://127.0.0.1:%d/readyz", agentPort),
+	}
+	webhookPort, err := freeLoopbackPort()
+	if err != nil {
+		return nil, err
+	}
+	wh := devcluster.HostProcess{
+		Name: "webhook",
+		// Registers its own Mutating- and ValidatingWebhookConfiguration
+		// (url https://127.0.0.1:<port>, self-signed CA from the cluster
+		// directory) once it is ready; kube-system and partita-system are
+		// never blocked.
+		Args: []string{"webhook", "--kubeconfig", "{kubeconfig}", "--dev-register",
+			"--addr", fmt.Sprintf("127.0.0.1:%d", webhookPort),
+			"--cert-dir", "{dir}/partita/webhook-certs", "--cert-rotation", "none",
+			// Host processes use the admin kubeconfig (system:masters): trust it
+			// like Partita's service accounts, so that they may bind with
+			// device annotations. Tests spoof as an ordinary user.
+			"--trusted-groups", "system:serviceaccounts:partita-system,system:masters", "--v", "2"},
+		ReadyURL: fmt.Sprintf("https://127.0.0.1:%d/readyz", webhookPort),
+	}
+	ext := devcluster.HostProcess{
+		Name: "extender",
+		// kube-scheduler reaches it at the same {port:extender} the
+		// scheduler configuration names (devSchedulerConfig), plain HTTP on
+		// loopback. It binds as Partita's service account, which the webhook
+		// trusts to write device annotations (system:masters keeps RBAC out
+		// of the dev cluster's way).
+		Args: []string{"extender", "--kubeconfig", "{kubeconfig}", "--addr", "127.0.0.1:{port:extender}",
+			"--leader-election-namespace", "kube-system",
+			"--as", "system:serviceaccount:" + defaultPartitaNamespace + ":partita-extender",
+			"--as-group", "system:masters", "--as-group", "system:serviceaccounts",
+			"--as-group", "system:serviceaccounts:" + defaultPartitaNamespace, "--v", "2"},
+		ReadyURL: "http://127.0.0.1:{port:extender}/readyz",
+	}
+	return []devcluster.HostProcess{agent, wh, ext}, nil
+}
+
+// freeLoopbackPort asks the kernel for a free port on 127.0.0.1.
+func freeLoopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // selfBinary is the path of the running partita binary.

@@ -151,6 +151,7 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		return err
 	}
 	binding.Annotations = gpu.AllocationAnnotations(a)
+	apiStart := e.clock.Now()
 	if err := e.binder.Bind(ctx, binding); err != nil {
 		if e.bindFailed(ctx, log, key, a) {
 			result = BindAlreadyBound
@@ -160,7 +161,7 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	}
 	e.track(key, a)
 	result = BindBound
-	log.V(2).Info("Bound pod", "devices", describeAllocation(a))
+	log.V(2).Info("Bound pod", "devices", describeAllocation(a), "took", e.clock.Since(start), "bindingTook", e.clock.Since(apiStart))
 	return nil
 }
 

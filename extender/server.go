@@ -11,6 +11,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -40,6 +41,7 @@ type Server struct {
 	metricsHandler http.Handler
 	ready          func() error
 	maxBytes       int64
+	profiling      bool
 	clock          clock.PassiveClock
 }
 
@@ -55,6 +57,9 @@ func WithReady(ready func() error) ServerOption { return func(s *Server) { s.rea
 
 // WithMaxRequestBytes bounds a request's body (DefaultMaxRequestBytes).
 func WithMaxRequestBytes(n int64) ServerOption { return func(s *Server) { s.maxBytes = n } }
+
+// WithProfiling serves Go's profiler at /debug/pprof/.
+func WithProfiling(on bool) ServerOption { return func(s *Server) { s.profiling = on } }
 
 // WithServerClock sets the clock that times requests for the access log.
 func WithServerClock(c clock.PassiveClock) ServerOption { return func(s *Server) { s.clock = c } }
@@ -93,6 +98,18 @@ func (s *Server) Handler() http.Handler {
 	r.GET(PathDebugLedger, s.debugLedger)
 	if s.metricsHandler != nil {
 		r.GET(PathMetrics, gin.WrapH(s.metricsHandler))
+	}
+	if s.profiling {
+		r.GET("/debug/pprof/*profile", gin.WrapF(func(w http.ResponseWriter, req *http.Request) {
+			switch req.URL.Path {
+			case "/debug/pprof/profile":
+				pprof.Profile(w, req)
+			case "/debug/pprof/trace":
+				pprof.Trace(w, req)
+			default:
+				pprof.Index(w, req)
+			}
+		}))
 	}
 	return r
 }

@@ -37,8 +37,8 @@ func mustJSON(t *testing.T, v any) string {
 // testServer is a server over a ledger of one node n1 with two GPUs and one
 // pending 0.5 pod p.
 type testServer struct {
-	synced, leader bool
-	maxBytes       int64
+	synced, leader, profiling bool
+	maxBytes                  int64
 }
 
 func (ts testServer) handler(t *testing.T) http.Handler {
@@ -64,6 +64,9 @@ func (ts testServer) handlerLogging(t testing.TB, log logr.Logger) http.Handler 
 		})}
 	if ts.maxBytes > 0 {
 		opts = append(opts, WithMaxRequestBytes(ts.maxBytes))
+	}
+	if ts.profiling {
+		opts = append(opts, WithProfiling(true))
 	}
 	return NewServer(log, e, opts...).Handler()
 }
@@ -115,6 +118,8 @@ func TestServer(t *testing.T) {
 		"readyz":                     {server: ready, method: "GET", path: "/readyz", wantStatus: 200, wantBody: "ok"},
 		"readyz, not synced":         {server: testServer{}, method: "GET", path: "/readyz", wantStatus: 503, wantBody: "not ready: the GPU ledger has not synced"},
 		"metrics":                    {server: ready, method: "GET", path: "/metrics", wantStatus: 200, wantBody: `partita_gpu_node_capacity_milli{node="n1"} 2000`},
+		"profiler off":               {server: ready, method: "GET", path: "/debug/pprof/", wantStatus: 404},
+		"profiler on":                {server: testServer{profiling: true}, method: "GET", path: "/debug/pprof/", wantStatus: 200, wantBody: "goroutine"},
 		"debug ledger":               {server: ready, method: "GET", path: "/debug/ledger", wantStatus: 200, wantJSON: &ledgerReport{Nodes: 1, Violations: []string{}, Stranded: []string{}}},
 	}
 	for name, tc := range cases {

@@ -47,6 +47,7 @@ type extenderFlags struct {
 	maxRequestBytes   int64
 	qps               float32
 	burst             int
+	profiling         bool
 	verbosity         int
 
 	printConfig bool
@@ -102,6 +103,7 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", extender.DefaultMaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
+	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
 
 	fl.BoolVar(&f.printConfig, "print-scheduler-config", false, "print the kube-scheduler configuration for this extender and exit")
@@ -197,6 +199,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	srv := extender.NewServer(log.WithName("http"), ext,
 		extender.WithMetricsHandler(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})),
 		extender.WithMaxRequestBytes(f.maxRequestBytes),
+		extender.WithProfiling(f.profiling),
 		extender.WithReady(func() error {
 			if !feed.Synced() {
 				return extender.ErrNotSynced

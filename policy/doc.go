@@ -9,6 +9,9 @@
 //     in-memory store that StateSync fills in batches;
 //   - the decision point data.partita.admission, which the webhook asks
 //     for every GPU pod: a set of deny messages and patch defaults;
+//   - the decision point data.partita.quota, which the extender's admitter
+//     asks for every workload it is about to admit: a set of deny messages,
+//     on an input (QuotaInput) the admitter aggregates itself;
 //   - ConfigMapLoader: operator overrides in ConfigMaps labelled
 //     partita.dev/policy=rego, hot reloaded; a policy that does not compile
 //     is refused, the last good one stays, and the ConfigMap gets a status
@@ -17,5 +20,6 @@
 //
 // policy imports api/v1alpha1, OPA and the Kubernetes libraries; the
 // webhook and the extender's admission loop import it, never the reverse.
-// Its input is plain data (AdmissionInput), so it needs no gpu types.
+// Its inputs are plain data (AdmissionInput, QuotaInput), so it needs no
+// gpu types.
 package policy

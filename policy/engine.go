@@ -22,7 +22,7 @@ import (
 // SourceDefault is the source of the embedded default bundle.
 const SourceDefault = "default"
 
-// engineModule wraps the decision point so that one query returns both
+// engineModule wraps data.partita.admission so that one query returns both
 // parts, each with its default when a policy leaves it undefined.
 const engineModule = `package partita_engine
 
@@ -37,10 +37,37 @@ patch := p if {
 } else := {}
 `
 
+const engineModuleName = "partita_engine.rego"
+
+// decisionPoint is one of the policy's decision points (DESIGN §7); each
+// has its own prepared query in every policy version.
+type decisionPoint int
+
 const (
-	engineModuleName = "partita_engine.rego"
-	decisionQuery    = "data.partita_engine.decision"
+	// pointAdmission is data.partita.admission, asked by the webhook.
+	pointAdmission decisionPoint = iota
+	// pointQuota is data.partita.quota, asked by the admitter.
+	pointQuota
+	numPoints
 )
+
+// query is the point's query. Quota asks for deny itself, not through
+// engineModule: the wrapper would cost a tenth of a quota decision, and an
+// undefined deny (a bundle without the package) reads as allowed anyway.
+func (d decisionPoint) query() string {
+	if d == pointQuota {
+		return "data.partita.quota.deny"
+	}
+	return "data.partita_engine.decision"
+}
+
+// String is the point's name, the decision label of the evaluation metrics.
+func (d decisionPoint) String() string {
+	if d == pointQuota {
+		return "quota"
+	}
+	return "admission"
+}
 
 // DefaultEvalTimeout bounds one evaluation, well inside the webhook's
 // 3-second timeout, so that a runaway policy fails one request rather than
@@ -99,11 +126,12 @@ type Engine struct {
 	loadLock sync.Mutex
 }
 
-// prepared is one compiled policy version.
+// prepared is one compiled policy version: a query per decision point,
+// all on one compiler.
 type prepared struct {
 	version string
 	source  string
-	query   rego.PreparedEvalQuery
+	queries [numPoints]rego.PreparedEvalQuery
 }
 
 // Option configures an Engine.
@@ -163,17 +191,20 @@ func (e *Engine) Load(ctx context.Context, b Bundle, source string) (string, err
 	defer e.loadLock.Unlock()
 	if cur := e.current.Load(); cur != nil && cur.version == version {
 		if cur.source != source {
-			e.current.Store(&prepared{version: version, source: source, query: cur.query})
+			next := *cur
+			next.source = source
+			e.current.Store(&next)
 			e.metrics.setVersion(version, source)
 		}
 		return version, nil
 	}
-	q, err := e.prepare(ctx, b)
+	p, err := e.prepare(ctx, b)
 	if err != nil {
 		e.metrics.load(false)
 		return "", &CompileError{Source: source, Err: err}
 	}
-	e.current.Store(&prepared{version: version, source: source, query: q})
+	p.version, p.source = version, source
+	e.current.Store(p)
 	e.metrics.load(true)
 	e.metrics.setVersion(version, source)
 	return version, nil
@@ -188,23 +219,43 @@ func (e *Engine) Check(ctx context.Context, b Bundle, source string) error {
 	return nil
 }
 
-func (e *Engine) prepare(ctx context.Context, b Bundle) (rego.PreparedEvalQuery, error) {
-	opts := []func(*rego.Rego){
-		rego.Query(decisionQuery),
+// prepare compiles b once and prepares every decision point's query on
+// that compiler: a reload costs one compile however many points there are.
+func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
+	common := []func(*rego.Rego){
 		rego.Store(e.store),
 		rego.SetRegoVersion(ast.RegoV1),
 		// A builtin error (a bad sprintf, a type error) fails the
 		// evaluation instead of silently making a deny rule undefined.
 		rego.StrictBuiltinErrors(true),
-		rego.Module(engineModuleName, engineModule),
 	}
+	// The first point compiles the modules with the compiler rego
+	// configures itself; the hook hands that compiler to the other points,
+	// which then compile only their query.
+	var compiler *ast.Compiler
+	opts := append(slices.Clone(common),
+		rego.Query(pointAdmission.query()),
+		rego.CompilerHook(func(c *ast.Compiler) { compiler = c }),
+		rego.Module(engineModuleName, engineModule),
+	)
 	for _, name := range b.Names() {
 		if strings.HasSuffix(name, testSuffix) {
 			continue
 		}
 		opts = append(opts, rego.Module(name, b[name]))
 	}
-	return rego.New(opts...).PrepareForEval(ctx)
+	p := &prepared{}
+	var err error
+	if p.queries[pointAdmission], err = rego.New(opts...).PrepareForEval(ctx); err != nil {
+		return nil, err
+	}
+	for point := pointAdmission + 1; point < numPoints; point++ {
+		pointOpts := append(slices.Clone(common), rego.Query(point.query()), rego.Compiler(compiler))
+		if p.queries[point], err = rego.New(pointOpts...).PrepareForEval(ctx); err != nil {
+			return nil, fmt.Errorf("prepare %s query: %w", point, err)
+		}
+	}
+	return p, nil
 }
 
 // SetConfig replaces data.partita.config.
@@ -237,36 +288,68 @@ func (e *Engine) SetState(ctx context.Context, st State) error {
 // evaluation returns an *EvaluationError; a denial is a decision with Deny
 // set (see AdmissionDecision.Err).
 func (e *Engine) Admission(ctx context.Context, in *AdmissionInput) (*AdmissionDecision, error) {
+	return decide(ctx, e, pointAdmission, in, readAdmission)
+}
+
+// policyInput is the input document of a decision point.
+type policyInput interface {
+	// value builds the input as an AST value, so that evaluation needs no
+	// JSON round trip.
+	value() (ast.Value, error)
+}
+
+// decide evaluates one decision point of the policy in force on in, and
+// read turns the query's value (defined false when undefined) into the
+// decision. Every decision point goes
+// through here, so each is bounded by the evaluation timeout, timed,
+// counted when it fails, and fails with an *EvaluationError in the same way.
+func decide[D any](ctx context.Context, e *Engine, point decisionPoint, in policyInput, read func(version string, v any, defined bool) (D, error)) (D, error) {
 	p := e.current.Load()
 	start := e.clock.Now()
-	d, err := e.evaluate(ctx, p, in)
-	e.metrics.evaluation(e.clock.Since(start), err)
+	d, err := evaluate(ctx, e.evalTimeout, p, point, in, read)
+	e.metrics.evaluation(point, e.clock.Since(start), err)
 	if err != nil {
-		return nil, &EvaluationError{Version: p.version, Err: err}
+		var zero D
+		return zero, &EvaluationError{Version: p.version, Err: err}
 	}
 	return d, nil
 }
 
-func (e *Engine) evaluate(ctx context.Context, p *prepared, in *AdmissionInput) (*AdmissionDecision, error) {
+func evaluate[D any](ctx context.Context, timeout time.Duration, p *prepared, point decisionPoint, in policyInput, read func(version string, v any, defined bool) (D, error)) (D, error) {
+	var zero D
 	input, err := in.value()
 	if err != nil {
-		return nil, fmt.Errorf("build input: %w", err)
+		return zero, fmt.Errorf("build input: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, e.evalTimeout)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	rs, err := p.query.Eval(ctx, rego.EvalParsedInput(input))
+	rs, err := p.queries[point].Eval(ctx, rego.EvalParsedInput(input))
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
-	if len(rs) != 1 || len(rs[0].Expressions) != 1 {
+	switch {
+	case len(rs) == 0:
+		// Undefined: read decides whether that is a decision.
+		return read(p.version, nil, false)
+	case len(rs) != 1 || len(rs[0].Expressions) != 1:
+		return zero, fmt.Errorf("decision has %d results, want one", len(rs))
+	}
+	return read(p.version, rs[0].Expressions[0].Value, true)
+}
+
+// readAdmission reads data.partita_engine.decision.
+func readAdmission(version string, v any, defined bool) (*AdmissionDecision, error) {
+	if !defined {
+		// engineModule defines the decision whatever the policy says.
 		return nil, errors.New("decision is undefined")
 	}
-	obj, ok := rs[0].Expressions[0].Value.(map[string]any)
+	obj, ok := v.(map[string]any)
 	if !ok {
-		return nil, fmt.Errorf("decision is %T, not an object", rs[0].Expressions[0].Value)
+		return nil, fmt.Errorf("decision is %T, not an object", v)
 	}
-	d := &AdmissionDecision{Version: p.version}
-	if d.Deny, err = denyMessages(obj["deny"]); err != nil {
+	d := &AdmissionDecision{Version: version}
+	var err error
+	if d.Deny, err = denyMessages("data.partita.admission.deny", obj["deny"]); err != nil {
 		return nil, err
 	}
 	if d.Patch, err = patchOf(obj["patch"]); err != nil {
@@ -275,17 +358,18 @@ func (e *Engine) evaluate(ctx context.Context, p *prepared, in *AdmissionInput) 
 	return d, nil
 }
 
-// denyMessages reads deny: a set (or array) of strings.
-func denyMessages(v any) ([]string, error) {
+// denyMessages reads a deny rule (ref names it in errors): a set (or
+// array) of strings.
+func denyMessages(ref string, v any) ([]string, error) {
 	arr, ok := v.([]any)
 	if !ok {
-		return nil, fmt.Errorf("data.partita.admission.deny is %T, want a set of strings", v)
+		return nil, fmt.Errorf("%s is %T, want a set of strings", ref, v)
 	}
 	out := make([]string, 0, len(arr))
 	for _, m := range arr {
 		s, ok := m.(string)
 		if !ok {
-			return nil, fmt.Errorf("data.partita.admission.deny holds %T, want strings", m)
+			return nil, fmt.Errorf("%s holds %T, want strings", ref, m)
 		}
 		out = append(out, s)
 	}

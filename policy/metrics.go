@@ -17,11 +17,14 @@ const (
 type Metrics struct {
 	info            *prometheus.GaugeVec
 	loads           *prometheus.CounterVec
-	evalErrors      prometheus.Counter
-	evalDuration    prometheus.Histogram
+	evalErrors      *prometheus.CounterVec
+	evalDuration    *prometheus.HistogramVec
 	stateWrites     prometheus.Counter
 	stateQueues     prometheus.Gauge
 	stateNamespaces prometheus.Gauge
+	// evals are each decision point's series, resolved once: the admitter
+	// evaluates quota about a thousand times a cycle.
+	evals [numPoints]evalSeries
 }
 
 // NewMetrics creates the policy metrics and registers them on reg.
@@ -35,15 +38,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "partita_policy_loads_total",
 			Help: "Policy loads by result: loaded, or refused (did not compile; the last good policy stays).",
 		}, []string{"result"}),
-		evalErrors: prometheus.NewCounter(prometheus.CounterOpts{
+		evalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_policy_evaluation_errors_total",
-			Help: "Policy evaluations that failed (runtime error, wrong result shape, timeout); the request was refused.",
-		}),
-		evalDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Help: "Policy evaluations that failed (runtime error, wrong result shape, timeout) by decision: admission (the pod was refused) or quota (the workload stays pending).",
+		}, []string{"decision"}),
+		evalDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "partita_policy_evaluation_duration_seconds",
-			Help:    "Time to evaluate data.partita.admission for one pod.",
-			Buckets: []float64{25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25},
-		}),
+			Help:    "Time to evaluate one decision by decision: admission (data.partita.admission for one pod) or quota (data.partita.quota for one workload).",
+			Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25},
+		}, []string{"decision"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "partita_policy_state_writes_total",
 			Help: "Batches of cluster state written to the policy's in-memory store.",
@@ -57,8 +60,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Namespaces in the policy's state.",
 		}),
 	}
+	for point := range numPoints {
+		m.evals[point] = evalSeries{
+			duration: m.evalDuration.WithLabelValues(point.String()),
+			errors:   m.evalErrors.WithLabelValues(point.String()),
+		}
+	}
 	reg.MustRegister(m.info, m.loads, m.evalErrors, m.evalDuration, m.stateWrites, m.stateQueues, m.stateNamespaces)
 	return m
+}
+
+// evalSeries are one decision point's evaluation metrics.
+type evalSeries struct {
+	duration prometheus.Observer
+	errors   prometheus.Counter
 }
 
 func (m *Metrics) setVersion(version, source string) {
@@ -80,13 +95,14 @@ func (m *Metrics) load(ok bool) {
 	m.loads.WithLabelValues(loadRefused).Inc()
 }
 
-func (m *Metrics) evaluation(d time.Duration, err error) {
+func (m *Metrics) evaluation(point decisionPoint, d time.Duration, err error) {
 	if m == nil {
 		return
 	}
-	m.evalDuration.Observe(d.Seconds())
+	s := m.evals[point]
+	s.duration.Observe(d.Seconds())
 	if err != nil {
-		m.evalErrors.Inc()
+		s.errors.Inc()
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 func newPolicyCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "policy",
-		Short: "Work with Partita's Rego admission policy",
+		Short: "Work with Partita's Rego admission and quota policy",
 	}
 	cmd.AddCommand(newPolicyTestCommand(), newPolicyDefaultCommand())
 	return cmd
@@ -29,7 +29,7 @@ func newPolicyTestCommand() *cobra.Command {
 		Long: `Run the Rego unit tests in DIR (*.rego modules, *.json and *.yaml data) with
 OPA's tester. As the webhook does with policy ConfigMaps, the files are laid
 over Partita's default bundle: a file named like a default module
-(admission.rego) replaces it, other files add to it; --no-default tests the
+(admission.rego, quota.rego) replaces it, other files add to it; --no-default tests the
 files alone. See docs/policy.md for the input document and the data.
 
 Exit status: 0 when every test passes (and coverage meets --threshold),

@@ -211,13 +211,28 @@ func (s *Snapshot) sortedSlots() []int32 {
 // Members that ask alike share one score per candidate, computed once;
 // after each placement only the chosen node is scored again.
 func (s *Snapshot) PlaceGang(reqs []*PodRequest, candidateNodes []string, placement Placement) ([]*PodAllocation, error) {
+	return s.PlaceGangCapped(reqs, candidateNodes, nil, placement)
+}
+
+// PlaceGangCapped is PlaceGang with a cap on how many members each candidate
+// node may take (maxPods[i] for candidateNodes[i]; nil means no cap): the
+// admitter caps nodes by the CPU and memory room they have for the members,
+// which the GPU ledger does not know about.
+func (s *Snapshot) PlaceGangCapped(reqs []*PodRequest, candidateNodes []string, maxPods []int, placement Placement) ([]*PodAllocation, error) {
 	var slots []int32
+	var room []int
 	if candidateNodes == nil {
 		slots = s.sortedSlots()
 	} else {
 		slots = make([]int32, 0, len(candidateNodes))
-		for _, name := range candidateNodes {
+		for i, name := range candidateNodes {
 			if n, ok := s.v.slot(name); ok && s.v.nodes[n].present() {
+				if maxPods != nil {
+					if maxPods[i] <= 0 {
+						continue
+					}
+					room = append(room, maxPods[i])
+				}
 				slots = append(slots, n)
 			}
 		}
@@ -230,6 +245,10 @@ func (s *Snapshot) PlaceGang(reqs []*PodRequest, candidateNodes []string, placem
 	var groups []*group
 	var sc scratch
 	rescore := func(g *group, i int) {
+		if room != nil && room[i] <= 0 {
+			g.scores[i] = -1
+			return
+		}
 		if v, ok := s.v.fineScore(slots[i], g.req, g.pl, &sc); ok {
 			g.scores[i] = v
 		} else {
@@ -284,6 +303,9 @@ func (s *Snapshot) PlaceGang(reqs []*PodRequest, candidateNodes []string, placem
 			return nil, fail(m, req.UID, err)
 		}
 		placed = append(placed, a)
+		if room != nil {
+			room[best]--
+		}
 		for _, h := range groups {
 			rescore(h, best)
 		}
@@ -331,4 +353,38 @@ func closer(a, b *InsufficientError) bool {
 		return a.BestFreeMilli > b.BestFreeMilli
 	}
 	return a.BestFreeMemoryMiB > b.BestFreeMemoryMiB
+}
+
+// CapacityMilli is the GPU capacity of the snapshot's healthy devices, in
+// milli-GPUs: what fair share divides.
+func (s *Snapshot) CapacityMilli() int64 {
+	var total int64
+	for i := range s.v.nodes {
+		n := &s.v.nodes[i]
+		if !n.present() {
+			continue
+		}
+		for _, d := range s.v.devs(n) {
+			if d.healthy {
+				total += MilliPerGPU
+			}
+		}
+	}
+	return total
+}
+
+// FreeMilli is the free share of node's healthy devices, in milli-GPUs; 0
+// for a node without an inventory.
+func (s *Snapshot) FreeMilli(node string) int64 {
+	slot, ok := s.v.slot(node)
+	if !ok || !s.v.nodes[slot].present() {
+		return 0
+	}
+	var free int64
+	for _, d := range s.v.devs(&s.v.nodes[slot]) {
+		if d.healthy && d.whole == 0 && d.milli < MilliPerGPU {
+			free += MilliPerGPU - d.milli
+		}
+	}
+	return free
 }

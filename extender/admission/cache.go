@@ -1,0 +1,301 @@
+package admission
+
+import (
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	resourcehelper "k8s.io/component-helpers/resource"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// WorkloadKey names a workload: a gang by its namespace and pod group, a
+// single pod by its namespace and name.
+type WorkloadKey struct {
+	Namespace string
+	// PodGroup is the gang's name; empty for a single pod.
+	PodGroup string
+	// Pod is the single pod's name; empty for a gang.
+	Pod string
+}
+
+// String is namespace/name, the way events and logs name a workload.
+func (k WorkloadKey) String() string {
+	if k.PodGroup != "" {
+		return k.Namespace + "/" + k.PodGroup
+	}
+	return k.Namespace + "/" + k.Pod
+}
+
+// IsGang reports whether the key names a pod group.
+func (k WorkloadKey) IsGang() bool { return k.PodGroup != "" }
+
+// podInfo is what the admission loop needs of one pod, read once when the
+// informer delivers it.
+type podInfo struct {
+	pod *corev1.Pod
+	key WorkloadKey
+	// req is the pod's GPU request, nil for a pod without one.
+	req   *gpu.PodRequest
+	queue string
+	// minMember is partita.dev/min-member, 0 when absent or unreadable.
+	minMember int32
+	priority  int32
+	// gated: the pod carries the admission gate.
+	gated bool
+	// node is spec.nodeName.
+	node string
+	// done: the pod Succeeded or Failed; it holds nothing.
+	done bool
+	// terminating: the pod is being deleted; it still holds what it has.
+	terminating bool
+	// gpuMilli is the pod's partita.dev/gpu-milli request.
+	gpuMilli int64
+	// cpuMilli and memory are the pod's CPU and memory requests, counted on
+	// its node while it is bound and not done.
+	cpuMilli, memory int64
+	// admitted is when the admission loop let the pod go (annotation), zero
+	// when it did not or the annotation is unreadable.
+	admitted time.Time
+}
+
+func (p *podInfo) active() bool { return !p.done && !p.gated }
+
+// holding reports whether the pod counts in its queue's allocation: admitted
+// or bound, and not done.
+func (p *podInfo) holding() bool { return p.req != nil && !p.done && !p.gated }
+
+// Cache holds what the admission loop knows of the cluster, fed by informer
+// handlers (Upsert*/Delete*). It is safe for concurrent use; State copies
+// what one Cycle needs under the lock.
+type Cache struct {
+	lock      sync.Mutex
+	pods      map[types.UID]*podInfo
+	workloads map[WorkloadKey]map[types.UID]*podInfo
+	podGroups map[types.NamespacedName]*podGroupInfo
+	queues    map[string]*queueInfo
+	nodes     map[string]*nodeInfo
+	// generation counts changes, so that the loop can skip a cycle when
+	// nothing changed.
+	generation uint64
+}
+
+type podGroupInfo struct {
+	minMember   int32
+	queue       string
+	priority    string
+	timeout     int32
+	topologyKey string
+	created     time.Time
+	status      v1alpha1.PodGroupStatus
+}
+
+type queueInfo struct {
+	spec    v1alpha1.QueueSpec
+	created time.Time
+	status  v1alpha1.QueueStatus
+}
+
+// nodeInfo is a node and the CPU and memory its pods request.
+type nodeInfo struct {
+	node             *corev1.Node
+	cpuMilli, memory int64
+}
+
+// NewCache returns an empty cache.
+func NewCache() *Cache {
+	return &Cache{
+		pods:      map[types.UID]*podInfo{},
+		workloads: map[WorkloadKey]map[types.UID]*podInfo{},
+		podGroups: map[types.NamespacedName]*podGroupInfo{},
+		queues:    map[string]*queueInfo{},
+		nodes:     map[string]*nodeInfo{},
+	}
+}
+
+// Generation counts the changes the cache has taken in.
+func (c *Cache) Generation() uint64 {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	return c.generation
+}
+
+// UpsertPod adds or updates a pod.
+func (c *Cache) UpsertPod(pod *corev1.Pod) {
+	if pod.UID == "" {
+		return
+	}
+	info := readPod(pod)
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.removePod(pod.UID)
+	c.pods[pod.UID] = info
+	if info.req != nil {
+		m := c.workloads[info.key]
+		if m == nil {
+			m = map[types.UID]*podInfo{}
+			c.workloads[info.key] = m
+		}
+		m[pod.UID] = info
+	}
+	c.chargeNode(info, 1)
+	c.generation++
+}
+
+// DeletePod removes a pod.
+func (c *Cache) DeletePod(uid types.UID) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.removePod(uid)
+	c.generation++
+}
+
+func (c *Cache) removePod(uid types.UID) {
+	old := c.pods[uid]
+	if old == nil {
+		return
+	}
+	delete(c.pods, uid)
+	if m := c.workloads[old.key]; m != nil {
+		delete(m, uid)
+		if len(m) == 0 {
+			delete(c.workloads, old.key)
+		}
+	}
+	c.chargeNode(old, -1)
+}
+
+func (c *Cache) chargeNode(p *podInfo, sign int64) {
+	if p.node == "" || p.done {
+		return
+	}
+	n := c.nodes[p.node]
+	if n == nil {
+		n = &nodeInfo{}
+		c.nodes[p.node] = n
+	}
+	n.cpuMilli += sign * p.cpuMilli
+	n.memory += sign * p.memory
+}
+
+// UpsertNode adds or updates a node.
+func (c *Cache) UpsertNode(node *corev1.Node) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	n := c.nodes[node.Name]
+	if n == nil {
+		n = &nodeInfo{}
+		c.nodes[node.Name] = n
+	}
+	n.node = node
+	c.generation++
+}
+
+// DeleteNode removes a node; what its pods request stays counted until they
+// go.
+func (c *Cache) DeleteNode(name string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if n := c.nodes[name]; n != nil {
+		n.node = nil
+	}
+	c.generation++
+}
+
+// UpsertPodGroup adds or updates a PodGroup.
+func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
+	info := &podGroupInfo{
+		minMember:   pg.Spec.MinMember,
+		queue:       pg.Spec.Queue,
+		priority:    pg.Spec.PriorityClassName,
+		topologyKey: pg.Spec.TopologyKey,
+		created:     pg.CreationTimestamp.Time,
+		status:      *pg.Status.DeepCopy(),
+	}
+	if pg.Spec.ScheduleTimeoutSeconds != nil {
+		info.timeout = *pg.Spec.ScheduleTimeoutSeconds
+	}
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.podGroups[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}] = info
+	c.generation++
+}
+
+// DeletePodGroup removes a PodGroup.
+func (c *Cache) DeletePodGroup(key types.NamespacedName) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	delete(c.podGroups, key)
+	c.generation++
+}
+
+// UpsertQueue adds or updates a Queue.
+func (c *Cache) UpsertQueue(q *v1alpha1.Queue) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	c.queues[q.Name] = &queueInfo{spec: *q.Spec.DeepCopy(), created: q.CreationTimestamp.Time, status: *q.Status.DeepCopy()}
+	c.generation++
+}
+
+// DeleteQueue removes a Queue.
+func (c *Cache) DeleteQueue(name string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	delete(c.queues, name)
+	c.generation++
+}
+
+// readPod reads what the loop needs of a pod.
+func readPod(pod *corev1.Pod) *podInfo {
+	p := &podInfo{
+		pod:         pod,
+		node:        pod.Spec.NodeName,
+		done:        pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
+		terminating: pod.DeletionTimestamp != nil,
+		gated: slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+			return g.Name == v1alpha1.SchedulingGateAdmission
+		}),
+	}
+	if pod.Spec.Priority != nil {
+		p.priority = *pod.Spec.Priority
+	}
+	reqs := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+	p.cpuMilli = reqs.Cpu().MilliValue()
+	p.memory = reqs.Memory().Value()
+	if q, ok := reqs[v1alpha1.ResourceGPUMilli]; ok {
+		p.gpuMilli = q.Value()
+	}
+	req, errs := gpu.ParsePod(pod)
+	if len(errs) > 0 || req == nil {
+		// Only pods the webhook wrote in canonical form are the loop's; a
+		// pod it cannot read is left to kube-scheduler and the extender,
+		// which report it.
+		return p
+	}
+	p.req = req
+	if p.gpuMilli == 0 {
+		// Not canonicalised by the webhook (admitted before it ran, or
+		// written by hand): count what the request says.
+		for _, c := range req.Containers {
+			q := c.MilliResource(0)
+			p.gpuMilli += q.Value()
+		}
+	}
+	p.queue = req.Queue
+	p.key = WorkloadKey{Namespace: pod.Namespace, Pod: pod.Name}
+	if req.PodGroup != "" {
+		p.key = WorkloadKey{Namespace: pod.Namespace, PodGroup: req.PodGroup}
+	}
+	if v, err := strconv.ParseInt(pod.Annotations[v1alpha1.AnnotationMinMember], 10, 32); err == nil && v > 0 {
+		p.minMember = int32(v)
+	}
+	if t, err := time.Parse(time.RFC3339, pod.Annotations[v1alpha1.AnnotationAdmitted]); err == nil {
+		p.admitted = t
+	}
+	return p
+}

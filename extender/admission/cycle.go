@@ -1,0 +1,520 @@
+package admission
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// QuotaChecker answers the quota policy (data.partita.quota): may the queue
+// take the workload now?
+type QuotaChecker interface {
+	CheckQuota(ctx context.Context, req *QuotaRequest) (*QuotaVerdict, error)
+}
+
+// QuotaRequest is one question to the quota policy. Usage includes what the
+// loop has admitted and not seen bound yet.
+type QuotaRequest struct {
+	Workload *Workload
+	// Members and GPUMilli are what admitting the workload now adds.
+	Members  int
+	GPUMilli int64
+	// Queue is the workload's queue; Ancestors its parent first, up to the
+	// root.
+	Queue     QueueUsage
+	Ancestors []QueueUsage
+	// ClusterMilli is the cluster's healthy GPU capacity.
+	ClusterMilli int64
+}
+
+// QueueUsage is a queue's GPU settings and usage, in milli-GPUs.
+type QueueUsage struct {
+	Name     string
+	Priority int32
+	// QuotaMilli and LimitMilli are -1 for the whole capacity and no limit.
+	QuotaMilli, LimitMilli int64
+	AllocatedMilli         int64
+	FairShareMilli         int64
+}
+
+// QuotaVerdict is the quota policy's answer.
+type QuotaVerdict struct {
+	Allowed bool
+	// Reasons say why not, in words.
+	Reasons []string
+}
+
+// Options tune a cycle.
+type Options struct {
+	// Now is the cycle's time.
+	Now time.Time
+	// Placement is the device placement of pods that choose none.
+	Placement gpu.Placement
+	// PreemptMinRuntime protects a workload admitted less than this long ago
+	// from reclaim and preemption.
+	PreemptMinRuntime time.Duration
+	// DisablePreemption turns reclaim and preemption off.
+	DisablePreemption bool
+	// MaxPreemptionSearches bounds the victim searches of one cycle (each
+	// costs a few gang placements); 0 means 16.
+	MaxPreemptionSearches int
+	// BackoffUntil says until when a requeued workload waits; nil for none.
+	BackoffUntil func(WorkloadKey) time.Time
+	// Evicting reports pods whose eviction is in flight: they are not
+	// victims again.
+	Evicting func(types.UID) bool
+}
+
+// Admission lets a workload's pending members go.
+type Admission struct {
+	Workload *Workload
+	// Members are the members admitted now, each with the devices simulated
+	// for it.
+	Members []MemberAdmission
+	// Pin is set for gangs: members are pinned to their nodes and the
+	// devices reserved; single pods are only ungated.
+	Pin bool
+}
+
+// MemberAdmission is one admitted member.
+type MemberAdmission struct {
+	Member     *Member
+	Allocation *gpu.PodAllocation
+}
+
+// Wait says why a workload waits.
+type Wait struct {
+	Workload *Workload
+	// Reason is one of api/v1alpha1's Reason* constants.
+	Reason string
+	// Message says why in words, with the numbers.
+	Message string
+}
+
+// Eviction evicts a whole workload to make room for another.
+type Eviction struct {
+	Victim *Workload
+	// For is the workload the room is made for.
+	For *Workload
+	// Reclaim is set when the victim's queue is over its fair share and the
+	// preemptor's below; otherwise it is priority preemption in one queue.
+	Reclaim bool
+	Message string
+}
+
+// QueueReport is a queue's numbers after a cycle, for its status and
+// metrics. Parents sum their children.
+type QueueReport struct {
+	Name             string
+	AllocatedMilli   int64
+	RequestedMilli   int64
+	FairShareMilli   int64
+	PendingWorkloads int32
+	Children         []string
+}
+
+// Result is what a cycle decided.
+type Result struct {
+	Admissions []Admission
+	Waiting    []Wait
+	Evictions  []Eviction
+	Queues     []QueueReport
+	// ClusterMilli is the healthy GPU capacity divided.
+	ClusterMilli int64
+}
+
+// Run decides one admission cycle on snap, a fresh ledger snapshot that
+// already holds the reservations not yet seen on pods. It changes snap:
+// admitted members are assumed on it.
+func Run(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChecker, opts Options) *Result {
+	c := newCycle(ctx, st, snap, quota, opts)
+	c.run()
+	return c.result()
+}
+
+// queueState is a queue during a cycle.
+type queueState struct {
+	*Queue
+	parent    *queueState
+	allocated int64
+	pending   int64
+	fairShare int64
+	// workloads are the queue's workloads with pending members, in
+	// admission order; next is the first not tried yet.
+	workloads []*Workload
+	next      int
+	waiting   int32
+	// index is the queue's position in the cycle's heap, -1 when out.
+	index int
+}
+
+type cycle struct {
+	ctx    context.Context
+	st     *State
+	snap   *gpu.Snapshot
+	quota  QuotaChecker
+	opts   Options
+	queues map[string]*queueState
+	// extra are the CPU and memory requests the cycle placed on each node.
+	extra map[string]*[2]int64
+	// quotaMemo remembers verdicts of the cycle by queue usage and demand.
+	quotaMemo map[quotaKey]*QuotaVerdict
+	// failedShapes are member requests that found no room this cycle: room
+	// only shrinks within a cycle, so they fail again.
+	failedShapes map[string]error
+	evicting     map[WorkloadKey]bool
+	searches     int
+	// candidates caches staticCandidates by constraint signature; nodeNames
+	// are the snapshot's nodes in name order.
+	candidates   map[string][]string
+	nodeNames    []string
+	terminating  []*Member
+	clusterMilli int64
+
+	admissions []Admission
+	waiting    []Wait
+	evictions  []Eviction
+}
+
+type quotaKey struct {
+	queue     string
+	allocated int64
+	milli     int64
+	members   int
+	priority  int32
+}
+
+func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChecker, opts Options) *cycle {
+	if opts.MaxPreemptionSearches == 0 {
+		opts.MaxPreemptionSearches = 16
+	}
+	if opts.Placement == "" {
+		opts.Placement = gpu.PlacementBinpack
+	}
+	c := &cycle{
+		ctx: ctx, st: st, snap: snap, quota: quota, opts: opts,
+		queues:       make(map[string]*queueState, len(st.Queues)),
+		extra:        map[string]*[2]int64{},
+		quotaMemo:    map[quotaKey]*QuotaVerdict{},
+		failedShapes: map[string]error{},
+		evicting:     map[WorkloadKey]bool{},
+		clusterMilli: snap.CapacityMilli(),
+	}
+	for name, q := range st.Queues {
+		c.queues[name] = &queueState{Queue: q, index: -1}
+	}
+	for _, q := range c.queues {
+		q.parent = c.queues[q.Parent]
+	}
+	breakCycles(c.queues)
+	for _, w := range st.Workloads {
+		q := c.queues[w.Queue]
+		if q == nil {
+			continue
+		}
+		for a := q; a != nil; a = a.parent {
+			a.allocated += w.ActiveMilli()
+			for _, m := range w.Pending {
+				a.pending += m.GPUMilli
+			}
+		}
+	}
+	c.divide()
+	return c
+}
+
+// breakCycles makes a queue whose ancestors loop back to it top-level, so
+// that walking up always ends; the API server refuses only a queue that is
+// its own parent.
+func breakCycles(queues map[string]*queueState) {
+	for _, q := range queues {
+		seen := map[*queueState]bool{q: true}
+		for a := q.parent; a != nil; a = a.parent {
+			if seen[a] {
+				q.parent = nil
+				break
+			}
+			seen[a] = true
+		}
+	}
+}
+
+func (c *cycle) run() {
+	var h queueHeap
+	var orphans []*Workload
+	for _, w := range c.st.Workloads {
+		if len(w.Pending) == 0 {
+			continue
+		}
+		q := c.queues[w.Queue]
+		if q == nil {
+			orphans = append(orphans, w)
+			continue
+		}
+		q.workloads = append(q.workloads, w)
+	}
+	slices.SortFunc(orphans, workloadOrder)
+	for _, w := range orphans {
+		if w.Queue == "" {
+			// No queue: nothing to account it against, only room.
+			c.admitOrWait(nil, w)
+			continue
+		}
+		c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("queue %s does not exist: create the Queue, or name an existing leaf queue", w.Queue))
+	}
+	for _, q := range c.queues {
+		if len(q.workloads) == 0 {
+			continue
+		}
+		slices.SortFunc(q.workloads, workloadOrder)
+		h.push(q)
+	}
+	for h.len() > 0 {
+		if c.ctx.Err() != nil {
+			return
+		}
+		q := h.pop()
+		for q.next < len(q.workloads) {
+			w := q.workloads[q.next]
+			q.next++
+			if c.admitOrWait(q, w) {
+				break
+			}
+		}
+		if q.next < len(q.workloads) {
+			h.push(q)
+		}
+	}
+}
+
+// workloadOrder is the order within a queue: priority, then age, then key.
+func workloadOrder(a, b *Workload) int {
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), strings.Compare(a.Key.String(), b.Key.String()))
+}
+
+// admitOrWait tries one workload; it reports whether it was admitted.
+func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
+	if q != nil && len(q.Children) > 0 {
+		c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("queue %s is not a leaf (it has child queues %s); only leaf queues take work", q.Name, strings.Join(q.Children, ", ")))
+		return false
+	}
+	if until := c.backoff(w.Key); until.After(c.opts.Now) {
+		c.wait(w, v1alpha1.ReasonScheduleTimeout, fmt.Sprintf("requeued after its schedule timeout; tries again in %s", until.Sub(c.opts.Now).Round(time.Second)))
+		return false
+	}
+	required := len(w.Pending)
+	if w.Key.IsGang() {
+		if w.MinMember == 0 {
+			c.wait(w, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("pod group %s has no PodGroup object and its pods set no %s: create the PodGroup with spec.minMember, or annotate the pods", w.Key.PodGroup, v1alpha1.AnnotationMinMember))
+			return false
+		}
+		have := len(w.Pending) + len(w.Active)
+		if have < int(w.MinMember) {
+			c.wait(w, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("gang %s needs %d pods before any starts; %d exist", w.Key, w.MinMember, have))
+			return false
+		}
+		// Members already admitted count; the rest of minMember must be
+		// placed together, and pending pods beyond it go if they fit.
+		required = max(0, int(w.MinMember)-len(w.Active))
+	}
+	members, milli := len(w.Pending), int64(0)
+	for _, m := range w.Pending {
+		milli += m.GPUMilli
+	}
+	if q != nil {
+		v, err := c.checkQuota(q, w, members, milli)
+		if err != nil {
+			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy failed: %v", err))
+			return false
+		}
+		if !v.Allowed {
+			c.wait(w, v1alpha1.ReasonWaitingForQuota, strings.Join(v.Reasons, "; "))
+			return false
+		}
+	}
+	placed, err := c.place(w, w.Pending[:required], true)
+	if err != nil {
+		if !c.preempt(q, w, w.Pending[:required]) {
+			c.wait(w, v1alpha1.ReasonWaitingForCapacity, capacityMessage(w, w.Pending[:required], err))
+		}
+		return false
+	}
+	for _, m := range w.Pending[required:] {
+		if more, err := c.place(w, []*Member{m}, true); err == nil {
+			placed = append(placed, more...)
+		}
+	}
+	if len(placed) == 0 {
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, capacityMessage(w, w.Pending[:1], errors.New("no node has room now")))
+		return false
+	}
+	var admitted int64
+	for _, ma := range placed {
+		admitted += ma.Member.GPUMilli
+		c.charge(ma.Allocation.Node, ma.Member)
+	}
+	for a := q; a != nil; a = a.parent {
+		a.allocated += admitted
+		a.pending -= admitted
+	}
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: w.Key.IsGang()})
+	return true
+}
+
+func (c *cycle) backoff(k WorkloadKey) time.Time {
+	if c.opts.BackoffUntil == nil {
+		return time.Time{}
+	}
+	return c.opts.BackoffUntil(k)
+}
+
+func (c *cycle) wait(w *Workload, reason, msg string) {
+	if q := c.queues[w.Queue]; q != nil {
+		q.waiting++
+	}
+	c.waiting = append(c.waiting, Wait{Workload: w, Reason: reason, Message: msg})
+}
+
+// usage is q's QueueUsage now.
+func (q *queueState) usage() QueueUsage {
+	return QueueUsage{Name: q.Name, Priority: q.Priority, QuotaMilli: q.QuotaMilli, LimitMilli: q.LimitMilli, AllocatedMilli: q.allocated, FairShareMilli: q.fairShare}
+}
+
+func (c *cycle) checkQuota(q *queueState, w *Workload, members int, milli int64) (*QuotaVerdict, error) {
+	if c.quota == nil {
+		return &QuotaVerdict{Allowed: true}, nil
+	}
+	key := quotaKey{queue: q.Name, allocated: q.allocated, milli: milli, members: members, priority: w.Priority}
+	for a := q.parent; a != nil; a = a.parent {
+		// An ancestor's usage can change without q's: fold it in.
+		key.allocated = key.allocated*31 + a.allocated
+	}
+	if v, ok := c.quotaMemo[key]; ok {
+		return v, nil
+	}
+	req := &QuotaRequest{Workload: w, Members: members, GPUMilli: milli, Queue: q.usage(), ClusterMilli: c.clusterMilli}
+	for a := q.parent; a != nil; a = a.parent {
+		req.Ancestors = append(req.Ancestors, a.usage())
+	}
+	v, err := c.quota.CheckQuota(c.ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	c.quotaMemo[key] = v
+	return v, nil
+}
+
+// charge records a member's CPU and memory on its node for the rest of the
+// cycle.
+func (c *cycle) charge(node string, m *Member) {
+	e := c.extra[node]
+	if e == nil {
+		e = &[2]int64{}
+		c.extra[node] = e
+	}
+	e[0] += m.CPUMilli
+	e[1] += m.Memory
+}
+
+func (c *cycle) result() *Result {
+	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, ClusterMilli: c.clusterMilli}
+	names := make([]string, 0, len(c.queues))
+	for name := range c.queues {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	waiting := map[string]int32{}
+	for _, q := range c.queues {
+		for a := q; a != nil; a = a.parent {
+			waiting[a.Name] += q.waiting
+		}
+	}
+	for _, name := range names {
+		q := c.queues[name]
+		r.Queues = append(r.Queues, QueueReport{
+			Name: name, AllocatedMilli: q.allocated, RequestedMilli: q.allocated + max(0, q.pending),
+			FairShareMilli: q.fairShare, PendingWorkloads: waiting[name], Children: q.Children,
+		})
+	}
+	return r
+}
+
+// capacityMessage says how much of a gang fits now, with the closest node's
+// numbers for a single pod.
+func capacityMessage(w *Workload, members []*Member, err error) string {
+	shape := describeMembers(members)
+	var ge *gpu.GangError
+	if len(members) > 1 && errors.As(err, &ge) {
+		if ge.Member == 0 && errors.Is(err, errNoCandidate) {
+			return fmt.Sprintf("gang needs %s; none fit now: %v", shape, errNoCandidate)
+		}
+		return fmt.Sprintf("gang needs %s; at most %d fit now", shape, ge.Member)
+	}
+	cause := err
+	if errors.As(err, &ge) {
+		cause = ge.Cause
+	}
+	if w.Key.IsGang() {
+		return fmt.Sprintf("gang needs %s; it does not fit now: %v", shape, cause)
+	}
+	return fmt.Sprintf("pod needs %s; no node has room now: %v", shape, cause)
+}
+
+// describeMembers is "8 × 1 GPU" for alike members, else each in turn.
+func describeMembers(members []*Member) string {
+	if len(members) == 0 {
+		return "nothing"
+	}
+	first := describeRequest(members[0].Request)
+	for _, m := range members[1:] {
+		if describeRequest(m.Request) != first {
+			parts := make([]string, len(members))
+			for i, m := range members {
+				parts[i] = describeRequest(m.Request)
+			}
+			return strings.Join(parts, " + ")
+		}
+	}
+	if len(members) == 1 {
+		return first
+	}
+	return fmt.Sprintf("%d × %s", len(members), first)
+}
+
+// describeRequest is one pod's request in words: "1 GPU", "0.5 GPU",
+// "2 GPUs", "20480MiB of GPU memory".
+func describeRequest(r *gpu.PodRequest) string {
+	if r == nil {
+		return "no GPU"
+	}
+	parts := make([]string, 0, len(r.Containers))
+	for _, ct := range r.Containers {
+		var s string
+		switch {
+		case ct.MemoryMiB > 0:
+			s = fmt.Sprintf("%dMiB of GPU memory", ct.MemoryMiB)
+			if ct.Count > 1 {
+				s = fmt.Sprintf("%d devices with %s each", ct.Count, s)
+			}
+		case ct.Milli == gpu.MilliPerGPU && ct.Count == 1:
+			s = "1 GPU"
+		case ct.Milli == gpu.MilliPerGPU:
+			s = fmt.Sprintf("%d GPUs", ct.Count)
+		case ct.Count == 1:
+			s = gpu.FormatMilli(ct.Milli) + " GPU"
+		default:
+			s = fmt.Sprintf("%d devices with %s GPU each", ct.Count, gpu.FormatMilli(ct.Milli))
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, " and ")
+}

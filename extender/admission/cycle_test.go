@@ -1,0 +1,352 @@
+package admission
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	. "github.com/partita-dev/partita/internal/partitatest"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+// world is the cluster a test cycle runs on.
+type world struct {
+	nodes     []*corev1.Node
+	gpuNodes  []*v1alpha1.GPUNode
+	queues    []*v1alpha1.Queue
+	podGroups []*v1alpha1.PodGroup
+	pods      []*corev1.Pod
+}
+
+// gpuNodes makes n nodes named prefix-i with perNode 80GB devices.
+func gpuNodes(prefix string, n, perNode int) ([]*corev1.Node, []*v1alpha1.GPUNode) {
+	var nodes []*corev1.Node
+	var gns []*v1alpha1.GPUNode
+	for i := range n {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		nodes = append(nodes, MakeNode(name).Obj())
+		gns = append(gns, MakeGPUNode(name).Devices(perNode, "NVIDIA H100 80GB HBM3", 81559).Obj())
+	}
+	return nodes, gns
+}
+
+// gated is a pending pod of queue q asking for whole GPUs.
+func gated(name, q string, gpus int) *PodWrapper {
+	return MakePod(name, "ns").Queue(q).GPUCount(gpus).SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(t0)
+}
+
+// running is a bound pod of queue q admitted at admitted.
+func running(name, q, node string, gpus int, admitted time.Time) *PodWrapper {
+	return MakePod(name, "ns").Queue(q).GPUCount(gpus).Node(node).Created(admitted).
+		Annotation(v1alpha1.AnnotationAdmitted, admitted.Format(time.RFC3339))
+}
+
+// limitQuota stands in for the default Rego quota policy (tested in
+// package policy): it enforces the limits of the queue and its ancestors.
+type limitQuota struct{}
+
+func (limitQuota) CheckQuota(_ context.Context, r *QuotaRequest) (*QuotaVerdict, error) {
+	v := &QuotaVerdict{Allowed: true}
+	for _, q := range append([]QueueUsage{r.Queue}, r.Ancestors...) {
+		if q.LimitMilli >= 0 && q.AllocatedMilli+r.GPUMilli > q.LimitMilli {
+			v.Allowed = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its limit: %s of %s GPUs", q.Name, gpu.FormatMilli(q.AllocatedMilli), gpu.FormatMilli(q.LimitMilli)))
+		}
+	}
+	return v, nil
+}
+
+// outcome is what a user sees of a cycle.
+type outcome struct {
+	// Admitted maps a workload to its members as pod@node, sorted.
+	Admitted map[string][]string
+	// Waiting maps a workload to "Reason: message".
+	Waiting map[string]string
+	// Evicted are the victims, as workload (reclaim|preempt).
+	Evicted []string
+}
+
+func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
+	t.Helper()
+	cache := NewCache()
+	for _, n := range w.nodes {
+		cache.UpsertNode(n)
+	}
+	for _, q := range w.queues {
+		cache.UpsertQueue(q)
+	}
+	for _, pg := range w.podGroups {
+		cache.UpsertPodGroup(pg)
+	}
+	var gns []v1alpha1.GPUNode
+	for _, n := range w.gpuNodes {
+		gns = append(gns, *n)
+	}
+	ledger := gpu.BuildLedger(gns, nil)
+	for _, p := range w.pods {
+		cache.UpsertPod(p)
+		if p.Spec.NodeName == "" {
+			continue
+		}
+		req, errs := gpu.ParsePod(p)
+		if len(errs) > 0 || req == nil {
+			t.Fatalf("pod %s: %v", p.Name, errs)
+		}
+		a, err := ledger.Choose(p.Spec.NodeName, req, "")
+		if err != nil {
+			t.Fatalf("place running pod %s: %v", p.Name, err)
+		}
+		if err := ledger.Assume(a); err != nil {
+			t.Fatalf("assume running pod %s: %v", p.Name, err)
+		}
+	}
+	if opts.Now.IsZero() {
+		opts.Now = t0.Add(time.Hour)
+	}
+	res := Run(context.Background(), cache.State(), ledger.Snapshot(), limitQuota{}, opts)
+	out := outcome{Admitted: map[string][]string{}, Waiting: map[string]string{}}
+	for _, a := range res.Admissions {
+		var ms []string
+		for _, m := range a.Members {
+			ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
+		}
+		slices.Sort(ms)
+		out.Admitted[a.Workload.Key.String()] = ms
+	}
+	for _, wt := range res.Waiting {
+		out.Waiting[wt.Workload.Key.String()] = wt.Reason + ": " + wt.Message
+	}
+	for _, e := range res.Evictions {
+		kind := "preempt"
+		if e.Reclaim {
+			kind = "reclaim"
+		}
+		out.Evicted = append(out.Evicted, e.Victim.Key.String()+" ("+kind+")")
+	}
+	return out, res
+}
+
+func gang(name, q string, n, minMember int, gpus int) ([]*corev1.Pod, *v1alpha1.PodGroup) {
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, gated(fmt.Sprintf("%s-%d", name, i), q, gpus).PodGroup(name).Obj())
+	}
+	return pods, MakePodGroup(name, "ns").MinMember(int32(minMember)).Obj()
+}
+
+func TestCycle(t *testing.T) {
+	nodes3, gpus3 := gpuNodes("n", 3, 1)
+	nodes4, gpus4 := gpuNodes("n", 4, 1)
+	nodes2, gpus2 := gpuNodes("n", 2, 1)
+	nodes1, gpus1 := gpuNodes("n", 1, 1)
+	gang4, pg4 := gang("train", "a", 4, 4, 1)
+	gang3of4, _ := gang("train", "a", 3, 4, 1)
+	queueA := MakeQueue("a").Obj()
+	queueB := MakeQueue("b").GPU("1", "-1", 1).Obj()
+	limited := MakeQueue("a").GPU("0", "1", 1).Obj()
+
+	cases := map[string]struct {
+		world world
+		opts  Options
+		want  outcome
+	}{
+		"a gang that does not fit waits whole": {
+			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA}, pods: gang4, podGroups: []*v1alpha1.PodGroup{pg4}},
+			want: outcome{Waiting: map[string]string{
+				"ns/train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now",
+			}},
+		},
+		"a gang that fits starts whole, one pod per device": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: []*v1alpha1.Queue{queueA}, pods: gang4, podGroups: []*v1alpha1.PodGroup{pg4}},
+			want: outcome{Admitted: map[string][]string{
+				"ns/train": {"train-0@n-0", "train-1@n-1", "train-2@n-2", "train-3@n-3"},
+			}},
+		},
+		"an incomplete gang waits for its members": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: []*v1alpha1.Queue{queueA}, pods: gang3of4, podGroups: []*v1alpha1.PodGroup{pg4}},
+			want: outcome{Waiting: map[string]string{
+				"ns/train": "WaitingForMembers: gang ns/train needs 4 pods before any starts; 3 exist",
+			}},
+		},
+		"a pod group of unknown size waits and says how to size it": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: []*v1alpha1.Queue{queueA}, pods: gang3of4},
+			want: outcome{Waiting: map[string]string{
+				"ns/train": "WaitingForMembers: pod group train has no PodGroup object and its pods set no partita.dev/min-member: create the PodGroup with spec.minMember, or annotate the pods",
+			}},
+		},
+		"min-member on the pods sizes a gang without a PodGroup": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				gated("w-0", "a", 1).PodGroup("w").Annotation(v1alpha1.AnnotationMinMember, "2").Obj(),
+				gated("w-1", "a", 1).PodGroup("w").Annotation(v1alpha1.AnnotationMinMember, "2").Obj(),
+			}},
+			want: outcome{Admitted: map[string][]string{"ns/w": {"w-0@n-0", "w-1@n-1"}}},
+		},
+		"a queue at its limit holds the next pod": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: []*v1alpha1.Queue{limited}, pods: []*corev1.Pod{
+				running("old", "a", "n-0", 1, t0).Obj(),
+				gated("next", "a", 1).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{"ns/next": "WaitingForQuota: queue a is at its limit: 1 of 1 GPUs"}},
+		},
+		"a queue below its fair share goes first": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, MakeQueue("b").Obj()}, pods: []*corev1.Pod{
+				gated("a-1", "a", 1).Obj(),
+				gated("a-2", "a", 1).Created(t0.Add(time.Second)).Obj(),
+				gated("b-1", "b", 1).Created(t0.Add(2 * time.Second)).Obj(),
+			}},
+			want: outcome{
+				Admitted: map[string][]string{"ns/a-1": {"a-1@n-0"}, "ns/b-1": {"b-1@n-1"}},
+				Waiting:  map[string]string{"ns/a-2": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0")},
+			},
+		},
+		"a queue below its fair share reclaims the youngest workload of a queue above its own": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, queueB}, pods: []*corev1.Pod{
+				running("a-old", "a", "n-0", 1, t0).Obj(),
+				running("a-young", "a", "n-1", 1, t0.Add(time.Minute)).Obj(),
+				gated("b-1", "b", 1).Obj(),
+			}},
+			opts: Options{PreemptMinRuntime: time.Minute},
+			want: outcome{
+				Waiting: map[string]string{"ns/b-1": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-young"},
+				Evicted: []string{"ns/a-young (reclaim)"},
+			},
+		},
+		"a workload younger than the minimum runtime is not reclaimed": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, queueB}, pods: []*corev1.Pod{
+				running("a-old", "a", "n-0", 1, t0.Add(30*time.Second)).Obj(),
+				running("a-young", "a", "n-1", 1, t0.Add(time.Minute)).Obj(),
+				gated("b-1", "b", 1).Obj(),
+			}},
+			opts: Options{Now: t0.Add(80 * time.Second), PreemptMinRuntime: time.Minute},
+			want: outcome{Waiting: map[string]string{"ns/b-1": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0")}},
+		},
+		"higher priority preempts lower in the same queue": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			want: outcome{
+				Waiting: map[string]string{"ns/high": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/low"},
+				Evicted: []string{"ns/low (preempt)"},
+			},
+		},
+		"equal priority in one queue preempts nothing": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("first", "a", "n-0", 1, t0).Obj(),
+				gated("second", "a", 1).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{"ns/second": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0")}},
+		},
+		"room being freed by terminating pods is waited for, not evicted again": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Terminating(t0.Add(time.Hour)).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{"ns/high": "WaitingForCapacity: waiting for 1 evicted or deleted pods to terminate to make room"}},
+		},
+		"taints, selectors and cordons keep pods off nodes": {
+			world: world{
+				nodes: []*corev1.Node{
+					MakeNode("n-0").Taint("dedicated", "infer").Obj(),
+					MakeNode("n-1").Unschedulable().Obj(),
+					MakeNode("n-2").Label("pool", "train").Obj(),
+					MakeNode("n-3").Obj(),
+				},
+				gpuNodes: gpus4, queues: []*v1alpha1.Queue{queueA},
+				pods: []*corev1.Pod{
+					gated("anywhere", "a", 1).Obj(),
+					gated("train", "a", 1).NodeSelector("pool", "train").Created(t0.Add(-time.Second)).Obj(),
+					gated("infer", "a", 1).NodeSelector("pool", "infer").Obj(),
+				},
+			},
+			want: outcome{
+				Admitted: map[string][]string{"ns/anywhere": {"anywhere@n-3"}, "ns/train": {"train@n-2"}},
+				Waiting:  map[string]string{"ns/infer": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + errNoCandidate.Error()},
+			},
+		},
+		"a gang with a topology key stays in one domain": {
+			world: world{
+				nodes: []*corev1.Node{
+					MakeNode("n-0").Label("zone", "a").Obj(),
+					MakeNode("n-1").Label("zone", "b").Obj(),
+					MakeNode("n-2").Label("zone", "b").Obj(),
+				},
+				gpuNodes: []*v1alpha1.GPUNode{
+					MakeGPUNode("n-0").Devices(2, "NVIDIA H100 80GB HBM3", 81559).Obj(),
+					MakeGPUNode("n-1").Devices(1, "NVIDIA H100 80GB HBM3", 81559).Obj(),
+					MakeGPUNode("n-2").Devices(2, "NVIDIA H100 80GB HBM3", 81559).Obj(),
+				},
+				queues:    []*v1alpha1.Queue{queueA},
+				pods:      []*corev1.Pod{gated("z-0", "a", 1).PodGroup("z").Obj(), gated("z-1", "a", 1).PodGroup("z").Obj(), gated("z-2", "a", 1).PodGroup("z").Obj()},
+				podGroups: []*v1alpha1.PodGroup{MakePodGroup("z", "ns").MinMember(3).TopologyKey("zone").Obj()},
+			},
+			want: outcome{Admitted: map[string][]string{"ns/z": {"z-0@n-1", "z-1@n-2", "z-2@n-2"}}},
+		},
+		"CPU room caps how many members a node takes": {
+			world: world{
+				nodes:    []*corev1.Node{MakeNode("n-0").Allocatable(corev1.ResourceCPU, "2").Obj(), MakeNode("n-1").Obj()},
+				gpuNodes: []*v1alpha1.GPUNode{MakeGPUNode("n-0").Devices(8, "NVIDIA H100 80GB HBM3", 81559).Obj(), MakeGPUNode("n-1").Devices(1, "NVIDIA H100 80GB HBM3", 81559).Obj()},
+				queues:   []*v1alpha1.Queue{queueA},
+				pods: []*corev1.Pod{
+					gated("c-0", "a", 1).PodGroup("c").Request(DefaultContainer, corev1.ResourceCPU, "1").Obj(),
+					gated("c-1", "a", 1).PodGroup("c").Request(DefaultContainer, corev1.ResourceCPU, "1").Obj(),
+					gated("c-2", "a", 1).PodGroup("c").Request(DefaultContainer, corev1.ResourceCPU, "1").Obj(),
+				},
+				podGroups: []*v1alpha1.PodGroup{MakePodGroup("c", "ns").MinMember(3).Obj()},
+			},
+			want: outcome{Admitted: map[string][]string{"ns/c": {"c-0@n-1", "c-1@n-0", "c-2@n-0"}}},
+		},
+		"a pod in a queue that does not exist waits": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, pods: []*corev1.Pod{gated("p", "ghost", 1).Obj()}},
+			want:  outcome{Waiting: map[string]string{"ns/p": "WaitingForQuota: queue ghost does not exist: create the Queue, or name an existing leaf queue"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, _ := runWorld(t, tc.world, tc.opts)
+			if tc.want.Admitted == nil {
+				tc.want.Admitted = map[string][]string{}
+			}
+			if tc.want.Waiting == nil {
+				tc.want.Waiting = map[string]string{}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// noRoom is gpu's explanation for one whole GPU on a full 1-GPU node.
+func noRoom(node string) string {
+	return "node " + node + ": no healthy GPU with room; pod needs a whole GPU (container main)"
+}
+
+func TestQueueReports(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 2)
+	_, res := runWorld(t, world{
+		nodes: nodes, gpuNodes: gns,
+		queues: []*v1alpha1.Queue{MakeQueue("org").Obj(), MakeQueue("a").Parent("org").Obj(), MakeQueue("b").Parent("org").Obj()},
+		pods: []*corev1.Pod{
+			running("a-1", "a", "n-0", 1, t0).Obj(),
+			gated("b-1", "b", 1).Obj(),
+			gated("b-2", "b", 4).Obj(),
+		},
+	}, Options{})
+	want := []QueueReport{
+		{Name: "a", AllocatedMilli: 1000, RequestedMilli: 1000, FairShareMilli: 1000},
+		{Name: "b", AllocatedMilli: 1000, RequestedMilli: 5000, FairShareMilli: 3000, PendingWorkloads: 1},
+		{Name: "org", AllocatedMilli: 2000, RequestedMilli: 6000, FairShareMilli: 4000, PendingWorkloads: 1, Children: []string{"a", "b"}},
+	}
+	if diff := cmp.Diff(want, res.Queues); diff != "" {
+		t.Errorf("queue reports (-want +got):\n%s", diff)
+	}
+}

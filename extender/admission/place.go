@@ -1,0 +1,235 @@
+package admission
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/partita-dev/partita/gpu"
+)
+
+// errNoCandidate is the answer for a member no node can take, whatever its
+// devices: node selector, affinity, taints, or CPU and memory room.
+var errNoCandidate = fmt.Errorf("no GPU node passes the pod's node selector, affinity and tolerations with CPU and memory room to spare")
+
+// place simulates members on the snapshot, all or none; placed members are
+// assumed there. memo lets a failure be remembered for alike members for the
+// rest of the cycle (room only shrinks within a cycle).
+func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmission, error) {
+	if len(members) == 0 {
+		return nil, nil
+	}
+	groups := c.groupByConstraints(members)
+	var key string
+	if memo {
+		key = shapeKey(w.TopologyKey, groups)
+		if err, ok := c.failedShapes[key]; ok {
+			return nil, err
+		}
+	}
+	var placed []MemberAdmission
+	for _, g := range groups {
+		allocs, err := c.placeGroup(w, g)
+		if err != nil {
+			for _, p := range placed {
+				c.snap.Forget(p.Member.Pod.UID)
+			}
+			if memo {
+				c.failedShapes[key] = err
+			}
+			return nil, err
+		}
+		for i, a := range allocs {
+			placed = append(placed, MemberAdmission{Member: g.members[i], Allocation: a})
+		}
+	}
+	return placed, nil
+}
+
+// constraintGroup is members that share their node constraints.
+type constraintGroup struct {
+	sig     string
+	members []*Member
+}
+
+func (c *cycle) groupByConstraints(members []*Member) []constraintGroup {
+	var out []constraintGroup
+	for _, m := range members {
+		sig := constraintSig(m)
+		i := slices.IndexFunc(out, func(g constraintGroup) bool { return g.sig == sig })
+		if i < 0 {
+			out = append(out, constraintGroup{sig: sig})
+			i = len(out) - 1
+		}
+		out[i].members = append(out[i].members, m)
+	}
+	return out
+}
+
+// constraintSig identifies what restricts a member's nodes: selector,
+// required affinity, tolerations, and its CPU and memory requests.
+func constraintSig(m *Member) string {
+	type sig struct {
+		Selector    map[string]string    `json:"s,omitempty"`
+		Affinity    *corev1.NodeSelector `json:"a,omitempty"`
+		Tolerations []corev1.Toleration  `json:"t,omitempty"`
+		CPU         int64                `json:"c"`
+		Memory      int64                `json:"m"`
+	}
+	s := sig{Selector: m.Pod.Spec.NodeSelector, Tolerations: m.Pod.Spec.Tolerations, CPU: m.CPUMilli, Memory: m.Memory}
+	if a := m.Pod.Spec.Affinity; a != nil && a.NodeAffinity != nil {
+		s.Affinity = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
+	}
+	b, err := json.Marshal(s)
+	if err != nil {
+		return fmt.Sprintf("unreadable:%s", m.Pod.UID)
+	}
+	return string(b)
+}
+
+// shapeKey identifies a placement question: alike questions have alike
+// answers within a cycle.
+func shapeKey(topologyKey string, groups []constraintGroup) string {
+	var b strings.Builder
+	b.WriteString(topologyKey)
+	for _, g := range groups {
+		b.WriteString("|")
+		b.WriteString(g.sig)
+		for _, m := range g.members {
+			fmt.Fprintf(&b, ";%s/%s", describeRequest(m.Request), m.Request.Placement)
+		}
+	}
+	return b.String()
+}
+
+// placeGroup places members that share constraints, in one topology domain
+// when the workload prefers one and some domain can take them all.
+func (c *cycle) placeGroup(w *Workload, g constraintGroup) ([]*gpu.PodAllocation, error) {
+	cands := c.staticCandidates(g.sig, g.members[0])
+	names := make([]string, 0, len(cands))
+	caps := make([]int, 0, len(cands))
+	for _, name := range cands {
+		if n := c.room(name, g.members[0]); n > 0 {
+			names = append(names, name)
+			caps = append(caps, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil, &gpu.GangError{Total: len(g.members), Cause: errNoCandidate}
+	}
+	reqs := make([]*gpu.PodRequest, len(g.members))
+	for i, m := range g.members {
+		reqs[i] = m.Request
+	}
+	placement := gpu.Placement("")
+	if reqs[0].Placement == "" {
+		placement = c.opts.Placement
+	}
+	if w.TopologyKey != "" {
+		for _, d := range c.domains(w.TopologyKey, names, caps) {
+			if a, err := c.snap.PlaceGangCapped(reqs, d.names, d.caps, placement); err == nil {
+				return a, nil
+			}
+		}
+	}
+	return c.snap.PlaceGangCapped(reqs, names, caps, placement)
+}
+
+// staticCandidates are the GPU nodes, in name order, whose selector,
+// affinity, taints and schedulability admit the member: what cannot change
+// within a cycle, computed once per constraint signature.
+func (c *cycle) staticCandidates(sig string, m *Member) []string {
+	if c.candidates == nil {
+		c.candidates = map[string][]string{}
+	}
+	if out, ok := c.candidates[sig]; ok {
+		return out
+	}
+	if c.nodeNames == nil {
+		c.nodeNames = c.snap.Nodes()
+	}
+	aff := nodeaffinity.GetRequiredNodeAffinity(m.Pod)
+	out := []string{}
+	for _, name := range c.nodeNames {
+		n := c.st.Nodes[name]
+		if n == nil || n.Node == nil || n.Node.Spec.Unschedulable {
+			continue
+		}
+		if ok, err := aff.Match(n.Node); err != nil || !ok {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Node.Spec.Taints, m.Pod.Spec.Tolerations, schedulingTaint, false); untolerated {
+			continue
+		}
+		out = append(out, name)
+	}
+	c.candidates[sig] = out
+	return out
+}
+
+// schedulingTaint selects the taints that keep pods off a node at
+// scheduling, as kube-scheduler's TaintToleration filter does.
+func schedulingTaint(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+}
+
+// room is how many pods like m node can still take by CPU and memory.
+func (c *cycle) room(name string, m *Member) int {
+	n := c.st.Nodes[name]
+	if n == nil || n.Node == nil {
+		return 0
+	}
+	var extraCPU, extraMem int64
+	if e := c.extra[name]; e != nil {
+		extraCPU, extraMem = e[0], e[1]
+	}
+	fit := math.MaxInt32
+	alloc := n.Node.Status.Allocatable
+	if m.CPUMilli > 0 {
+		fit = min(fit, int((alloc.Cpu().MilliValue()-n.CPUMilli-extraCPU)/m.CPUMilli))
+	}
+	if m.Memory > 0 {
+		fit = min(fit, int((alloc.Memory().Value()-n.Memory-extraMem)/m.Memory))
+	}
+	return fit
+}
+
+// domain is the candidate nodes of one topology value.
+type domain struct {
+	value string
+	names []string
+	caps  []int
+	free  int64
+}
+
+// domains groups candidates by their value of key, the most free GPU share
+// first; nodes without the label belong to none.
+func (c *cycle) domains(key string, names []string, caps []int) []*domain {
+	byValue := map[string]*domain{}
+	var out []*domain
+	for i, name := range names {
+		v, ok := c.st.Nodes[name].Node.Labels[key]
+		if !ok {
+			continue
+		}
+		d := byValue[v]
+		if d == nil {
+			d = &domain{value: v}
+			byValue[v] = d
+			out = append(out, d)
+		}
+		d.names = append(d.names, name)
+		d.caps = append(d.caps, caps[i])
+		d.free += c.snap.FreeMilli(name)
+	}
+	slices.SortFunc(out, func(a, b *domain) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.value, b.value)) })
+	return out
+}

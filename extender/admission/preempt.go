@@ -1,0 +1,179 @@
+package admission
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// maxVictims bounds the workloads one search may evict.
+const maxVictims = 64
+
+// victim is a workload the search may evict.
+type victim struct {
+	w       *Workload
+	q       *queueState
+	reclaim bool
+}
+
+// preempt looks for whole workloads whose eviction lets members of w fit
+// (DESIGN §6): from queues over their fair share while w's queue stays
+// within its own (reclaim), or of lower priority in w's queue (preemption).
+// Workloads admitted less than PreemptMinRuntime ago, and those already
+// being evicted, are spared. It evicts only for a placement it has
+// simulated, and it reports whether w now waits for evictions (its wait is
+// recorded); false means nothing can be evicted for it.
+func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
+	if c.opts.DisablePreemption || q == nil || len(members) == 0 {
+		return false
+	}
+	saved := map[types.UID]*gpu.PodAllocation{}
+	release := func(ms []*Member) {
+		for _, m := range ms {
+			if a, ok := c.snap.Allocation(m.Pod.UID); ok {
+				saved[m.Pod.UID] = a
+				c.snap.Forget(m.Pod.UID)
+			}
+		}
+	}
+	restore := func(ms []*Member) {
+		for _, m := range ms {
+			if a := saved[m.Pod.UID]; a != nil {
+				_ = c.snap.Assume(a)
+				delete(saved, m.Pod.UID)
+			}
+		}
+	}
+	fits := func() bool {
+		placed, err := c.place(w, members, false)
+		for _, p := range placed {
+			c.snap.Forget(p.Member.Pod.UID)
+		}
+		return err == nil
+	}
+	// Pods already terminating free their room soon: if that is enough,
+	// wait for them rather than evict more.
+	terminating := c.terminatingMembers()
+	release(terminating)
+	defer restore(terminating)
+	if len(terminating) > 0 && fits() {
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
+		return true
+	}
+	if c.searches >= c.opts.MaxPreemptionSearches {
+		return false
+	}
+	c.searches++
+	cands := c.victims(q, w, members)
+	if len(cands) == 0 {
+		return false
+	}
+	taken := map[*queueState]int64{}
+	var chosen []victim
+	found := false
+	for _, v := range cands {
+		if v.reclaim && v.q.allocated-taken[v.q] <= v.q.fairShare {
+			continue
+		}
+		release(v.w.Active)
+		taken[v.q] += v.w.ActiveMilli()
+		chosen = append(chosen, v)
+		if fits() {
+			found = true
+			break
+		}
+		if len(chosen) >= maxVictims {
+			break
+		}
+	}
+	if !found {
+		for _, v := range chosen {
+			restore(v.w.Active)
+		}
+		return false
+	}
+	// Least disruption: spare every chosen victim the placement does not
+	// need, the most important first.
+	for i := len(chosen) - 2; i >= 0; i-- {
+		restore(chosen[i].w.Active)
+		if fits() {
+			chosen = slices.Delete(chosen, i, i+1)
+			continue
+		}
+		release(chosen[i].w.Active)
+	}
+	names := make([]string, len(chosen))
+	for i, v := range chosen {
+		restore(v.w.Active)
+		c.evicting[v.w.Key] = true
+		names[i] = v.w.Key.String()
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
+	}
+	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
+	return true
+}
+
+// victims lists the workloads that may be evicted for w, the first to go
+// first: lowest priority, then the most recently started.
+func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim {
+	var need int64
+	for _, m := range members {
+		need += m.GPUMilli
+	}
+	reclaim := q.allocated+need <= q.fairShare
+	var out []victim
+	for _, v := range c.st.Workloads {
+		if len(v.Active) == 0 || v == w || c.evicting[v.Key] || anyTerminating(v) {
+			continue
+		}
+		if c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
+			continue
+		}
+		vq := c.queues[v.Queue]
+		switch {
+		case vq == nil:
+		case vq == q && v.Priority < w.Priority:
+			out = append(out, victim{w: v, q: vq})
+		case vq != q && reclaim && vq.allocated > vq.fairShare:
+			out = append(out, victim{w: v, q: vq, reclaim: true})
+		}
+	}
+	slices.SortFunc(out, func(a, b victim) int {
+		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()), strings.Compare(a.w.Key.String(), b.w.Key.String()))
+	})
+	return out
+}
+
+func anyTerminating(w *Workload) bool {
+	return slices.ContainsFunc(w.Active, func(m *Member) bool { return m.Pod.DeletionTimestamp != nil })
+}
+
+// terminatingMembers are the active members of every workload that are
+// being deleted, computed once per cycle.
+func (c *cycle) terminatingMembers() []*Member {
+	if c.terminating == nil {
+		c.terminating = []*Member{}
+		for _, w := range c.st.Workloads {
+			for _, m := range w.Active {
+				if m.Pod.DeletionTimestamp != nil {
+					c.terminating = append(c.terminating, m)
+				}
+			}
+		}
+	}
+	return c.terminating
+}
+
+func evictionMessage(v victim, q *queueState, w *Workload) string {
+	if v.reclaim {
+		return fmt.Sprintf("reclaimed for %s: queue %s is below its fair share (%s of %s GPUs) and queue %s is above its own (%s of %s GPUs)",
+			w.Key, q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
+	}
+	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Key, w.Priority, v.w.Priority)
+}

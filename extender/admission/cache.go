@@ -83,6 +83,19 @@ type Cache struct {
 	// generation counts changes, so that the loop can skip a cycle when
 	// nothing changed.
 	generation uint64
+	// built are the workloads as State last built them; dirty names those
+	// whose pods or PodGroup changed since. Workloads are immutable once
+	// built, so a State shares the unchanged ones.
+	built map[WorkloadKey]*Workload
+	dirty map[WorkloadKey]bool
+	// Indexes of the built workloads, kept by index.
+	gangs, terminating map[WorkloadKey]*Workload
+	pending, active    map[string]map[WorkloadKey]*Workload
+	// pendingSlices and activeSlices cache pending and active as sorted
+	// slices, dropped when a queue's set changes.
+	pendingSlices, activeSlices map[string][]*Workload
+	// usage is what each queue's own workloads hold and wait for.
+	usage map[string]*[2]int64
 }
 
 type podGroupInfo struct {
@@ -115,6 +128,16 @@ func NewCache() *Cache {
 		podGroups: map[types.NamespacedName]*podGroupInfo{},
 		queues:    map[string]*queueInfo{},
 		nodes:     map[string]*nodeInfo{},
+		built:     map[WorkloadKey]*Workload{},
+		dirty:     map[WorkloadKey]bool{},
+
+		gangs:         map[WorkloadKey]*Workload{},
+		terminating:   map[WorkloadKey]*Workload{},
+		pending:       map[string]map[WorkloadKey]*Workload{},
+		active:        map[string]map[WorkloadKey]*Workload{},
+		pendingSlices: map[string][]*Workload{},
+		activeSlices:  map[string][]*Workload{},
+		usage:         map[string]*[2]int64{},
 	}
 }
 
@@ -136,6 +159,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	c.removePod(pod.UID)
 	c.pods[pod.UID] = info
 	if info.req != nil {
+		c.dirty[info.key] = true
 		m := c.workloads[info.key]
 		if m == nil {
 			m = map[types.UID]*podInfo{}
@@ -161,6 +185,9 @@ func (c *Cache) removePod(uid types.UID) {
 		return
 	}
 	delete(c.pods, uid)
+	if old.req != nil {
+		c.dirty[old.key] = true
+	}
 	if m := c.workloads[old.key]; m != nil {
 		delete(m, uid)
 		if len(m) == 0 {
@@ -223,6 +250,7 @@ func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	c.podGroups[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}] = info
+	c.dirty[WorkloadKey{Namespace: pg.Namespace, PodGroup: pg.Name}] = true
 	c.generation++
 }
 
@@ -231,6 +259,7 @@ func (c *Cache) DeletePodGroup(key types.NamespacedName) {
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	delete(c.podGroups, key)
+	c.dirty[WorkloadKey{Namespace: key.Namespace, PodGroup: key.Name}] = true
 	c.generation++
 }
 

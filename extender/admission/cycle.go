@@ -170,15 +170,19 @@ type cycle struct {
 	quotaMemo map[quotaKey]*QuotaVerdict
 	// failedShapes are member requests that found no room this cycle: room
 	// only shrinks within a cycle, so they fail again.
-	failedShapes map[string]error
+	failedShapes map[string]*failure
 	evicting     map[WorkloadKey]bool
 	searches     int
 	// candidates caches staticCandidates by constraint signature; nodeNames
 	// are the snapshot's nodes in name order.
-	candidates   map[string][]string
-	nodeNames    []string
-	terminating  []*Member
-	clusterMilli int64
+	candidates  map[string][]string
+	nodeNames   []string
+	terminating []*Member
+	// over caches overFairShare.
+	over []*queueState
+	// evictableByQueue caches evictable.
+	evictableByQueue map[string][]*Workload
+	clusterMilli     int64
 
 	admissions []Admission
 	waiting    []Wait
@@ -200,12 +204,17 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 	if opts.Placement == "" {
 		opts.Placement = gpu.PlacementBinpack
 	}
+	pending := 0
+	for _, ws := range st.Pending {
+		pending += len(ws)
+	}
 	c := &cycle{
 		ctx: ctx, st: st, snap: snap, quota: quota, opts: opts,
+		waiting:      make([]Wait, 0, pending),
 		queues:       make(map[string]*queueState, len(st.Queues)),
 		extra:        map[string]*[2]int64{},
 		quotaMemo:    map[quotaKey]*QuotaVerdict{},
-		failedShapes: map[string]error{},
+		failedShapes: map[string]*failure{},
 		evicting:     map[WorkloadKey]bool{},
 		clusterMilli: snap.CapacityMilli(),
 	}
@@ -216,16 +225,10 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		q.parent = c.queues[q.Parent]
 	}
 	breakCycles(c.queues)
-	for _, w := range st.Workloads {
-		q := c.queues[w.Queue]
-		if q == nil {
-			continue
-		}
+	for _, q := range c.queues {
 		for a := q; a != nil; a = a.parent {
-			a.allocated += w.ActiveMilli()
-			for _, m := range w.Pending {
-				a.pending += m.GPUMilli
-			}
+			a.allocated += q.AllocatedMilli
+			a.pending += q.PendingMilli
 		}
 	}
 	c.divide()
@@ -251,16 +254,14 @@ func breakCycles(queues map[string]*queueState) {
 func (c *cycle) run() {
 	var h queueHeap
 	var orphans []*Workload
-	for _, w := range c.st.Workloads {
-		if len(w.Pending) == 0 {
-			continue
-		}
-		q := c.queues[w.Queue]
+	for name, ws := range c.st.Pending {
+		q := c.queues[name]
 		if q == nil {
-			orphans = append(orphans, w)
+			orphans = append(orphans, ws...)
 			continue
 		}
-		q.workloads = append(q.workloads, w)
+		// Shared with the cache: read, never reordered.
+		q.workloads = ws
 	}
 	slices.SortFunc(orphans, workloadOrder)
 	for _, w := range orphans {
@@ -275,7 +276,6 @@ func (c *cycle) run() {
 		if len(q.workloads) == 0 {
 			continue
 		}
-		slices.SortFunc(q.workloads, workloadOrder)
 		h.push(q)
 	}
 	for h.len() > 0 {
@@ -298,7 +298,11 @@ func (c *cycle) run() {
 
 // workloadOrder is the order within a queue: priority, then age, then key.
 func workloadOrder(a, b *Workload) int {
-	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), strings.Compare(a.Key.String(), b.Key.String()))
+	return cmp.Or(cmp.Compare(b.Priority, a.Priority), a.Created.Compare(b.Created), compareKeys(a.Key, b.Key))
+}
+
+func compareKeys(a, b WorkloadKey) int {
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.PodGroup, b.PodGroup), strings.Compare(a.Pod, b.Pod))
 }
 
 // admitOrWait tries one workload; it reports whether it was admitted.
@@ -326,6 +330,12 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		// placed together, and pending pods beyond it go if they fit.
 		required = max(0, int(w.MinMember)-len(w.Active))
 	}
+	if f, known := c.knownFailure(w, w.Pending[:required]); known && !c.mayEvictFor(q, w) {
+		// Room only shrinks within a cycle: a question already answered
+		// no is answered no again, without asking the policy.
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
+		return false
+	}
 	members, milli := len(w.Pending), int64(0)
 	for _, m := range w.Pending {
 		milli += m.GPUMilli
@@ -344,7 +354,8 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	placed, err := c.place(w, w.Pending[:required], true)
 	if err != nil {
 		if !c.preempt(q, w, w.Pending[:required]) {
-			c.wait(w, v1alpha1.ReasonWaitingForCapacity, capacityMessage(w, w.Pending[:required], err))
+			f, _ := c.knownFailure(w, w.Pending[:required])
+			c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
 		}
 		return false
 	}

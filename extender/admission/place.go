@@ -3,6 +3,7 @@ package admission
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -20,6 +21,24 @@ import (
 // devices: node selector, affinity, taints, or CPU and memory room.
 var errNoCandidate = fmt.Errorf("no GPU node passes the pod's node selector, affinity and tolerations with CPU and memory room to spare")
 
+// failure is a placement that failed in this cycle, with its message for
+// users, made once.
+type failure struct {
+	err error
+	msg string
+}
+
+// message is the wait message for w.
+func (f *failure) message(w *Workload, members []*Member) string {
+	if f == nil {
+		return capacityMessage(w, members, errors.New("no node has room now"))
+	}
+	if f.msg == "" {
+		f.msg = capacityMessage(w, members, f.err)
+	}
+	return f.msg
+}
+
 // place simulates members on the snapshot, all or none; placed members are
 // assumed there. memo lets a failure be remembered for alike members for the
 // rest of the cycle (room only shrinks within a cycle).
@@ -27,12 +46,10 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 	if len(members) == 0 {
 		return nil, nil
 	}
-	groups := c.groupByConstraints(members)
-	var key string
+	key, groups := c.placeQuestion(w, members)
 	if memo {
-		key = shapeKey(w.TopologyKey, groups)
-		if err, ok := c.failedShapes[key]; ok {
-			return nil, err
+		if f, ok := c.failedShapes[key]; ok {
+			return nil, f.err
 		}
 	}
 	var placed []MemberAdmission
@@ -43,7 +60,7 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 				c.snap.Forget(p.Member.Pod.UID)
 			}
 			if memo {
-				c.failedShapes[key] = err
+				c.failedShapes[key] = &failure{err: err}
 			}
 			return nil, err
 		}
@@ -52,6 +69,40 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 		}
 	}
 	return placed, nil
+}
+
+// placeQuestion is the shape key and constraint groups of members; for the
+// workload's leading pending members it is memoised in the workload.
+func (c *cycle) placeQuestion(w *Workload, members []*Member) (string, []constraintGroup) {
+	lead := len(members) <= len(w.Pending) && len(members) > 0 && &members[0] == &w.Pending[0]
+	if lead && w.placeKey != "" && len(w.placeGroups) > 0 && countMembers(w.placeGroups) == len(members) {
+		return w.placeKey, w.placeGroups
+	}
+	groups := c.groupByConstraints(members)
+	key := shapeKey(w.TopologyKey, groups)
+	if lead {
+		w.placeKey, w.placeGroups = key, groups
+	}
+	return key, groups
+}
+
+func countMembers(groups []constraintGroup) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g.members)
+	}
+	return n
+}
+
+// knownFailure returns an earlier failed placement of the same shape in
+// this cycle, if one failed.
+func (c *cycle) knownFailure(w *Workload, members []*Member) (*failure, bool) {
+	if len(members) == 0 {
+		return nil, false
+	}
+	key, _ := c.placeQuestion(w, members)
+	f, ok := c.failedShapes[key]
+	return f, ok
 }
 
 // constraintGroup is members that share their node constraints.
@@ -75,8 +126,16 @@ func (c *cycle) groupByConstraints(members []*Member) []constraintGroup {
 }
 
 // constraintSig identifies what restricts a member's nodes: selector,
-// required affinity, tolerations, and its CPU and memory requests.
+// required affinity, tolerations, and its CPU and memory requests. It is
+// computed once per member: members are immutable and outlive cycles.
 func constraintSig(m *Member) string {
+	if m.sig == "" {
+		m.sig = computeConstraintSig(m)
+	}
+	return m.sig
+}
+
+func computeConstraintSig(m *Member) string {
 	type sig struct {
 		Selector    map[string]string    `json:"s,omitempty"`
 		Affinity    *corev1.NodeSelector `json:"a,omitempty"`
@@ -104,7 +163,8 @@ func shapeKey(topologyKey string, groups []constraintGroup) string {
 		b.WriteString("|")
 		b.WriteString(g.sig)
 		for _, m := range g.members {
-			fmt.Fprintf(&b, ";%s/%s", describeRequest(m.Request), m.Request.Placement)
+			b.WriteString(";")
+			b.WriteString(requestShape(m))
 		}
 	}
 	return b.String()
@@ -232,4 +292,13 @@ func (c *cycle) domains(key string, names []string, caps []int) []*domain {
 	}
 	slices.SortFunc(out, func(a, b *domain) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.value, b.value)) })
 	return out
+}
+
+// requestShape is the member's request and placement in words, computed
+// once per member.
+func requestShape(m *Member) string {
+	if m.shape == "" {
+		m.shape = describeRequest(m.Request) + "/" + string(m.Request.Placement)
+	}
+	return m.shape
 }

@@ -126,32 +126,52 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 	for _, m := range members {
 		need += m.GPUMilli
 	}
-	reclaim := q.allocated+need <= q.fairShare
 	var out []victim
-	for _, v := range c.st.Workloads {
-		if len(v.Active) == 0 || v == w || c.evicting[v.Key] || anyTerminating(v) {
-			continue
+	for _, v := range c.evictable(q.Name) {
+		if v.Priority >= w.Priority {
+			break
 		}
-		if c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
-			continue
+		if v != w && !c.evicting[v.Key] {
+			out = append(out, victim{w: v, q: q})
 		}
-		vq := c.queues[v.Queue]
-		switch {
-		case vq == nil:
-		case vq == q && v.Priority < w.Priority:
-			out = append(out, victim{w: v, q: vq})
-		case vq != q && reclaim && vq.allocated > vq.fairShare:
-			out = append(out, victim{w: v, q: vq, reclaim: true})
+	}
+	if q.allocated+need <= q.fairShare {
+		for _, vq := range c.overFairShare() {
+			if vq == q {
+				continue
+			}
+			for _, v := range c.evictable(vq.Name) {
+				if !c.evicting[v.Key] {
+					out = append(out, victim{w: v, q: vq, reclaim: true})
+				}
+			}
 		}
 	}
 	slices.SortFunc(out, func(a, b victim) int {
-		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()), strings.Compare(a.w.Key.String(), b.w.Key.String()))
+		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()), compareKeys(a.w.Key, b.w.Key))
 	})
 	return out
 }
 
-func anyTerminating(w *Workload) bool {
-	return slices.ContainsFunc(w.Active, func(m *Member) bool { return m.Pod.DeletionTimestamp != nil })
+// evictable are the workloads of queue that may ever be victims this
+// cycle, lowest priority first: none of their pods is terminating, and they
+// started PreemptMinRuntime ago or earlier. Built once per queue and cycle.
+func (c *cycle) evictable(queue string) []*Workload {
+	if c.evictableByQueue == nil {
+		c.evictableByQueue = map[string][]*Workload{}
+	}
+	if vs, ok := c.evictableByQueue[queue]; ok {
+		return vs
+	}
+	var vs []*Workload
+	for _, v := range c.st.Active[queue] { // lowest priority first
+		if v.Terminating() || c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
+			continue
+		}
+		vs = append(vs, v)
+	}
+	c.evictableByQueue[queue] = vs
+	return vs
 }
 
 // terminatingMembers are the active members of every workload that are
@@ -159,7 +179,7 @@ func anyTerminating(w *Workload) bool {
 func (c *cycle) terminatingMembers() []*Member {
 	if c.terminating == nil {
 		c.terminating = []*Member{}
-		for _, w := range c.st.Workloads {
+		for _, w := range c.st.Terminating {
 			for _, m := range w.Active {
 				if m.Pod.DeletionTimestamp != nil {
 					c.terminating = append(c.terminating, m)
@@ -176,4 +196,43 @@ func evictionMessage(v victim, q *queueState, w *Workload) string {
 			w.Key, q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
 	}
 	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Key, w.Priority, v.w.Priority)
+}
+
+// mayEvictFor reports whether some workload could be evicted for w at all:
+// a cheap check that lets a workload that cannot fit wait without a search.
+func (c *cycle) mayEvictFor(q *queueState, w *Workload) bool {
+	if c.opts.DisablePreemption || q == nil {
+		return false
+	}
+	// Active lists are sorted by priority: the first says whether any is
+	// lower, before the victims are filtered.
+	if as := c.st.Active[q.Name]; len(as) > 0 && as[0].Priority < w.Priority {
+		if vs := c.evictable(q.Name); len(vs) > 0 && vs[0].Priority < w.Priority {
+			return true
+		}
+	}
+	if q.allocated >= q.fairShare {
+		return false
+	}
+	for _, vq := range c.overFairShare() {
+		if vq != q && len(c.evictable(vq.Name)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// overFairShare are the leaf queues that hold more than their fair share
+// at the start of the cycle (admissions only add to the queues below).
+func (c *cycle) overFairShare() []*queueState {
+	if c.over == nil {
+		c.over = []*queueState{}
+		for _, q := range c.queues {
+			if len(q.Children) == 0 && q.allocated > q.fairShare {
+				c.over = append(c.over, q)
+			}
+		}
+		slices.SortFunc(c.over, func(a, b *queueState) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return c.over
 }

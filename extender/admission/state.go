@@ -26,6 +26,10 @@ type Member struct {
 	Admitted time.Time
 	// Bound reports whether it has a node.
 	Bound bool
+
+	// sig and shape memoise constraintSig and requestShape: a member is
+	// immutable, and only the loop's goroutine reads it.
+	sig, shape string
 }
 
 // Workload is a gang or a single pod, as one cycle sees it.
@@ -54,32 +58,49 @@ type Workload struct {
 	Pending []*Member
 	// Active are the members admitted or bound and not done.
 	Active []*Member
+
+	activeMilli, pendingMilli int64
+	started                   time.Time
+	terminating               bool
+	// placeKey and placeGroups memoise the placement question of the
+	// pending members, the same every cycle.
+	placeKey    string
+	placeGroups []constraintGroup
 }
 
 // ActiveMilli is what the active members hold, in milli-GPUs.
-func (w *Workload) ActiveMilli() int64 {
-	var sum int64
-	for _, m := range w.Active {
-		sum += m.GPUMilli
-	}
-	return sum
-}
+func (w *Workload) ActiveMilli() int64 { return w.activeMilli }
+
+// PendingMilli is what the pending members ask for, in milli-GPUs.
+func (w *Workload) PendingMilli() int64 { return w.pendingMilli }
 
 // Started is when the workload's current admission began: the earliest
 // admission time among the active members (their creation time when the
 // loop never admitted them).
-func (w *Workload) Started() time.Time {
-	var t time.Time
+func (w *Workload) Started() time.Time { return w.started }
+
+// Terminating reports whether an active member is being deleted.
+func (w *Workload) Terminating() bool { return w.terminating }
+
+// summarise computes what a cycle asks of a workload many times; a
+// workload is immutable once built.
+func (w *Workload) summarise() {
+	for _, m := range w.Pending {
+		w.pendingMilli += m.GPUMilli
+	}
 	for _, m := range w.Active {
+		w.activeMilli += m.GPUMilli
 		at := m.Admitted
 		if at.IsZero() {
 			at = m.Pod.CreationTimestamp.Time
 		}
-		if t.IsZero() || at.Before(t) {
-			t = at
+		if w.started.IsZero() || at.Before(w.started) {
+			w.started = at
+		}
+		if m.Pod.DeletionTimestamp != nil {
+			w.terminating = true
 		}
 	}
-	return t
 }
 
 // Queue is one queue as a cycle sees it, in GPU milli-units.
@@ -98,6 +119,9 @@ type Queue struct {
 	Children []string
 	// Status is the queue's status as last written.
 	Status v1alpha1.QueueStatus
+	// AllocatedMilli and PendingMilli are what the queue's own workloads
+	// hold and wait for (its children's not included).
+	AllocatedMilli, PendingMilli int64
 }
 
 // Node is a node and what its pods request.
@@ -108,29 +132,58 @@ type Node struct {
 }
 
 // State is what one cycle works on: a copy taken under the cache's lock.
+// Workloads and the slices of Active are shared with the cache and with
+// other States: they are immutable.
 type State struct {
 	// Queues by name.
 	Queues map[string]*Queue
-	// Workloads with a pending or an active member, in no order.
-	Workloads []*Workload
+	// Pending are the workloads with a pending member, by queue, in
+	// admission order (priority, then age).
+	Pending map[string][]*Workload
+	// Active are the workloads with an active member, by queue.
+	Active map[string][]*Workload
+	// Gangs are the gangs with a pending or an active member.
+	Gangs []*Workload
+	// Terminating are the workloads with an active member being deleted.
+	Terminating []*Workload
 	// Nodes by name.
 	Nodes map[string]*Node
 	// Generation is the cache's generation the state was taken at.
 	Generation uint64
 }
 
-// State copies what a cycle needs.
+// State copies what a cycle needs. Only workloads whose pods changed since
+// the last State are built again; the rest is shared.
 func (c *Cache) State() *State {
 	c.lock.Lock()
 	defer c.lock.Unlock()
+	for key := range c.dirty {
+		old := c.built[key]
+		w := c.workload(key, c.workloads[key])
+		c.index(old, -1)
+		c.index(w, 1)
+		if w != nil {
+			c.built[key] = w
+		} else {
+			delete(c.built, key)
+		}
+	}
+	clear(c.dirty)
 	st := &State{
-		Queues:     make(map[string]*Queue, len(c.queues)),
-		Workloads:  make([]*Workload, 0, len(c.workloads)),
-		Nodes:      make(map[string]*Node, len(c.nodes)),
-		Generation: c.generation,
+		Queues:      make(map[string]*Queue, len(c.queues)),
+		Pending:     make(map[string][]*Workload, len(c.pending)),
+		Active:      make(map[string][]*Workload, len(c.active)),
+		Gangs:       make([]*Workload, 0, len(c.gangs)),
+		Terminating: make([]*Workload, 0, len(c.terminating)),
+		Nodes:       make(map[string]*Node, len(c.nodes)),
+		Generation:  c.generation,
 	}
 	for name, q := range c.queues {
-		st.Queues[name] = queueFromSpec(name, q)
+		out := queueFromSpec(name, q)
+		if u := c.usage[name]; u != nil {
+			out.AllocatedMilli, out.PendingMilli = u[0], u[1]
+		}
+		st.Queues[name] = out
 	}
 	for name, q := range st.Queues {
 		if p := st.Queues[q.Parent]; p != nil {
@@ -145,13 +198,93 @@ func (c *Cache) State() *State {
 			st.Nodes[name] = &Node{Node: n.node, CPUMilli: n.cpuMilli, Memory: n.memory}
 		}
 	}
-	for key, pods := range c.workloads {
-		w := c.workload(key, pods)
-		if w != nil {
-			st.Workloads = append(st.Workloads, w)
+	for q, set := range c.pending {
+		if c.pendingSlices[q] == nil {
+			ws := make([]*Workload, 0, len(set))
+			for _, w := range set {
+				ws = append(ws, w)
+			}
+			slices.SortFunc(ws, workloadOrder)
+			c.pendingSlices[q] = ws
 		}
+		st.Pending[q] = c.pendingSlices[q]
+	}
+	for q, set := range c.active {
+		if c.activeSlices[q] == nil {
+			ws := make([]*Workload, 0, len(set))
+			for _, w := range set {
+				ws = append(ws, w)
+			}
+			// Lowest priority first: the order victims are looked for in.
+			slices.SortFunc(ws, func(a, b *Workload) int { return cmp.Compare(a.Priority, b.Priority) })
+			c.activeSlices[q] = ws
+		}
+		st.Active[q] = c.activeSlices[q]
+	}
+	for _, w := range c.gangs {
+		st.Gangs = append(st.Gangs, w)
+	}
+	for _, w := range c.terminating {
+		st.Terminating = append(st.Terminating, w)
 	}
 	return st
+}
+
+// index adds (sign 1) or removes (sign -1) a built workload from the
+// cache's indexes and queue usage.
+func (c *Cache) index(w *Workload, sign int64) {
+	if w == nil {
+		return
+	}
+	u := c.usage[w.Queue]
+	if u == nil {
+		u = &[2]int64{}
+		c.usage[w.Queue] = u
+	}
+	u[0] += sign * w.activeMilli
+	u[1] += sign * w.pendingMilli
+	put := func(m map[WorkloadKey]*Workload, on bool) {
+		if sign > 0 && on {
+			m[w.Key] = w
+		} else if sign < 0 {
+			delete(m, w.Key)
+		}
+	}
+	put(c.gangs, w.Key.IsGang())
+	put(c.terminating, w.terminating)
+	byQueue := func(m map[string]map[WorkloadKey]*Workload, cached map[string][]*Workload) {
+		set := m[w.Queue]
+		if set == nil {
+			set = map[WorkloadKey]*Workload{}
+			m[w.Queue] = set
+		}
+		if sign > 0 {
+			set[w.Key] = w
+		} else {
+			delete(set, w.Key)
+			if len(set) == 0 {
+				delete(m, w.Queue)
+			}
+		}
+		delete(cached, w.Queue)
+	}
+	if len(w.Pending) > 0 {
+		byQueue(c.pending, c.pendingSlices)
+	}
+	if len(w.Active) > 0 {
+		byQueue(c.active, c.activeSlices)
+	}
+}
+
+// PodState reports whether the cache has the pod and whether it is bound.
+func (c *Cache) PodState(uid types.UID) (present, bound bool) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	p := c.pods[uid]
+	if p == nil || p.done {
+		return false, false
+	}
+	return true, p.node != ""
 }
 
 // workload builds one workload from its pods; nil when it has neither
@@ -206,6 +339,7 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	}
 	slices.SortFunc(w.Pending, byAge)
 	slices.SortFunc(w.Active, byAge)
+	w.summarise()
 	return w
 }
 

@@ -120,13 +120,32 @@ func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
 	}
 	r.Findings = w.findings
 	r.Summary = fmt.Sprintf("pod %s/%s waits, but no check here holds it: kube-scheduler should place it soon ('kubectl describe pod' shows its own reasons)", namespace, name)
-	for _, f := range w.findings {
-		if f.Status == StatusBlocking {
-			r.Summary = fmt.Sprintf("pod %s/%s waits: %s", namespace, name, f.Message)
-			break
-		}
+	if f, ok := headline(w.findings); ok {
+		r.Summary = fmt.Sprintf("pod %s/%s waits: %s", namespace, name, f.Message)
 	}
 	return r, nil
+}
+
+// headline is the finding that answers "why" in one line: the first
+// blocking one of ctl's own checks, which read the cluster now, else the
+// first blocking event, which is a component's word from some time ago.
+func headline(fs []Finding) (Finding, bool) {
+	var event *Finding
+	for i, f := range fs {
+		if f.Status != StatusBlocking {
+			continue
+		}
+		if f.Check != CheckEvents {
+			return f, true
+		}
+		if event == nil {
+			event = &fs[i]
+		}
+	}
+	if event != nil {
+		return *event, true
+	}
+	return Finding{}, false
 }
 
 // why holds one explanation in progress.
@@ -206,9 +225,9 @@ func (w *why) gates() {
 	case admission:
 		w.add(CheckGates, StatusBlocking, nil, "waiting for the admission loop: the scheduling gate %s is still on (the checks below say why it is not admitted)", v1alpha1.SchedulingGateAdmission)
 	case len(others) == 0:
-		msg := "no scheduling gates: the admission loop has admitted it"
+		msg := "no scheduling gates: kube-scheduler may place it"
 		if at := w.pod.Annotations[v1alpha1.AnnotationAdmitted]; at != "" {
-			msg += " (at " + at + ")"
+			msg += " (the admission loop admitted it at " + at + ")"
 		}
 		w.add(CheckGates, StatusOK, nil, "%s", msg)
 	}

@@ -103,11 +103,11 @@ func TestWhy(t *testing.T) {
 				return c
 			},
 			pod:         "big",
-			wantSummary: "pod team-a/big waits: kube-scheduler on the pod, 2m ago: FailedScheduling: 0/2 nodes are available: 2 Insufficient partita.dev/gpu-milli.",
+			wantSummary: "pod team-a/big waits: it can never fit any of the 2 candidate nodes, even empty; closest: node n2: 2 GPUs free; pod needs 4 whole GPUs (container main); it can never fit this node",
 			wantWaiting: true,
 			want: []Finding{
 				{Check: CheckRequest, Status: StatusOK, Message: "asks for 4 whole GPUs (container main)", Numbers: map[string]float64{"gpus": 4}},
-				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: the admission loop has admitted it"},
+				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: kube-scheduler may place it"},
 				{Check: CheckGang, Status: StatusOK, Message: "not in a gang: it is admitted on its own"},
 				{Check: CheckQueue, Status: StatusOK, Message: "queue team-a has room: allocation not reported yet, no limit; the pod needs 4; 0 workloads pending in it",
 					Numbers: map[string]float64{"neededGPUs": 4, "pendingWorkloads": 0}},
@@ -133,7 +133,7 @@ func TestWhy(t *testing.T) {
 			wantWaiting: true,
 			want: []Finding{
 				{Check: CheckRequest, Status: StatusOK, Message: "asks for 0.5 of a GPU (container main)", Numbers: map[string]float64{"gpus": 0.5}},
-				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: the admission loop has admitted it"},
+				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: kube-scheduler may place it"},
 				{Check: CheckGang, Status: StatusOK, Message: "not in a gang: it is admitted on its own"},
 				{Check: CheckQueue, Status: StatusBlocking, Message: "queue org is not a leaf (children: team-a): only leaf queues take work"},
 				{Check: CheckEvents, Status: StatusInfo, Message: "no events from partita-admitter or kube-scheduler about the pod"},

@@ -29,8 +29,11 @@ BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
 all: build
 
+# bin/kubectl-partita is the kubectl plugin: the same binary, which acts as
+# `partita ctl` when run under that name (docs/ctl.md).
 build:
 	go build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/partita
+	ln -sf partita bin/kubectl-partita
 
 cluster-bins:
 	bash e2e/clusterbins/build.sh >/dev/null

@@ -15,7 +15,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
+	err := commandFor(os.Args[0]).ExecuteContext(ctx)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)
@@ -33,6 +33,6 @@ stock kube-scheduler.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newDevCommand(), newFairshareCommand(), newAgentCommand(), newWebhookCommand(), newPolicyCommand(), newExtenderCommand())
+	root.AddCommand(newVersionCommand(), newDevCommand(), newFairshareCommand(), newAgentCommand(), newWebhookCommand(), newPolicyCommand(), newExtenderCommand(), newCtlCommand("ctl"))
 	return root
 }

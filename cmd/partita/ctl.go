@@ -1,0 +1,105 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/internal/ctl"
+)
+
+// kubectlPluginName is the name under which the binary acts as the kubectl
+// plugin: kubectl runs `kubectl-partita` for `kubectl partita`.
+const kubectlPluginName = "kubectl-partita"
+
+// commandFor returns the command tree for the name the binary was run as:
+// the ctl command alone for kubectl-partita, else the whole of partita.
+func commandFor(argv0 string) *cobra.Command {
+	base := strings.TrimSuffix(filepath.Base(argv0), ".exe")
+	if base == kubectlPluginName {
+		cmd := newCtlCommand("partita")
+		// cobra's plugin support: help and usage say "kubectl partita".
+		cmd.Annotations = map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl partita"}
+		return cmd
+	}
+	return newRootCommand()
+}
+
+func newCtlCommand(use string) *cobra.Command {
+	conn := ctl.NewConnection()
+	var output string
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: "Show GPU slices, queues, and why a pod waits (also: kubectl partita)",
+		Long: `Read-only views of what Partita did, from the cluster in your kubeconfig:
+
+  nodes      each GPU node's devices with their slices, health and free capacity
+  queues     the queue tree with quota, limit, allocation, fair share and pods
+  why POD    why a pod waits: gates, gang, queue limit, fair share, events, fit
+
+The same binary is the kubectl plugin: installed (or linked) as kubectl-partita
+on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	conn.AddFlags(cmd.PersistentFlags())
+	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table or json")
+
+	nodes := &cobra.Command{
+		Use:   "nodes",
+		Short: "Each GPU node's devices, their slices and free capacity",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, c, err := ctlSetup(conn, output)
+			if err != nil {
+				return err
+			}
+			return ctl.RunNodes(cmd.Context(), c, cmd.OutOrStdout(), o)
+		},
+	}
+	queues := &cobra.Command{
+		Use:   "queues",
+		Short: "The queue tree: quota, limit, allocated, fair share, pending, pods",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			o, c, err := ctlSetup(conn, output)
+			if err != nil {
+				return err
+			}
+			return ctl.RunQueues(cmd.Context(), c, cmd.OutOrStdout(), o)
+		},
+	}
+	why := &cobra.Command{
+		Use:   "why POD",
+		Short: "Why a pod waits, in plain words and numbers (namespace from -n)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, c, err := ctlSetup(conn, output)
+			if err != nil {
+				return err
+			}
+			ns, err := conn.Namespace()
+			if err != nil {
+				return err
+			}
+			return ctl.RunWhy(cmd.Context(), c, cmd.OutOrStdout(), ns, strings.TrimPrefix(args[0], "pod/"), o, time.Now())
+		},
+	}
+	cmd.AddCommand(nodes, queues, why)
+	return cmd
+}
+
+func ctlSetup(conn *ctl.Connection, output string) (ctl.Output, client.Client, error) {
+	o, err := ctl.ParseOutput(output)
+	if err != nil {
+		return "", nil, err
+	}
+	c, err := conn.Client()
+	if err != nil {
+		return "", nil, err
+	}
+	return o, c, nil
+}

@@ -1,0 +1,102 @@
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// Cluster is what the views read from the API server, fetched once per
+// command so that every number in one output comes from the same moment.
+type Cluster struct {
+	// GPUNodes are every GPUNode.
+	GPUNodes []v1alpha1.GPUNode
+	// Nodes are every Node; the fit check matches a pod's node selector and
+	// affinity against their labels. Empty when the reader may not list them.
+	Nodes []corev1.Node
+	// Pods are every pod that may hold or wait for GPUs.
+	Pods []corev1.Pod
+	// Queues are every Queue.
+	Queues []v1alpha1.Queue
+	// PodGroups are the PodGroups of the namespaces read.
+	PodGroups []v1alpha1.PodGroup
+	// Events are the events of the namespaces read.
+	Events []corev1.Event
+}
+
+// What says which objects Load reads.
+type What struct {
+	// GPUNodes reads GPUNodes and Nodes.
+	GPUNodes bool
+	// Queues reads Queues.
+	Queues bool
+	// PodGroupsAndEvents reads PodGroups and Events of Namespace.
+	PodGroupsAndEvents bool
+	// Namespace limits PodGroups and Events; "" reads all namespaces.
+	// Pods are always read in all namespaces: the ledger and the queues
+	// count every pod.
+	Namespace string
+}
+
+// Load reads the objects what names, and every pod.
+func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
+	c := &Cluster{}
+	if what.GPUNodes {
+		var gns v1alpha1.GPUNodeList
+		if err := r.List(ctx, &gns); err != nil {
+			return nil, listError("GPUNodes", err)
+		}
+		c.GPUNodes = gns.Items
+		var nodes corev1.NodeList
+		// A user who may not list Nodes still gets the fit check, without
+		// node selectors: Forbidden is not fatal here.
+		if err := r.List(ctx, &nodes); err != nil && !apierrors.IsForbidden(err) {
+			return nil, listError("Nodes", err)
+		}
+		c.Nodes = nodes.Items
+	}
+	if what.Queues {
+		var qs v1alpha1.QueueList
+		if err := r.List(ctx, &qs); err != nil {
+			return nil, listError("Queues", err)
+		}
+		c.Queues = qs.Items
+	}
+	if what.PodGroupsAndEvents {
+		var pgs v1alpha1.PodGroupList
+		if err := r.List(ctx, &pgs, client.InNamespace(what.Namespace)); err != nil {
+			return nil, listError("PodGroups", err)
+		}
+		c.PodGroups = pgs.Items
+		var evs corev1.EventList
+		if err := r.List(ctx, &evs, client.InNamespace(what.Namespace)); err != nil {
+			return nil, listError("Events", err)
+		}
+		c.Events = evs.Items
+	}
+	var pods corev1.PodList
+	if err := r.List(ctx, &pods); err != nil {
+		return nil, listError("Pods", err)
+	}
+	c.Pods = pods.Items
+	return c, nil
+}
+
+// ErrNoCRDs says the cluster does not serve Partita's API.
+var ErrNoCRDs = errors.New("the cluster does not serve partita.dev/v1alpha1: Partita's CRDs are not installed (the Helm chart and 'partita dev up' install them)")
+
+// listError names what could not be listed and turns the REST mapper's
+// "no matches for kind" into ErrNoCRDs, which says what to do.
+func listError(what string, err error) error {
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("list %s: %w (%w)", what, ErrNoCRDs, err)
+	}
+	return fmt.Errorf("list %s: %w", what, err)
+}

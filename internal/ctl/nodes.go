@@ -1,0 +1,325 @@
+package ctl
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// NodesReport is the device map of `ctl nodes`. Amounts of GPU are in
+// milli-GPUs (1000 = one device), as in partita.dev/gpu-milli and
+// GPUNode.status; memory is in MiB.
+type NodesReport struct {
+	// Nodes are the nodes with a GPUNode, by name.
+	Nodes []NodeReport `json:"nodes"`
+	// Total sums the nodes.
+	Total NodeTotals `json:"total"`
+	// Stranded are allocations the ledger cannot serve (gpu.Stranded).
+	Stranded []StrandedReport `json:"stranded,omitempty"`
+}
+
+// NodeReport is one node's devices.
+type NodeReport struct {
+	// Name is the node's name.
+	Name string `json:"name"`
+	// Isolation is how the node applies slices.
+	Isolation v1alpha1.IsolationMode `json:"isolation"`
+	// Devices are the node's GPUs, by index.
+	Devices []DeviceReport `json:"devices"`
+	NodeTotals
+}
+
+// NodeTotals sums devices.
+type NodeTotals struct {
+	// GPUs counts devices.
+	GPUs int `json:"gpus"`
+	// Healthy counts devices that take new work.
+	Healthy int `json:"healthy"`
+	// UsedMilli is the sum of the devices' allocations.
+	UsedMilli int64 `json:"usedMilli"`
+	// FreeMilli is the sum of the healthy devices' free shares.
+	FreeMilli int64 `json:"freeMilli"`
+	// LargestFreeMilli is the largest free share on one healthy device:
+	// the largest slice a one-device pod could get now.
+	LargestFreeMilli int64 `json:"largestFreeMilli"`
+	// Pods counts pods holding devices.
+	Pods int `json:"pods"`
+}
+
+// DeviceReport is one GPU and the slices it holds.
+type DeviceReport struct {
+	// Index is the device's index on its node.
+	Index int32 `json:"index"`
+	// UUID is the device's UUID.
+	UUID string `json:"uuid"`
+	// Model is the device's product name.
+	Model string `json:"model"`
+	// MemoryMiB is the device's memory.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Health is Healthy, Unhealthy (with the agent's reason), or MIG for a
+	// device in MIG mode, which takes no slices yet.
+	Health string `json:"health"`
+	// UsedMilli is the sum of the slices' shares.
+	UsedMilli int64 `json:"usedMilli"`
+	// UsedMemoryMiB is the sum of the slices' memory.
+	UsedMemoryMiB int64 `json:"usedMemoryMiB"`
+	// FreeMilli is the share still free, 0 on a device that takes no work.
+	FreeMilli int64 `json:"freeMilli"`
+	// FreeMemoryMiB is the memory still free, 0 on a device that takes no work.
+	FreeMemoryMiB int64 `json:"freeMemoryMiB"`
+	// Slices are the allocations on the device, by pod.
+	Slices []SliceReport `json:"slices"`
+}
+
+// SliceReport is one container's allocation on one device.
+type SliceReport struct {
+	// Namespace is the pod's namespace.
+	Namespace string `json:"namespace"`
+	// Pod is the pod's name.
+	Pod string `json:"pod"`
+	// Container is the GPU container.
+	Container string `json:"container"`
+	// Milli is the share of the device.
+	Milli int64 `json:"milli"`
+	// MemoryMiB is the memory limit on the device, 0 for a whole device.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// ByMemory is set when the pod asked for an amount of memory rather
+	// than a fraction.
+	ByMemory bool `json:"byMemory,omitempty"`
+	// Whole is set for a whole device.
+	Whole bool `json:"whole,omitempty"`
+	// multi is set when the pod has several GPU containers, so the table
+	// names the container.
+	multi bool
+}
+
+// StrandedReport is an allocation that is not, or not fully, served.
+type StrandedReport struct {
+	// Pod is namespace/name.
+	Pod string `json:"pod"`
+	// Node is the pod's node.
+	Node string `json:"node"`
+	// Reason is gpu.StrandedReason.
+	Reason string `json:"reason"`
+	// Detail says more, when there is more.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Nodes builds the device map from c's GPUNodes and pods through
+// gpu.BuildLedger, so the numbers are the scheduler's.
+func Nodes(c *Cluster) NodesReport {
+	ledger := gpu.BuildLedger(c.GPUNodes, c.Pods)
+	state := ledger.State()
+
+	raw := map[string]map[int32]v1alpha1.GPUDevice{}
+	for _, gn := range c.GPUNodes {
+		m := map[int32]v1alpha1.GPUDevice{}
+		for _, d := range gn.Status.Devices {
+			m[d.Index] = d
+		}
+		raw[gn.Name] = m
+	}
+	byUID := map[types.UID]*corev1.Pod{}
+	for i := range c.Pods {
+		byUID[c.Pods[i].UID] = &c.Pods[i]
+	}
+
+	// slices[node][device] and the pods per node, from the ledger's pods.
+	slices := map[string]map[int32][]SliceReport{}
+	podsOn := map[string]map[types.UID]bool{}
+	for _, ps := range state.Pods {
+		a := ps.Allocation
+		byMemory := false
+		if p := byUID[a.UID]; p != nil {
+			if req, _ := gpu.ParsePod(p); req != nil && len(req.Containers) > 0 {
+				byMemory = req.Containers[0].MemoryMiB > 0
+			}
+		}
+		if slices[a.Node] == nil {
+			slices[a.Node] = map[int32][]SliceReport{}
+			podsOn[a.Node] = map[types.UID]bool{}
+		}
+		podsOn[a.Node][a.UID] = true
+		for _, ca := range a.Containers {
+			for _, idx := range ca.DeviceIndexes {
+				slices[a.Node][idx] = append(slices[a.Node][idx], SliceReport{
+					Namespace: a.Namespace, Pod: a.Name, Container: ca.Container,
+					Milli: ca.Milli, MemoryMiB: ca.MemoryMiB, ByMemory: byMemory && !ca.Whole(), Whole: ca.Whole(),
+					multi: len(a.Containers) > 1,
+				})
+			}
+		}
+	}
+
+	var out NodesReport
+	for _, nu := range state.Nodes {
+		nr := NodeReport{Name: nu.Name, Isolation: nu.Isolation, Devices: []DeviceReport{}}
+		for _, du := range nu.Devices {
+			d := DeviceReport{
+				Index: du.Index, UUID: du.UUID, Model: du.Product, MemoryMiB: du.MemoryMiB,
+				Health:    health(raw[nu.Name][du.Index], du.Healthy),
+				UsedMilli: du.AllocatedMilli, UsedMemoryMiB: du.AllocatedMemoryMiB,
+				Slices: slices[nu.Name][du.Index],
+			}
+			if d.Slices == nil {
+				d.Slices = []SliceReport{}
+			}
+			sort.Slice(d.Slices, func(i, j int) bool {
+				a, b := d.Slices[i], d.Slices[j]
+				return a.Namespace+"/"+a.Pod+"/"+a.Container < b.Namespace+"/"+b.Pod+"/"+b.Container
+			})
+			nr.GPUs++
+			nr.UsedMilli += d.UsedMilli
+			if du.Healthy && !du.Whole {
+				d.FreeMilli = max(0, gpu.MilliPerGPU-du.AllocatedMilli)
+				d.FreeMemoryMiB = max(0, du.MemoryMiB-du.AllocatedMemoryMiB)
+			}
+			if du.Healthy {
+				nr.Healthy++
+				nr.FreeMilli += d.FreeMilli
+				nr.LargestFreeMilli = max(nr.LargestFreeMilli, d.FreeMilli)
+			}
+			nr.Devices = append(nr.Devices, d)
+		}
+		nr.Pods = len(podsOn[nu.Name])
+		out.Nodes = append(out.Nodes, nr)
+		t := &out.Total
+		t.GPUs += nr.GPUs
+		t.Healthy += nr.Healthy
+		t.UsedMilli += nr.UsedMilli
+		t.FreeMilli += nr.FreeMilli
+		t.LargestFreeMilli = max(t.LargestFreeMilli, nr.LargestFreeMilli)
+		t.Pods += nr.Pods
+	}
+	if out.Nodes == nil {
+		out.Nodes = []NodeReport{}
+	}
+	for _, s := range ledger.Stranded() {
+		out.Stranded = append(out.Stranded, StrandedReport{
+			Pod: s.Namespace + "/" + s.Name, Node: s.Node, Reason: string(s.Reason), Detail: s.Detail,
+		})
+	}
+	return out
+}
+
+// health is the device's health in a word: the agent's, except that a
+// healthy device in MIG mode takes no slices, which the ledger knows.
+func health(d v1alpha1.GPUDevice, takesWork bool) string {
+	switch {
+	case d.Health == v1alpha1.DeviceUnhealthy && d.HealthReason != "":
+		return "Unhealthy (" + d.HealthReason + ")"
+	case d.Health == v1alpha1.DeviceUnhealthy:
+		return "Unhealthy"
+	case d.MIGMode == v1alpha1.MIGEnabled:
+		return "MIG"
+	case !takesWork:
+		return "Unavailable"
+	}
+	return "Healthy"
+}
+
+// WriteNodes writes r as a table or JSON.
+func WriteNodes(w io.Writer, r NodesReport, o Output) error {
+	if o == OutputJSON {
+		return writeJSON(w, "nodes", r)
+	}
+	if len(r.Nodes) == 0 {
+		_, err := fmt.Fprintln(w, "No GPUNodes: no node runs Partita's agent yet.")
+		return err
+	}
+	tw := newTable(w)
+	tw.row("NODE\tDEVICE\tMODEL\tHEALTH\tUSED\tFREE\tSLICES\n")
+	for _, n := range r.Nodes {
+		for _, row := range deviceRows(n.Devices) {
+			tw.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, row.devices, shortModel(row.d.Model), row.d.Health,
+				gpu.FormatMilli(row.d.UsedMilli), row.free, formatSlices(row.d.Slices))
+		}
+	}
+	tw.row("\n")
+	tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
+	for _, n := range r.Nodes {
+		tw.row("%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.GPUs, n.Healthy, gpu.FormatMilli(n.UsedMilli),
+			gpu.FormatMilli(n.FreeMilli), gpu.FormatMilli(n.LargestFreeMilli), n.Pods, n.Isolation)
+	}
+	t := r.Total
+	tw.row("TOTAL (%s)\t%d\t%d\t%s\t%s\t%s\t%d\t\n", plural(len(r.Nodes), "node", "nodes"), t.GPUs, t.Healthy, gpu.FormatMilli(t.UsedMilli),
+		gpu.FormatMilli(t.FreeMilli), gpu.FormatMilli(t.LargestFreeMilli), t.Pods)
+	if err := tw.flush(); err != nil {
+		return fmt.Errorf("write nodes: %w", err)
+	}
+	for _, s := range r.Stranded {
+		msg := fmt.Sprintf("stranded: %s on %s: %s", s.Pod, s.Node, s.Reason)
+		if s.Detail != "" {
+			msg += " (" + s.Detail + ")"
+		}
+		if _, err := fmt.Fprintln(w, msg); err != nil {
+			return fmt.Errorf("write nodes: %w", err)
+		}
+	}
+	return nil
+}
+
+type deviceRow struct {
+	devices string
+	free    string
+	d       DeviceReport
+}
+
+// deviceRows collapses runs of idle healthy devices of one model into one
+// row ("1-7", free "1 / 79.6Gi each"): on a cluster of 8-GPU nodes most rows
+// would otherwise say the same thing, and the JSON keeps every device.
+func deviceRows(devs []DeviceReport) []deviceRow {
+	idle := func(d DeviceReport) bool {
+		return len(d.Slices) == 0 && d.Health == "Healthy" && d.UsedMilli == 0
+	}
+	var rows []deviceRow
+	for i := 0; i < len(devs); {
+		d := devs[i]
+		j := i + 1
+		if idle(d) {
+			for j < len(devs) && idle(devs[j]) && devs[j].Model == d.Model && devs[j].MemoryMiB == d.MemoryMiB &&
+				devs[j].Index == devs[j-1].Index+1 {
+				j++
+			}
+		}
+		row := deviceRow{devices: fmt.Sprint(d.Index), d: d, free: "-"}
+		if d.Health == "Healthy" {
+			row.free = gpu.FormatMilli(d.FreeMilli) + " / " + formatMiB(d.FreeMemoryMiB)
+		}
+		if j-i > 1 {
+			row.devices = fmt.Sprintf("%d-%d", d.Index, devs[j-1].Index)
+			row.free += " each"
+		}
+		rows = append(rows, row)
+		i = j
+	}
+	return rows
+}
+
+// formatSlices writes a device's slices as "ns/pod 0.25, ns/pod2 20Gi":
+// each slice in the words its pod asked in.
+func formatSlices(ss []SliceReport) string {
+	parts := make([]string, 0, len(ss))
+	for _, s := range ss {
+		name := s.Namespace + "/" + s.Pod
+		if s.multi {
+			name += ":" + s.Container
+		}
+		amount := gpu.FormatMilli(s.Milli)
+		switch {
+		case s.Whole:
+			amount = "whole"
+		case s.ByMemory:
+			amount = formatMiB(s.MemoryMiB)
+		}
+		parts = append(parts, name+" "+amount)
+	}
+	return strings.Join(parts, ", ")
+}

@@ -1,0 +1,268 @@
+package ctl
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// Unlimited is a quota or limit of -1: the whole capacity for a quota, no
+// cap for a limit (DESIGN §5).
+const Unlimited int64 = -1
+
+// QueuesReport is the queue tree of `ctl queues`, GPU amounts in
+// milli-GPUs.
+type QueuesReport struct {
+	// Queues are in tree order: each parent above its children, siblings
+	// by name.
+	Queues []QueueReport `json:"queues"`
+}
+
+// QueueReport is one queue's GPU settings, its status as the admission
+// loop wrote it, and its pods.
+type QueueReport struct {
+	// Name is the queue's name.
+	Name string `json:"name"`
+	// Parent is the parent queue, "" for a top-level queue.
+	Parent string `json:"parent,omitempty"`
+	// Depth is 0 for a top-level queue.
+	Depth int `json:"depth"`
+	// Leaf is set for a queue without children: only leaves take work.
+	Leaf bool `json:"leaf"`
+	// Note says what is wrong with the queue's place in the tree, if
+	// anything: a parent that does not exist, or a loop of parents.
+	Note string `json:"note,omitempty"`
+	// Priority is the queue's priority.
+	Priority int32 `json:"priority"`
+	// QuotaMilli is the deserved GPUs, Unlimited for the whole capacity.
+	QuotaMilli int64 `json:"quotaMilli"`
+	// LimitMilli is the hard cap, Unlimited for none.
+	LimitMilli int64 `json:"limitMilli"`
+	// OverQuotaWeight weighs the queue's share of what is left over quota.
+	OverQuotaWeight int32 `json:"overQuotaWeight"`
+	// AllocatedMilli is status.allocated's GPUs, nil when not reported.
+	AllocatedMilli *int64 `json:"allocatedMilli"`
+	// FairShareMilli is status.fairShare's GPUs, nil when not reported.
+	FairShareMilli *int64 `json:"fairShareMilli"`
+	// RequestedMilli is status.requested's GPUs, nil when not reported.
+	RequestedMilli *int64 `json:"requestedMilli"`
+	// PendingWorkloads is status.pendingWorkloads.
+	PendingWorkloads int32 `json:"pendingWorkloads"`
+	// Running counts the queue's pods bound to a node (a parent's sums its
+	// children's), Succeeded and Failed pods aside.
+	Running int `json:"running"`
+	// Admitted counts the queue's pods out of the admission gate and not
+	// bound yet: kube-scheduler has them.
+	Admitted int `json:"admitted"`
+	// Gated counts the queue's pods still held by the admission gate.
+	Gated int `json:"gated"`
+}
+
+// Queues builds the queue tree from c's Queues and the pods labelled with
+// partita.dev/queue.
+func Queues(c *Cluster) QueuesReport {
+	byName := map[string]*v1alpha1.Queue{}
+	children := map[string][]string{}
+	for i := range c.Queues {
+		q := &c.Queues[i]
+		byName[q.Name] = q
+	}
+	var roots []string
+	orphan := map[string]bool{}
+	for name, q := range byName {
+		switch {
+		case q.Spec.Parent == "":
+			roots = append(roots, name)
+		case byName[q.Spec.Parent] == nil:
+			roots = append(roots, name)
+			orphan[name] = true
+		default:
+			children[q.Spec.Parent] = append(children[q.Spec.Parent], name)
+		}
+	}
+	sort.Strings(roots)
+	for _, cs := range children {
+		sort.Strings(cs)
+	}
+
+	type podCounts struct{ running, admitted, gated int }
+	counts := map[string]*podCounts{}
+	for i := range c.Pods {
+		p := &c.Pods[i]
+		q := p.Labels[v1alpha1.LabelQueue]
+		if q == "" || finished(p) {
+			continue
+		}
+		if counts[q] == nil {
+			counts[q] = &podCounts{}
+		}
+		switch {
+		case p.Spec.NodeName != "":
+			counts[q].running++
+		case hasGate(p, v1alpha1.SchedulingGateAdmission):
+			counts[q].gated++
+		default:
+			counts[q].admitted++
+		}
+	}
+
+	var out QueuesReport
+	seen := map[string]bool{}
+	// walk returns the pods of the queue and its descendants, so parents
+	// show their subtree's.
+	var walk func(name string, depth int) podCounts
+	walk = func(name string, depth int) podCounts {
+		seen[name] = true
+		q := byName[name]
+		i := len(out.Queues)
+		out.Queues = append(out.Queues, queueReport(q, depth, len(children[name]) == 0))
+		if orphan[name] {
+			out.Queues[i].Note = fmt.Sprintf("parent %q does not exist", q.Spec.Parent)
+		}
+		var sum podCounts
+		if pc := counts[name]; pc != nil {
+			sum = *pc
+		}
+		for _, ch := range children[name] {
+			s := walk(ch, depth+1)
+			sum.running += s.running
+			sum.admitted += s.admitted
+			sum.gated += s.gated
+		}
+		out.Queues[i].Running, out.Queues[i].Admitted, out.Queues[i].Gated = sum.running, sum.admitted, sum.gated
+		return sum
+	}
+	for _, r := range roots {
+		walk(r, 0)
+	}
+	// Queues in a loop of parents are reached from no root; the admission
+	// loop cannot use them, and the user must see them to fix them.
+	var loop []string
+	for name := range byName {
+		if !seen[name] {
+			loop = append(loop, name)
+		}
+	}
+	sort.Strings(loop)
+	for _, name := range loop {
+		qr := queueReport(byName[name], 0, false)
+		qr.Note = "in a loop of parents"
+		if pc := counts[name]; pc != nil {
+			qr.Running, qr.Admitted, qr.Gated = pc.running, pc.admitted, pc.gated
+		}
+		out.Queues = append(out.Queues, qr)
+	}
+	if out.Queues == nil {
+		out.Queues = []QueueReport{}
+	}
+	return out
+}
+
+func queueReport(q *v1alpha1.Queue, depth int, leaf bool) QueueReport {
+	r := QueueReport{
+		Name: q.Name, Parent: q.Spec.Parent, Depth: depth, Leaf: leaf,
+		Priority: v1alpha1.DefaultQueuePriority, LimitMilli: Unlimited, OverQuotaWeight: 1,
+		PendingWorkloads: q.Status.PendingWorkloads,
+	}
+	if q.Spec.Priority != nil {
+		r.Priority = *q.Spec.Priority
+	}
+	// The defaults are fairshare's: quota 0, limit -1, weight 1.
+	if g := q.Spec.Resources.GPU; g != nil {
+		if g.Quota != nil {
+			r.QuotaMilli = amountMilli(*g.Quota)
+		}
+		if g.Limit != nil {
+			r.LimitMilli = amountMilli(*g.Limit)
+		}
+		if g.OverQuotaWeight != nil {
+			r.OverQuotaWeight = *g.OverQuotaWeight
+		}
+	}
+	r.AllocatedMilli = statusMilli(q.Status.Allocated)
+	r.FairShareMilli = statusMilli(q.Status.FairShare)
+	r.RequestedMilli = statusMilli(q.Status.Requested)
+	return r
+}
+
+// amountMilli is a quota or limit in milli-GPUs, keeping -1 as Unlimited.
+func amountMilli(q resource.Quantity) int64 {
+	if q.CmpInt64(-1) == 0 {
+		return Unlimited
+	}
+	return quantityMilli(q)
+}
+
+func statusMilli(l corev1.ResourceList) *int64 {
+	q, ok := l[v1alpha1.ResourceGPU]
+	if !ok {
+		return nil
+	}
+	m := quantityMilli(q)
+	return &m
+}
+
+// WriteQueues writes r as a table or JSON.
+func WriteQueues(w io.Writer, r QueuesReport, o Output) error {
+	if o == OutputJSON {
+		return writeJSON(w, "queues", r)
+	}
+	if len(r.Queues) == 0 {
+		_, err := fmt.Fprintln(w, "No queues.")
+		return err
+	}
+	tw := newTable(w)
+	tw.row("QUEUE\tPRIORITY\tQUOTA\tLIMIT\tALLOCATED\tFAIR SHARE\tREQUESTED\tPENDING\tRUNNING\tADMITTED\tGATED\n")
+	unreported := false
+	for _, q := range r.Queues {
+		quota, limit := "all", "none"
+		if q.QuotaMilli != Unlimited {
+			quota = gpu.FormatMilli(q.QuotaMilli)
+		}
+		if q.LimitMilli != Unlimited {
+			limit = gpu.FormatMilli(q.LimitMilli)
+		}
+		name := strings.Repeat("  ", q.Depth) + q.Name
+		if q.Note != "" {
+			name += " (" + q.Note + ")"
+		}
+		opt := func(m *int64) string {
+			if m == nil {
+				unreported = true
+				return "-"
+			}
+			return gpu.FormatMilli(*m)
+		}
+		tw.row("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", name, q.Priority, quota, limit,
+			opt(q.AllocatedMilli), opt(q.FairShareMilli), opt(q.RequestedMilli), q.PendingWorkloads, q.Running, q.Admitted, q.Gated)
+	}
+	if err := tw.flush(); err != nil {
+		return fmt.Errorf("write queues: %w", err)
+	}
+	if unreported {
+		if _, err := fmt.Fprintln(w, "(- : not reported yet by the admission loop in the queue's status)"); err != nil {
+			return fmt.Errorf("write queues: %w", err)
+		}
+	}
+	return nil
+}
+
+func finished(p *corev1.Pod) bool {
+	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
+}
+
+func hasGate(p *corev1.Pod, name string) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == name {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,72 @@
+package ctl
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	pt "github.com/partita-dev/partita/internal/partitatest"
+)
+
+func TestQueuesTable(t *testing.T) {
+	cases := map[string]struct {
+		queues []v1alpha1.Queue
+		pods   []corev1.Pod
+		want   string
+	}{
+		"no queues": {want: "No queues.\n"},
+		"a tree with status, pods summed up the tree, an orphan": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("team-b").Parent("research").GPU("2", "-1", 1).GPUStatus("0", "3", "1", 1).Obj(),
+				*pt.MakeQueue("research").Priority(50).GPU("-1", "8", 1).GPUStatus("3.5", "8", "5", 1).Obj(),
+				*pt.MakeQueue("team-a").Parent("research").GPU("4", "4", 2).GPUStatus("3.5", "5", "4", 0).Obj(),
+				*pt.MakeQueue("lost").Parent("gone").Obj(),
+			},
+			pods: []corev1.Pod{
+				*pt.MakePod("a1", "team-a").Queue("team-a").GPUFraction("0.5").BoundTo("n", 0).Obj(),
+				*pt.MakePod("a2", "team-a").Queue("team-a").Resource("", "nvidia.com/gpu", "3").BoundTo("n", 1, 2, 3).Obj(),
+				*pt.MakePod("a3", "team-a").Queue("team-a").GPUFraction("0.5").Obj(),
+				*pt.MakePod("b1", "team-b").Queue("team-b").GPUFraction("0.5").SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj(),
+				*pt.MakePod("old", "team-b").Queue("team-b").GPUFraction("0.5").BoundTo("n", 4).Phase(corev1.PodSucceeded).Obj(),
+			},
+			want: `QUEUE                                PRIORITY  QUOTA  LIMIT  ALLOCATED  FAIR SHARE  REQUESTED  PENDING  RUNNING  ADMITTED  GATED
+lost (parent "gone" does not exist)  100       0      none   -          -           -          0        0        0         0
+research                             50        all    8      3.5        8           5          1        2        1         1
+  team-a                             100       4      4      3.5        5           4          0        2        1         0
+  team-b                             100       2      none   0          3           1          1        0        0         1
+(- : not reported yet by the admission loop in the queue's status)
+`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			if err := WriteQueues(&b, Queues(&Cluster{Queues: tc.queues, Pods: tc.pods}), OutputTable); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, b.String()); diff != "" {
+				t.Errorf("queues table (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestQueuesLoop(t *testing.T) {
+	got := Queues(&Cluster{Queues: []v1alpha1.Queue{
+		*pt.MakeQueue("a").Parent("b").Obj(), *pt.MakeQueue("b").Parent("a").Obj(),
+	}})
+	var names, notes []string
+	for _, q := range got.Queues {
+		names = append(names, q.Name)
+		notes = append(notes, q.Note)
+	}
+	if diff := cmp.Diff([]string{"a", "b"}, names); diff != "" {
+		t.Errorf("queues (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"in a loop of parents", "in a loop of parents"}, notes); diff != "" {
+		t.Errorf("notes (-want,+got):\n%s", diff)
+	}
+}

@@ -1,0 +1,40 @@
+package ctl
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// RunNodes reads the cluster and writes `nodes`.
+func RunNodes(ctx context.Context, r client.Reader, w io.Writer, o Output) error {
+	c, err := Load(ctx, r, What{GPUNodes: true})
+	if err != nil {
+		return err
+	}
+	return WriteNodes(w, Nodes(c), o)
+}
+
+// RunQueues reads the cluster and writes `queues`.
+func RunQueues(ctx context.Context, r client.Reader, w io.Writer, o Output) error {
+	c, err := Load(ctx, r, What{Queues: true})
+	if err != nil {
+		return err
+	}
+	return WriteQueues(w, Queues(c), o)
+}
+
+// RunWhy reads the cluster and writes `why` for the pod namespace/name.
+func RunWhy(ctx context.Context, r client.Reader, w io.Writer, namespace, name string, o Output, now time.Time) error {
+	c, err := Load(ctx, r, What{GPUNodes: true, Queues: true, PodGroupsAndEvents: true, Namespace: namespace})
+	if err != nil {
+		return err
+	}
+	rep, err := Why(c, namespace, name, now)
+	if err != nil {
+		return err
+	}
+	return WriteWhy(w, rep, o)
+}

@@ -1,0 +1,118 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	pt "github.com/partita-dev/partita/internal/partitatest"
+)
+
+func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
+	t.Helper()
+	s, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+}
+
+func TestRunWhyJSON(t *testing.T) {
+	c := fakeClient(t,
+		pt.MakeGPUNode("n1").Devices(1, "H100", 81920).Obj(),
+		pt.MakePod("p", "team-a").GPUFraction("0.5").SchedulingGates("example.com/hold").Obj(),
+	)
+	var b bytes.Buffer
+	if err := RunWhy(context.Background(), c, &b, "team-a", "p", OutputJSON, now); err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "namespace": "team-a",
+  "pod": "p",
+  "waiting": true,
+  "summary": "pod team-a/p waits: held by scheduling gates that are not Partita's: example.com/hold (whoever added them must remove them)",
+  "findings": [
+    {
+      "check": "request",
+      "status": "ok",
+      "message": "asks for 0.5 of a GPU (container main)",
+      "numbers": {
+        "gpus": 0.5
+      }
+    },
+    {
+      "check": "gates",
+      "status": "blocking",
+      "message": "held by scheduling gates that are not Partita's: example.com/hold (whoever added them must remove them)"
+    },
+    {
+      "check": "gang",
+      "status": "ok",
+      "message": "not in a gang: it is admitted on its own"
+    },
+    {
+      "check": "queue",
+      "status": "info",
+      "message": "names no queue (label partita.dev/queue), and neither does its PodGroup"
+    },
+    {
+      "check": "events",
+      "status": "info",
+      "message": "no events from partita-admitter or kube-scheduler about the pod"
+    },
+    {
+      "check": "fit",
+      "status": "ok",
+      "message": "a device has room now: it fits 1 of 1 candidate nodes, e.g. n1, GPU 0 (0.5)",
+      "numbers": {
+        "candidates": 1,
+        "fitting": 1,
+        "gpuNodes": 1
+      }
+    }
+  ]
+}
+`
+	if diff := cmp.Diff(want, b.String()); diff != "" {
+		t.Errorf("why -o json (-want,+got):\n%s", diff)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	noCRDs := interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		return &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "partita.dev", Kind: "GPUNode"}, SearchedVersions: []string{"v1alpha1"}}
+	}}
+	s, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bare := fake.NewClientBuilder().WithScheme(s).WithInterceptorFuncs(noCRDs).Build()
+	cases := map[string]struct {
+		run  func(client.Reader) error
+		want error
+	}{
+		"nodes without CRDs":  {run: func(r client.Reader) error { return RunNodes(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: ErrNoCRDs},
+		"queues without CRDs": {run: func(r client.Reader) error { return RunQueues(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: ErrNoCRDs},
+		"why without CRDs": {run: func(r client.Reader) error {
+			return RunWhy(context.Background(), r, &bytes.Buffer{}, "ns", "p", OutputTable, now)
+		}, want: ErrNoCRDs},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if err := tc.run(bare); !errors.Is(err, tc.want) {
+				t.Errorf("err = %v, want %v", err, tc.want)
+			}
+		})
+	}
+	if _, err := ParseOutput("yaml"); err == nil {
+		t.Error("ParseOutput(yaml) did not fail")
+	}
+}

@@ -1,0 +1,718 @@
+package ctl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// AdmitterComponent is the name the admission loop reports its events
+// under (events.k8s.io reportingController, core/v1 source.component). It
+// must match the admitter's event recorder.
+const AdmitterComponent = "partita-admitter"
+
+// reasonFailedScheduling is kube-scheduler's event reason for a pod it
+// could not place.
+const reasonFailedScheduling = "FailedScheduling"
+
+// Status says how a finding bears on the pod's wait.
+type Status string
+
+// Statuses.
+const (
+	// StatusOK: this check does not hold the pod.
+	StatusOK Status = "ok"
+	// StatusBlocking: this holds the pod.
+	StatusBlocking Status = "blocking"
+	// StatusInfo: context that neither holds nor frees it.
+	StatusInfo Status = "info"
+)
+
+// Checks, in the order Why runs them.
+const (
+	CheckRequest   = "request"
+	CheckBound     = "bound"
+	CheckGates     = "gates"
+	CheckGang      = "gang"
+	CheckQueue     = "queue"
+	CheckFairShare = "fair-share"
+	CheckEvents    = "events"
+	CheckFit       = "fit"
+)
+
+// Finding is what one check found, in words and in numbers.
+type Finding struct {
+	// Check is one of the Check constants.
+	Check string `json:"check"`
+	// Status is ok, blocking or info.
+	Status Status `json:"status"`
+	// Message says what was found, with the numbers, in words.
+	Message string `json:"message"`
+	// Numbers are the message's numbers, by name; GPU amounts are in GPUs.
+	Numbers map[string]float64 `json:"numbers,omitempty"`
+}
+
+// WhyReport explains why a pod waits.
+type WhyReport struct {
+	// Namespace is the pod's namespace.
+	Namespace string `json:"namespace"`
+	// Pod is the pod's name.
+	Pod string `json:"pod"`
+	// Waiting is false for a pod that is bound or has finished.
+	Waiting bool `json:"waiting"`
+	// Summary is the answer in one sentence: the first blocking finding.
+	Summary string `json:"summary"`
+	// Findings are the checks' results, in order.
+	Findings []Finding `json:"findings"`
+}
+
+// ErrPodNotFound says the pod does not exist.
+var ErrPodNotFound = errors.New("pod not found")
+
+// ErrNotGPUPod says the pod asks for no GPU, so Partita has nothing to say.
+var ErrNotGPUPod = errors.New("pod asks for no GPU")
+
+// Why explains why the pod namespace/name waits, from c (which must hold
+// the GPUNodes, Nodes, Queues, pods, and the PodGroups and Events of the
+// pod's namespace). now dates the events.
+func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
+	i := slices.IndexFunc(c.Pods, func(p corev1.Pod) bool { return p.Namespace == namespace && p.Name == name })
+	if i < 0 {
+		return WhyReport{}, fmt.Errorf("pod %s/%s: %w", namespace, name, ErrPodNotFound)
+	}
+	pod := &c.Pods[i]
+	req, errs := gpu.ParsePod(pod)
+	if req == nil && len(errs) == 0 {
+		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
+	}
+	w := &why{c: c, pod: pod, req: req, now: now, ledger: gpu.BuildLedger(c.GPUNodes, c.Pods)}
+	r := WhyReport{Namespace: namespace, Pod: name, Waiting: true}
+	if len(errs) > 0 {
+		w.add(CheckRequest, StatusBlocking, nil, "the GPU request is invalid (the webhook should have refused it): %v", errs.ToAggregate())
+	} else {
+		w.add(CheckRequest, StatusOK, map[string]float64{"gpus": gpus(w.demand(pod, req))}, "asks for %s", describeRequest(req))
+	}
+	if done := w.bound(); done != "" {
+		r.Waiting = false
+		r.Summary = fmt.Sprintf("pod %s/%s is not waiting: %s", namespace, name, done)
+		r.Findings = w.findings
+		return r, nil
+	}
+	w.gates()
+	w.gang()
+	w.queue()
+	w.events()
+	if req != nil {
+		w.fit()
+	}
+	r.Findings = w.findings
+	r.Summary = fmt.Sprintf("pod %s/%s waits, but no check here holds it: kube-scheduler should place it soon ('kubectl describe pod' shows its own reasons)", namespace, name)
+	if f, ok := headline(w.findings); ok {
+		r.Summary = fmt.Sprintf("pod %s/%s waits: %s", namespace, name, f.Message)
+	}
+	return r, nil
+}
+
+// headline is the finding that answers "why" in one line: the first
+// blocking one of ctl's own checks, which read the cluster now, else the
+// first blocking event, which is a component's word from some time ago.
+func headline(fs []Finding) (Finding, bool) {
+	var event *Finding
+	for i, f := range fs {
+		if f.Status != StatusBlocking {
+			continue
+		}
+		if f.Check != CheckEvents {
+			return f, true
+		}
+		if event == nil {
+			event = &fs[i]
+		}
+	}
+	if event != nil {
+		return *event, true
+	}
+	return Finding{}, false
+}
+
+// why holds one explanation in progress.
+type why struct {
+	c        *Cluster
+	pod      *corev1.Pod
+	req      *gpu.PodRequest
+	now      time.Time
+	ledger   *gpu.Ledger
+	group    *v1alpha1.PodGroup
+	members  []*corev1.Pod // the gang's unfinished pods, this one included
+	findings []Finding
+}
+
+func (w *why) add(check string, s Status, numbers map[string]float64, format string, args ...any) {
+	w.findings = append(w.findings, Finding{Check: check, Status: s, Message: fmt.Sprintf(format, args...), Numbers: numbers})
+}
+
+// demand is what the pod adds to its queue's allocation, in milli-GPUs:
+// partita.dev/gpu-milli as the webhook writes it, with a memory request
+// estimated against the largest device, as kube-scheduler sees it.
+func (w *why) demand(pod *corev1.Pod, req *gpu.PodRequest) int64 {
+	if req == nil {
+		return 0
+	}
+	var m int64
+	for _, c := range req.Containers {
+		q := c.MilliResource(w.ledger.MaxDeviceMemoryMiB())
+		m += q.Value()
+	}
+	return m
+}
+
+// bound reports a pod that is bound or finished and returns the reason it
+// is not waiting, or "".
+func (w *why) bound() string {
+	p := w.pod
+	if finished(p) {
+		w.add(CheckBound, StatusOK, nil, "the pod has finished (%s)", p.Status.Phase)
+		return fmt.Sprintf("it has finished (%s)", p.Status.Phase)
+	}
+	if p.Spec.NodeName == "" {
+		return ""
+	}
+	var inv *gpu.NodeInventory
+	if n, ok := w.ledger.Node(p.Spec.NodeName); ok {
+		inv = n
+	}
+	a, err := gpu.AllocationFromPod(p, inv)
+	if err != nil {
+		w.add(CheckBound, StatusBlocking, nil, "bound to %s, but its devices cannot be read: %v", p.Spec.NodeName, err)
+		return fmt.Sprintf("it is bound to %s, but its devices cannot be read", p.Spec.NodeName)
+	}
+	where := fmt.Sprintf("bound to %s, %s (phase %s)", p.Spec.NodeName, describeAllocation(a), orPending(p.Status.Phase))
+	w.add(CheckBound, StatusOK, nil, "%s", where)
+	return "it is " + where
+}
+
+func orPending(p corev1.PodPhase) corev1.PodPhase {
+	if p == "" {
+		return corev1.PodPending
+	}
+	return p
+}
+
+func (w *why) gates() {
+	var others []string
+	admission := false
+	for _, g := range w.pod.Spec.SchedulingGates {
+		if g.Name == v1alpha1.SchedulingGateAdmission {
+			admission = true
+		} else {
+			others = append(others, g.Name)
+		}
+	}
+	switch {
+	case admission:
+		w.add(CheckGates, StatusBlocking, nil, "waiting for the admission loop: the scheduling gate %s is still on (the checks below say why it is not admitted)", v1alpha1.SchedulingGateAdmission)
+	case len(others) == 0:
+		msg := "no scheduling gates: kube-scheduler may place it"
+		if at := w.pod.Annotations[v1alpha1.AnnotationAdmitted]; at != "" {
+			msg += " (the admission loop admitted it at " + at + ")"
+		}
+		w.add(CheckGates, StatusOK, nil, "%s", msg)
+	}
+	if len(others) > 0 {
+		w.add(CheckGates, StatusBlocking, nil, "held by scheduling gates that are not Partita's: %s (whoever added them must remove them)", strings.Join(others, ", "))
+	}
+}
+
+func (w *why) gang() {
+	group := ""
+	if w.req != nil {
+		group = w.req.PodGroup
+	}
+	if group == "" {
+		w.add(CheckGang, StatusOK, nil, "not in a gang: it is admitted on its own")
+		return
+	}
+	ns := w.pod.Namespace
+	for i := range w.c.PodGroups {
+		if pg := &w.c.PodGroups[i]; pg.Namespace == ns && pg.Name == group {
+			w.group = pg
+		}
+	}
+	for i := range w.c.Pods {
+		p := &w.c.Pods[i]
+		if p.Namespace != ns || finished(p) {
+			continue
+		}
+		if r, _ := gpu.ParsePod(p); r != nil && r.PodGroup == group {
+			w.members = append(w.members, p)
+		}
+	}
+	n := len(w.members)
+	minMember, source := int32(0), ""
+	switch {
+	case w.group != nil:
+		minMember, source = w.group.Spec.MinMember, "PodGroup "+group
+	case w.pod.Annotations[v1alpha1.AnnotationMinMember] != "":
+		if _, err := fmt.Sscan(w.pod.Annotations[v1alpha1.AnnotationMinMember], &minMember); err != nil {
+			w.add(CheckGang, StatusBlocking, nil, "gang %s has no PodGroup and its %s %q is not a number", group, v1alpha1.AnnotationMinMember, w.pod.Annotations[v1alpha1.AnnotationMinMember])
+			return
+		}
+		source = "gang " + group + ", " + v1alpha1.AnnotationMinMember
+	default:
+		w.add(CheckGang, StatusInfo, map[string]float64{"members": float64(n)},
+			"gang %s: %d pods name it, but there is no PodGroup %s/%s and no %s annotation, so its size is unknown", group, n, ns, group, v1alpha1.AnnotationMinMember)
+		return
+	}
+	nums := map[string]float64{"members": float64(n), "minMember": float64(minMember)}
+	if int32(n) < minMember {
+		w.add(CheckGang, StatusBlocking, nums, "gang incomplete: %d of %d pods exist (%s, minMember %d); the gang starts only when all exist", n, minMember, source, minMember)
+	} else {
+		w.add(CheckGang, StatusOK, nums, "gang complete: %d of %d pods exist (%s)", n, minMember, source)
+	}
+	if pg := w.group; pg != nil && pg.Status.Phase != "" {
+		s := StatusInfo
+		if pg.Status.Phase == v1alpha1.PodGroupFailed {
+			s = StatusBlocking
+		}
+		msg := fmt.Sprintf("PodGroup %s is %s", group, pg.Status.Phase)
+		if pg.Status.Reason != "" {
+			msg += ": " + pg.Status.Reason
+		}
+		w.add(CheckGang, s, map[string]float64{"admitted": float64(pg.Status.Admitted), "running": float64(pg.Status.Running)},
+			"%s (admitted %d, running %d)", msg, pg.Status.Admitted, pg.Status.Running)
+	}
+}
+
+// gangDemand is what the pod's workload still needs: the pod's own, or
+// for a gang, the sum of its members not bound yet.
+func (w *why) gangDemand() (milli int64, pods int) {
+	if len(w.members) == 0 {
+		return w.demand(w.pod, w.req), 1
+	}
+	for _, p := range w.members {
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		r, _ := gpu.ParsePod(p)
+		milli += w.demand(p, r)
+		pods++
+	}
+	return milli, pods
+}
+
+func (w *why) queue() {
+	name := ""
+	if w.req != nil {
+		name = w.req.Queue
+	}
+	if name == "" && w.group != nil {
+		name = w.group.Spec.Queue
+	}
+	if name == "" {
+		w.add(CheckQueue, StatusInfo, nil, "names no queue (label %s), and neither does its PodGroup", v1alpha1.LabelQueue)
+		return
+	}
+	byName := map[string]*v1alpha1.Queue{}
+	var children []string
+	for i := range w.c.Queues {
+		q := &w.c.Queues[i]
+		byName[q.Name] = q
+		if q.Spec.Parent == name {
+			children = append(children, q.Name)
+		}
+	}
+	q := byName[name]
+	if q == nil {
+		w.add(CheckQueue, StatusBlocking, nil, "queue %s does not exist", name)
+		return
+	}
+	if len(children) > 0 {
+		sort.Strings(children)
+		w.add(CheckQueue, StatusBlocking, nil, "queue %s is not a leaf (children: %s): only leaf queues take work", name, strings.Join(children, ", "))
+		return
+	}
+	need, pods := w.gangDemand()
+	what := "the pod needs"
+	if pods > 1 || len(w.members) > 0 {
+		what = fmt.Sprintf("its gang needs (%d pods not bound)", pods)
+	}
+	// The queue and every ancestor cap it; the first one at its limit holds it.
+	blocked, limited := false, false
+	seen := map[string]bool{}
+	for cur := q; cur != nil && !seen[cur.Name]; cur = byName[cur.Spec.Parent] {
+		seen[cur.Name] = true
+		r := queueReport(cur, 0, false)
+		if r.LimitMilli == Unlimited {
+			continue
+		}
+		limited = true
+		nums := map[string]float64{"limitGPUs": gpus(r.LimitMilli), "neededGPUs": gpus(need)}
+		if r.AllocatedMilli == nil {
+			w.add(CheckQueue, StatusInfo, nums, "queue %s has a limit of %s GPUs, but the admission loop has not reported its allocation yet; %s %s",
+				cur.Name, gpu.FormatMilli(r.LimitMilli), what, gpu.FormatMilli(need))
+			continue
+		}
+		alloc := *r.AllocatedMilli
+		nums["allocatedGPUs"] = gpus(alloc)
+		switch {
+		case alloc >= r.LimitMilli:
+			w.add(CheckQueue, StatusBlocking, nums, "queue %s is at its limit: %s of %s GPUs allocated; %s %s more",
+				cur.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(r.LimitMilli), what, gpu.FormatMilli(need))
+			blocked = true
+		case alloc+need > r.LimitMilli:
+			w.add(CheckQueue, StatusBlocking, nums, "queue %s would pass its limit: %s of %s GPUs allocated; %s %s",
+				cur.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(r.LimitMilli), what, gpu.FormatMilli(need))
+			blocked = true
+		}
+	}
+	leaf := queueReport(q, 0, true)
+	if !blocked {
+		nums := map[string]float64{"neededGPUs": gpus(need), "pendingWorkloads": float64(leaf.PendingWorkloads)}
+		limit := "no limit"
+		if leaf.LimitMilli != Unlimited {
+			limit = "limit " + gpu.FormatMilli(leaf.LimitMilli)
+			nums["limitGPUs"] = gpus(leaf.LimitMilli)
+		}
+		if limited {
+			limit += " (and its parents' limits)"
+		}
+		alloc := "allocation not reported yet"
+		if leaf.AllocatedMilli != nil {
+			alloc = gpu.FormatMilli(*leaf.AllocatedMilli) + " GPUs allocated"
+			nums["allocatedGPUs"] = gpus(*leaf.AllocatedMilli)
+		}
+		w.add(CheckQueue, StatusOK, nums, "queue %s has room: %s, %s; %s %s; %d workloads pending in it",
+			name, alloc, limit, what, gpu.FormatMilli(need), leaf.PendingWorkloads)
+	}
+	w.fairShare(leaf, need, what)
+}
+
+func (w *why) fairShare(q QueueReport, need int64, what string) {
+	quota := "all"
+	if q.QuotaMilli != Unlimited {
+		quota = gpu.FormatMilli(q.QuotaMilli)
+	}
+	if q.FairShareMilli == nil || q.AllocatedMilli == nil {
+		w.add(CheckFairShare, StatusInfo, nil, "queue %s (quota %s): the admission loop has not reported its fair share and allocation yet", q.Name, quota)
+		return
+	}
+	fs, alloc := *q.FairShareMilli, *q.AllocatedMilli
+	nums := map[string]float64{"fairShareGPUs": gpus(fs), "allocatedGPUs": gpus(alloc), "neededGPUs": gpus(need)}
+	if alloc+need <= fs {
+		w.add(CheckFairShare, StatusOK, nums, "queue %s stays within its fair share: %s allocated + %s needed <= fair share %s GPUs (quota %s)",
+			q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota)
+		return
+	}
+	w.add(CheckFairShare, StatusInfo, nums, "queue %s would go over its fair share: %s allocated + %s needed > fair share %s GPUs (quota %s); it gets only GPUs other queues leave idle, and they may be reclaimed",
+		q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota)
+}
+
+// events reports the latest event from the admission loop on the pod and
+// on its PodGroup, and kube-scheduler's latest FailedScheduling: the
+// components' own word on why the pod waits.
+func (w *why) events() {
+	type key struct{ kind, source string }
+	latest := map[key]*corev1.Event{}
+	for i := range w.c.Events {
+		e := &w.c.Events[i]
+		if e.Namespace != w.pod.Namespace && e.InvolvedObject.Namespace != w.pod.Namespace {
+			continue
+		}
+		var kind string
+		switch {
+		case e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == w.pod.Name &&
+			(e.InvolvedObject.UID == "" || e.InvolvedObject.UID == w.pod.UID):
+			kind = "pod"
+		case e.InvolvedObject.Kind == "PodGroup" && w.req != nil && w.req.PodGroup != "" && e.InvolvedObject.Name == w.req.PodGroup:
+			kind = "PodGroup " + w.req.PodGroup
+		default:
+			continue
+		}
+		var source string
+		switch {
+		case reporter(e) == AdmitterComponent:
+			source = AdmitterComponent
+		case e.Reason == reasonFailedScheduling:
+			source = "kube-scheduler"
+		default:
+			continue
+		}
+		k := key{kind, source}
+		if old := latest[k]; old == nil || eventTime(e).After(eventTime(old)) {
+			latest[k] = e
+		}
+	}
+	if len(latest) == 0 {
+		w.add(CheckEvents, StatusInfo, nil, "no events from %s or kube-scheduler about the pod%s", AdmitterComponent, map[bool]string{true: " or its PodGroup", false: ""}[w.req != nil && w.req.PodGroup != ""])
+		return
+	}
+	keys := make([]key, 0, len(latest))
+	for k := range latest {
+		keys = append(keys, k)
+	}
+	// The admission loop's word first, the pod's before the PodGroup's.
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].source != keys[j].source {
+			return keys[i].source == AdmitterComponent
+		}
+		return keys[i].kind < keys[j].kind
+	})
+	for _, k := range keys {
+		e := latest[k]
+		s := StatusInfo
+		switch e.Reason {
+		case v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity,
+			v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonPreempted, reasonFailedScheduling:
+			s = StatusBlocking
+		case v1alpha1.ReasonAdmitted:
+			s = StatusOK
+		}
+		times := ""
+		if n := eventCount(e); n > 1 {
+			times = fmt.Sprintf(", %d times", n)
+		}
+		ago := duration.HumanDuration(w.now.Sub(eventTime(e)))
+		w.add(CheckEvents, s, map[string]float64{"count": float64(eventCount(e)), "ageSeconds": float64(int64(w.now.Sub(eventTime(e)).Seconds()))},
+			"%s on the %s, %s ago%s: %s: %s", k.source, k.kind, ago, times, e.Reason, strings.TrimSpace(e.Message))
+	}
+}
+
+func reporter(e *corev1.Event) string {
+	if e.ReportingController != "" {
+		return e.ReportingController
+	}
+	return e.Source.Component
+}
+
+// eventTime is when the event last happened, whichever API wrote it.
+func eventTime(e *corev1.Event) time.Time {
+	switch {
+	case e.Series != nil && !e.Series.LastObservedTime.IsZero():
+		return e.Series.LastObservedTime.Time
+	case !e.LastTimestamp.IsZero():
+		return e.LastTimestamp.Time
+	case !e.EventTime.IsZero():
+		return e.EventTime.Time
+	}
+	return e.CreationTimestamp.Time
+}
+
+func eventCount(e *corev1.Event) int32 {
+	if e.Series != nil && e.Series.Count > 0 {
+		return e.Series.Count
+	}
+	return max(e.Count, 1)
+}
+
+// fit asks the ledger whether the pod fits a node now, on the nodes
+// kube-scheduler would consider for it (node selector, required affinity,
+// taints, cordons). It cannot see the admission loop's reservations, which
+// live only in its memory.
+func (w *why) fit() {
+	all := w.ledger.Nodes()
+	candidates := w.candidateNodes(all)
+	nums := map[string]float64{"gpuNodes": float64(len(all)), "candidates": float64(len(candidates))}
+	if len(candidates) == 0 {
+		w.add(CheckFit, StatusBlocking, nums, "no node can take it: none of the %d GPU nodes matches its node selector, affinity and tolerations, or they are cordoned", len(all))
+		return
+	}
+	var fitting []string
+	var closest *gpu.InsufficientError
+	var other error
+	for _, n := range candidates {
+		err := w.ledger.Fit(n, w.req)
+		var ie *gpu.InsufficientError
+		switch {
+		case err == nil:
+			fitting = append(fitting, n)
+		case errors.As(err, &ie):
+			if closest == nil || closer(ie, closest) {
+				closest = ie
+			}
+		default:
+			other = err
+		}
+	}
+	nums["fitting"] = float64(len(fitting))
+	switch {
+	case len(fitting) > 0:
+		where := fitting[0]
+		if a, err := w.ledger.Choose(fitting[0], w.req, ""); err == nil {
+			where = describeAllocation(a)
+			where = fitting[0] + ", " + where
+		}
+		w.add(CheckFit, StatusOK, nums, "a device has room now: it fits %d of %d candidate nodes, e.g. %s", len(fitting), len(candidates), where)
+		w.gangFit(candidates)
+	case closest != nil && closest.Unresolvable:
+		nums["bestFreeGPUs"] = gpus(closest.BestFreeMilli)
+		w.add(CheckFit, StatusBlocking, nums, "it can never fit any of the %d candidate nodes, even empty; closest: %v", len(candidates), closest)
+	case closest != nil:
+		nums["bestFreeGPUs"] = gpus(closest.BestFreeMilli)
+		w.add(CheckFit, StatusBlocking, nums, "no device has room now on any of the %d candidate nodes; closest: %v", len(candidates), closest)
+	default:
+		w.add(CheckFit, StatusBlocking, nums, "no candidate node fits: %v", other)
+	}
+}
+
+// closer says whether a came closer to fitting than b: a node where it
+// could fit once others leave beats one where it never can, then the node
+// with more devices with room, then with the most room on one device.
+func closer(a, b *gpu.InsufficientError) bool {
+	if a.Unresolvable != b.Unresolvable {
+		return !a.Unresolvable
+	}
+	if a.DevicesWithRoom != b.DevicesWithRoom {
+		return a.DevicesWithRoom > b.DevicesWithRoom
+	}
+	if a.BestFreeMilli != b.BestFreeMilli {
+		return a.BestFreeMilli > b.BestFreeMilli
+	}
+	if a.BestFreeMemoryMiB != b.BestFreeMemoryMiB {
+		return a.BestFreeMemoryMiB > b.BestFreeMemoryMiB
+	}
+	return a.Node < b.Node
+}
+
+// gangFit places the gang's unbound members together on a snapshot, as the
+// admission loop does: each may fit alone while the gang does not.
+func (w *why) gangFit(candidates []string) {
+	var reqs []*gpu.PodRequest
+	for _, p := range w.members {
+		if p.Spec.NodeName != "" {
+			continue
+		}
+		if r, errs := gpu.ParsePod(p); r != nil && len(errs) == 0 {
+			reqs = append(reqs, r)
+		}
+	}
+	if len(reqs) < 2 {
+		return
+	}
+	nums := map[string]float64{"pods": float64(len(reqs))}
+	if _, err := w.ledger.Snapshot().PlaceGang(reqs, candidates, ""); err != nil {
+		w.add(CheckFit, StatusBlocking, nums, "the gang's %d unbound pods do not fit together now: %v", len(reqs), err)
+		return
+	}
+	w.add(CheckFit, StatusOK, nums, "the gang's %d unbound pods fit together now", len(reqs))
+}
+
+// candidateNodes are the GPU nodes kube-scheduler would consider: those
+// whose Node matches the pod's required node affinity and node selector,
+// is not cordoned, and has no NoSchedule or NoExecute taint the pod does
+// not tolerate. Without Node objects (a user who may not list them) every
+// GPU node counts.
+func (w *why) candidateNodes(gpuNodes []string) []string {
+	if len(w.c.Nodes) == 0 {
+		return gpuNodes
+	}
+	nodes := map[string]*corev1.Node{}
+	for i := range w.c.Nodes {
+		nodes[w.c.Nodes[i].Name] = &w.c.Nodes[i]
+	}
+	affinity := nodeaffinity.GetRequiredNodeAffinity(w.pod)
+	hard := func(t *corev1.Taint) bool {
+		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	}
+	var out []string
+	for _, name := range gpuNodes {
+		n := nodes[name]
+		if n == nil || n.Spec.Unschedulable {
+			continue
+		}
+		if ok, err := affinity.Match(n); err != nil || !ok {
+			continue
+		}
+		if _, bad := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Spec.Taints, w.pod.Spec.Tolerations, hard, false); bad {
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// describeRequest says what a pod asks for, in words.
+func describeRequest(r *gpu.PodRequest) string {
+	c := r.Containers[0]
+	var s string
+	switch {
+	case c.Whole() && c.Count == 1:
+		s = "1 whole GPU"
+	case c.Whole():
+		s = fmt.Sprintf("%d whole GPUs", c.Count)
+	case c.MemoryMiB > 0 && c.Count == 1:
+		s = formatMiB(c.MemoryMiB) + " of GPU memory on 1 GPU"
+	case c.MemoryMiB > 0:
+		s = fmt.Sprintf("%s of GPU memory on each of %d GPUs", formatMiB(c.MemoryMiB), c.Count)
+	case c.Count == 1:
+		s = gpu.FormatMilli(c.Milli) + " of a GPU"
+	default:
+		s = fmt.Sprintf("%s of a GPU on each of %d GPUs", gpu.FormatMilli(c.Milli), c.Count)
+	}
+	if len(r.Containers) == 1 {
+		return s + " (container " + c.Name + ")"
+	}
+	names := make([]string, len(r.Containers))
+	for i, c := range r.Containers {
+		names[i] = c.Name
+	}
+	return s + " in each of its containers " + strings.Join(names, ", ")
+}
+
+// describeAllocation names the devices a pod holds or would hold:
+// "GPU 3 (0.5)", "GPUs 0,1 (whole)".
+func describeAllocation(a *gpu.PodAllocation) string {
+	parts := make([]string, 0, len(a.Containers))
+	for _, c := range a.Containers {
+		idx := make([]string, len(c.DeviceIndexes))
+		for i, d := range c.DeviceIndexes {
+			idx[i] = fmt.Sprint(d)
+		}
+		noun := "GPU"
+		if len(idx) > 1 {
+			noun = "GPUs"
+		}
+		amount := gpu.FormatMilli(c.Milli) + " each"
+		switch {
+		case c.Whole():
+			amount = "whole"
+		case len(idx) == 1:
+			amount = gpu.FormatMilli(c.Milli)
+		}
+		s := fmt.Sprintf("%s %s (%s)", noun, strings.Join(idx, ","), amount)
+		if len(a.Containers) > 1 {
+			s = "container " + c.Container + ": " + s
+		}
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// WriteWhy writes r as text or JSON.
+func WriteWhy(w io.Writer, r WhyReport, o Output) error {
+	if o == OutputJSON {
+		return writeJSON(w, "why", r)
+	}
+	tw := newTable(w)
+	tw.row("%s\n\n", r.Summary)
+	tw.row("STATUS\tCHECK\tFINDING\n")
+	for _, f := range r.Findings {
+		tw.row("%s\t%s\t%s\n", f.Status, f.Check, f.Message)
+	}
+	if err := tw.flush(); err != nil {
+		return fmt.Errorf("write why: %w", err)
+	}
+	return nil
+}

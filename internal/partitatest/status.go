@@ -1,0 +1,52 @@
+package partitatest
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// BoundTo binds the pod to node the way the extender's Binding does: spec.nodeName,
+// partita.dev/node, and partita.dev/devices.<container> with the UUIDs
+// MakeGPUNode gives the devices, on the last container added.
+func (w *PodWrapper) BoundTo(node string, devices ...int32) *PodWrapper {
+	c := w.container("")
+	uuids := ""
+	for i, d := range devices {
+		if i > 0 {
+			uuids += ","
+		}
+		uuids += DeviceUUID(node, d)
+	}
+	w.Node(node)
+	w.Annotation(v1alpha1.AnnotationNode, node)
+	return w.Annotation(v1alpha1.AnnotationDevicesPrefix+c.Name, uuids)
+}
+
+// GPUStatus sets the queue's GPU status as the admission loop writes it:
+// allocated, fair share and requested GPUs ("" leaves one out) and the
+// number of pending workloads.
+func (w *QueueWrapper) GPUStatus(allocated, fairShare, requested string, pending int32) *QueueWrapper {
+	set := func(l *corev1.ResourceList, v string) {
+		if v == "" {
+			return
+		}
+		if *l == nil {
+			*l = corev1.ResourceList{}
+		}
+		(*l)[v1alpha1.ResourceGPU] = resource.MustParse(v)
+	}
+	set(&w.Status.Allocated, allocated)
+	set(&w.Status.FairShare, fairShare)
+	set(&w.Status.Requested, requested)
+	w.Status.PendingWorkloads = pending
+	return w
+}
+
+// Phase sets the PodGroup's status phase and the reason it waits.
+func (w *PodGroupWrapper) Phase(phase v1alpha1.PodGroupPhase, reason string) *PodGroupWrapper {
+	w.Status.Phase = phase
+	w.Status.Reason = reason
+	return w
+}

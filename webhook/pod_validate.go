@@ -116,7 +116,14 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 		return Result{Err: err}
 	}
 	if !a.trusted.Trusts(ar.UserInfo) {
-		if errs := changedSystemAnnotations(old.Annotations, pod.Annotations); len(errs) > 0 {
+		errs := changedSystemAnnotations(old.Annotations, pod.Annotations)
+		if hasAdmissionGate(old) && !hasAdmissionGate(pod) {
+			// Removing the gate would skip the queues, their limits and the
+			// gang's all-or-nothing start.
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "schedulingGates"),
+				"the scheduling gate "+v1alpha1.SchedulingGateAdmission+" is removed only by Partita's admission loop, when the pod's queue and gang admit it; see why it waits with `kubectl partita why`"))
+		}
+		if len(errs) > 0 {
 			return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
 		}
 	}
@@ -232,4 +239,10 @@ func dialectOf(req *gpu.PodRequest) gpu.Dialect {
 		return ""
 	}
 	return req.Dialect
+}
+
+func hasAdmissionGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == v1alpha1.SchedulingGateAdmission
+	})
 }

@@ -108,7 +108,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.StringVar(&f.serviceName, "service-name", "partita-webhook", "Service in front of the webhook; the certificate names <service>.<namespace>.svc")
 	fl.StringVar(&f.configName, "configuration-name", webhook.DefaultConfigurationName, "name of the Mutating- and ValidatingWebhookConfiguration")
 	fl.BoolVar(&f.devRegister, "dev-register", false, "run outside the cluster: generate certificates in --cert-dir and register both webhook configurations with url https://<addr> (partita dev up)")
-	fl.BoolVar(&f.admissionGate, "admission-gate", false, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
+	fl.BoolVar(&f.admissionGate, "admission-gate", true, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
 	fl.BoolVar(&f.preemptNever, "preemption-never", false, "write preemptionPolicy: Never into GPU pods; the API server refuses it unless the pod's PriorityClass says Never too (see docs/operations.md)")
 	fl.StringVar(&f.isolationModes, "isolation-modes", "auto", "isolation modes whose env GPU containers get: auto (those of the cluster's GPUNodes) or a list of time-slicing, mps, hami-core")
 	fl.Int64Var(&f.referenceMiB, "reference-gpu-memory-mib", 0, "device memory (MiB) against which memory requests are counted in partita.dev/gpu-milli while no GPUNode is known")

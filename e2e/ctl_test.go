@@ -60,20 +60,19 @@ func TestCtl(t *testing.T) {
 	quarter := extGPUPod(ns, "quarter", 250, 1, gpuNodes)
 	tooBig := extGPUPod(ns, "too-big", 1000, 2*e2eGPUsPerNode, gpuNodes)
 	createPods(ctx, t, clientset, []*corev1.Pod{quarter, tooBig}, 2)
-	pods := waitPods(ctx, t, ns, 2*time.Minute, "quarter bound and too-big found unschedulable", func(pods []corev1.Pod) (bool, string) {
-		var bound, unschedulable bool
+	pods := waitPods(ctx, t, ns, 2*time.Minute, "quarter bound and too-big held for want of room", func(pods []corev1.Pod) (bool, string) {
+		var bound, held bool
 		for _, p := range pods {
 			if p.Name == "quarter" && p.Spec.NodeName != "" && len(devicesOf(&p)) == 1 {
 				bound = true
 			}
-			for _, cond := range p.Status.Conditions {
-				if p.Name == "too-big" && cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable {
-					unschedulable = true
-				}
+			if c := admissionCondition(&p); p.Name == "too-big" && c != nil && c.Reason == v1alpha1.ReasonWaitingForCapacity {
+				held = true
 			}
 		}
-		return bound && unschedulable, fmt.Sprintf("quarter bound %v, too-big unschedulable %v", bound, unschedulable)
+		return bound && held, fmt.Sprintf("quarter bound %v, too-big held by the admission loop %v", bound, held)
 	})
+	waitEvent(ctx, t, ns, "too-big", v1alpha1.ReasonWaitingForCapacity, "pod needs 16 GPUs")
 	var node, uuid string
 	for _, p := range pods {
 		if p.Name == "quarter" {
@@ -138,7 +137,8 @@ func TestCtl(t *testing.T) {
 			"asks for 16 whole GPUs",
 			"it can never fit any of the 4 candidate nodes",
 			"8 GPUs free; pod needs 16 whole GPUs",
-			"FailedScheduling",
+			"partita-admitter on the pod",
+			"WaitingForCapacity: pod needs 16 GPUs",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("why does not say %q:\n%s", want, out)

@@ -192,7 +192,13 @@ func waitSettled(ctx context.Context, t *testing.T, ns string, d time.Duration, 
 		tried := 0
 		for _, pod := range pods {
 			for _, c := range pod.Status.Conditions {
-				if pod.Spec.NodeName == "" && c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				if pod.Spec.NodeName != "" || c.Status != corev1.ConditionFalse {
+					continue
+				}
+				// Found unschedulable by kube-scheduler, or held by the
+				// admission loop for want of room.
+				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable ||
+					c.Type == v1alpha1.PodConditionAdmitted && c.Reason == v1alpha1.ReasonWaitingForCapacity {
 					tried++
 				}
 			}

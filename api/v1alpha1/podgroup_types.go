@@ -25,6 +25,10 @@ const (
 const (
 	// PodGroupConditionAdmitted is true while the gang holds an admission.
 	PodGroupConditionAdmitted = "Admitted"
+	// PodConditionAdmitted is the pod condition the admission loop keeps on
+	// GPU pods: False with a Reason* and the numbers while the pod waits,
+	// True once its workload is admitted.
+	PodConditionAdmitted = "partita.dev/Admitted"
 	// ReasonWaitingForQuota: the queue cannot take the gang now.
 	ReasonWaitingForQuota = "WaitingForQuota"
 	// ReasonWaitingForMembers: fewer than minMember pods exist.

@@ -56,7 +56,10 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 			"--leader-election-namespace", "kube-system",
 			"--as", "system:serviceaccount:" + defaultPartitaNamespace + ":partita-extender",
 			"--as-group", "system:masters", "--as-group", "system:serviceaccounts",
-			"--as-group", "system:serviceaccounts:" + defaultPartitaNamespace, "--v", "2"},
+			"--as-group", "system:serviceaccounts:" + defaultPartitaNamespace,
+			// A short shelter from eviction keeps the demo and the tests
+			// quick; production keeps the default minute.
+			"--preempt-min-runtime", "5s", "--v", "2"},
 		ReadyURL: "http://127.0.0.1:{port:extender}/readyz",
 	}
 	return []devcluster.HostProcess{agent, wh, ext}, nil

@@ -14,14 +14,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -30,6 +34,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/policy"
 )
 
 // extenderFlags are the flags of `partita extender`.
@@ -50,6 +55,10 @@ type extenderFlags struct {
 	profiling         bool
 	verbosity         int
 
+	admission       bool
+	admitter        extender.AdmitterOptions
+	policyNamespace string
+
 	printConfig bool
 	config      extender.SchedulerConfigOptions
 }
@@ -60,7 +69,7 @@ func newExtenderCommand() *cobra.Command {
 		ns = defaultPartitaNamespace
 	}
 	def := extender.DefaultSchedulerConfigOptions()
-	f := &extenderFlags{leaseNamespace: ns, config: def}
+	f := &extenderFlags{leaseNamespace: ns, policyNamespace: ns, config: def, admitter: extender.DefaultAdmitterOptions()}
 	cmd := &cobra.Command{
 		Use:   "extender",
 		Short: "Serve the kube-scheduler extender: device-level filter, prioritize, bind and preempt for GPU pods",
@@ -105,6 +114,13 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
+	fl.BoolVar(&f.admission, "admission", true, "run the queue and gang admission loop on the leader: it admits pods gated with "+v1alpha1.SchedulingGateAdmission)
+	fl.DurationVar(&f.admitter.ScheduleTimeout, "schedule-timeout", f.admitter.ScheduleTimeout, "how long an admitted gang may take to bind fully when its PodGroup sets no scheduleTimeoutSeconds")
+	fl.DurationVar(&f.admitter.PreemptMinRuntime, "preempt-min-runtime", f.admitter.PreemptMinRuntime, "a workload admitted less than this long ago is never evicted by reclaim or preemption")
+	fl.BoolVar(&f.admitter.DisablePreemption, "disable-preemption", false, "never evict workloads to reclaim fair share or for higher priority")
+	fl.BoolVar(&f.admitter.ImplicitJobGangs, "implicit-job-gangs", false, "admit the GPU pods of a Job that name no pod group as one gang of the Job's parallelism (capped by its completions)")
+	fl.DurationVar(&f.admitter.Interval, "admission-interval", f.admitter.Interval, "the longest wait between admission cycles while anything waits")
+	fl.StringVar(&f.policyNamespace, "policy-namespace", f.policyNamespace, "namespace of the ConfigMaps labelled "+v1alpha1.LabelPolicy+"=rego that override the quota policy (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
 
 	fl.BoolVar(&f.printConfig, "print-scheduler-config", false, "print the kube-scheduler configuration for this extender and exit")
 	fl.StringVar(&f.config.URL, "extender-url", def.URL, "with --print-scheduler-config: the URL kube-scheduler reaches the extender at")
@@ -164,7 +180,13 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		LeaderElectionID:              f.leaseName,
 		LeaderElectionNamespace:       f.leaseNamespace,
 		LeaderElectionReleaseOnCancel: true,
-		Cache:                         cache.Options{DefaultTransform: cache.TransformStripManagedFields()},
+		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+			// Only the policy ConfigMaps of Partita's namespace are cached.
+			&corev1.ConfigMap{}: {
+				Namespaces: map[string]cache.Config{f.policyNamespace: {}},
+				Label:      labels.SelectorFromSet(labels.Set{v1alpha1.LabelPolicy: policy.PolicyLabelValue}),
+			},
+		}},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
@@ -195,6 +217,11 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		extender.WithMetrics(extender.NewMetrics(metrics.Registry, ledger, isLeader)))
 	if err := mgr.Add(ext); err != nil {
 		return fmt.Errorf("add bind expiry: %w", err)
+	}
+	if f.admission {
+		if err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement); err != nil {
+			return err
+		}
 	}
 	srv := extender.NewServer(log.WithName("http"), ext,
 		extender.WithMetricsHandler(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})),
@@ -259,4 +286,33 @@ func devSchedulerConfig() string {
 		panic(err)
 	}
 	return string(b)
+}
+
+// addAdmitter adds the queue and gang admission loop to mgr, with the quota
+// policy (the default bundle, overridden by the policy ConfigMaps of
+// --policy-namespace).
+func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement) error {
+	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
+	if err != nil {
+		return err
+	}
+	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder(extender.AdmitterName),
+		f.policyNamespace, policy.DefaultBatchInterval, clock.RealClock{})
+	if err := loader.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	if err := mgr.Add(loader); err != nil {
+		return fmt.Errorf("add policy loader: %w", err)
+	}
+	opts := f.admitter
+	opts.Placement = placement
+	adm := extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
+		extender.PolicyQuota{Engine: engine}, feed.Synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
+	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {
+		return err
+	}
+	if err := mgr.Add(adm); err != nil {
+		return fmt.Errorf("add admission loop: %w", err)
+	}
+	return nil
 }

@@ -3,10 +3,12 @@ package admission
 import (
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
@@ -14,26 +16,32 @@ import (
 	"github.com/partita-dev/partita/gpu"
 )
 
-// WorkloadKey names a workload: a gang by its namespace and pod group, a
-// single pod by its namespace and name.
+// WorkloadKey names a workload: a gang by its namespace and pod group (or
+// Job, for an implicit gang), a single pod by its namespace and name.
 type WorkloadKey struct {
 	Namespace string
 	// PodGroup is the gang's name; empty for a single pod.
 	PodGroup string
+	// Job is the Job of an implicit gang (see WithImplicitJobGangs).
+	Job string
 	// Pod is the single pod's name; empty for a gang.
 	Pod string
 }
 
-// String is namespace/name, the way events and logs name a workload.
+// String is namespace/name, the way events and logs name a workload; an
+// implicit gang is namespace/job/name.
 func (k WorkloadKey) String() string {
-	if k.PodGroup != "" {
+	switch {
+	case k.PodGroup != "":
 		return k.Namespace + "/" + k.PodGroup
+	case k.Job != "":
+		return k.Namespace + "/job/" + k.Job
 	}
 	return k.Namespace + "/" + k.Pod
 }
 
-// IsGang reports whether the key names a pod group.
-func (k WorkloadKey) IsGang() bool { return k.PodGroup != "" }
+// IsGang reports whether the key names a gang.
+func (k WorkloadKey) IsGang() bool { return k.PodGroup != "" || k.Job != "" }
 
 // podInfo is what the admission loop needs of one pod, read once when the
 // informer delivers it.
@@ -96,7 +104,18 @@ type Cache struct {
 	pendingSlices, activeSlices map[string][]*Workload
 	// usage is what each queue's own workloads hold and wait for.
 	usage map[string]*[2]int64
+	// jobGangs makes the pods of a Job without a pod group a gang of the
+	// Job's parallelism; jobs holds that parallelism by namespace/name.
+	jobGangs bool
+	jobs     map[types.NamespacedName]int32
 }
+
+// CacheOption configures a Cache.
+type CacheOption func(*Cache)
+
+// WithImplicitJobGangs makes the pods of a Job that name no pod group a
+// gang whose size is the Job's parallelism (capped by its completions).
+func WithImplicitJobGangs(on bool) CacheOption { return func(c *Cache) { c.jobGangs = on } }
 
 type podGroupInfo struct {
 	minMember   int32
@@ -121,8 +140,9 @@ type nodeInfo struct {
 }
 
 // NewCache returns an empty cache.
-func NewCache() *Cache {
-	return &Cache{
+func NewCache(opts ...CacheOption) *Cache {
+	c := &Cache{
+		jobs:      map[types.NamespacedName]int32{},
 		pods:      map[types.UID]*podInfo{},
 		workloads: map[WorkloadKey]map[types.UID]*podInfo{},
 		podGroups: map[types.NamespacedName]*podGroupInfo{},
@@ -139,6 +159,40 @@ func NewCache() *Cache {
 		activeSlices:  map[string][]*Workload{},
 		usage:         map[string]*[2]int64{},
 	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// UpsertJob records a Job's gang size: its parallelism, capped by its
+// completions.
+func (c *Cache) UpsertJob(ns, name string, parallelism, completions *int32) {
+	size := int32(1)
+	if parallelism != nil {
+		size = *parallelism
+	}
+	if completions != nil && *completions < size {
+		size = *completions
+	}
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	if old, ok := c.jobs[key]; ok && old == size {
+		return
+	}
+	c.jobs[key] = size
+	c.dirty[WorkloadKey{Namespace: ns, Job: name}] = true
+	c.generation++
+}
+
+// DeleteJob forgets a Job.
+func (c *Cache) DeleteJob(ns, name string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	delete(c.jobs, types.NamespacedName{Namespace: ns, Name: name})
+	c.dirty[WorkloadKey{Namespace: ns, Job: name}] = true
+	c.generation++
 }
 
 // Generation counts the changes the cache has taken in.
@@ -153,7 +207,7 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	if pod.UID == "" {
 		return
 	}
-	info := readPod(pod)
+	info := readPod(pod, c.jobGangs)
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	c.removePod(pod.UID)
@@ -280,7 +334,7 @@ func (c *Cache) DeleteQueue(name string) {
 }
 
 // readPod reads what the loop needs of a pod.
-func readPod(pod *corev1.Pod) *podInfo {
+func readPod(pod *corev1.Pod, jobGangs bool) *podInfo {
 	p := &podInfo{
 		pod:         pod,
 		node:        pod.Spec.NodeName,
@@ -319,6 +373,8 @@ func readPod(pod *corev1.Pod) *podInfo {
 	p.key = WorkloadKey{Namespace: pod.Namespace, Pod: pod.Name}
 	if req.PodGroup != "" {
 		p.key = WorkloadKey{Namespace: pod.Namespace, PodGroup: req.PodGroup}
+	} else if owner := metav1.GetControllerOf(pod); jobGangs && owner != nil && owner.Kind == "Job" && strings.HasPrefix(owner.APIVersion, "batch/") {
+		p.key = WorkloadKey{Namespace: pod.Namespace, Job: owner.Name}
 	}
 	if v, err := strconv.ParseInt(pod.Annotations[v1alpha1.AnnotationMinMember], 10, 32); err == nil && v > 0 {
 		p.minMember = int32(v)

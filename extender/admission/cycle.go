@@ -318,7 +318,11 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	required := len(w.Pending)
 	if w.Key.IsGang() {
 		if w.MinMember == 0 {
-			c.wait(w, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("pod group %s has no PodGroup object and its pods set no %s: create the PodGroup with spec.minMember, or annotate the pods", w.Key.PodGroup, v1alpha1.AnnotationMinMember))
+			msg := fmt.Sprintf("pod group %s has no PodGroup object and its pods set no %s: create the PodGroup with spec.minMember, or annotate the pods", w.Key.PodGroup, v1alpha1.AnnotationMinMember)
+			if w.Key.Job != "" {
+				msg = fmt.Sprintf("waiting to read Job %s's parallelism", w.Key.Job)
+			}
+			c.wait(w, v1alpha1.ReasonWaitingForMembers, msg)
 			return false
 		}
 		have := len(w.Pending) + len(w.Active)

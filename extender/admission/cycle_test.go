@@ -24,6 +24,13 @@ type world struct {
 	queues    []*v1alpha1.Queue
 	podGroups []*v1alpha1.PodGroup
 	pods      []*corev1.Pod
+	jobs      []job
+	jobGangs  bool
+}
+
+type job struct {
+	name        string
+	parallelism int32
 }
 
 // gpuNodes makes n nodes named prefix-i with perNode 80GB devices.
@@ -76,7 +83,7 @@ type outcome struct {
 
 func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	t.Helper()
-	cache := NewCache()
+	cache := NewCache(WithImplicitJobGangs(w.jobGangs))
 	for _, n := range w.nodes {
 		cache.UpsertNode(n)
 	}
@@ -91,6 +98,9 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 		gns = append(gns, *n)
 	}
 	ledger := gpu.BuildLedger(gns, nil)
+	for _, j := range w.jobs {
+		cache.UpsertJob("ns", j.name, &j.parallelism, nil)
+	}
 	for _, p := range w.pods {
 		cache.UpsertPod(p)
 		if p.Spec.NodeName == "" {
@@ -303,6 +313,24 @@ func TestCycle(t *testing.T) {
 				podGroups: []*v1alpha1.PodGroup{MakePodGroup("c", "ns").MinMember(3).Obj()},
 			},
 			want: outcome{Admitted: map[string][]string{"ns/c": {"c-0@n-1", "c-1@n-0", "c-2@n-0"}}},
+		},
+		"the pods of a Job are a gang of its parallelism when asked": {
+			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA}, jobGangs: true,
+				jobs: []job{{name: "train", parallelism: 4}},
+				pods: []*corev1.Pod{
+					gated("train-a", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-b", "a", 1).OwnedBy("Job", "train").Obj(),
+					gated("train-c", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-d", "a", 1).OwnedBy("Job", "train").Obj(),
+				}},
+			want: outcome{Waiting: map[string]string{"ns/job/train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now"}},
+		},
+		"the pods of a Job are single pods unless asked": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA},
+				jobs: []job{{name: "train", parallelism: 2}},
+				pods: []*corev1.Pod{gated("train-a", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-b", "a", 1).OwnedBy("Job", "train").Created(t0.Add(time.Second)).Obj()}},
+			want: outcome{
+				Admitted: map[string][]string{"ns/train-a": {"train-a@n-0"}},
+				Waiting:  map[string]string{"ns/train-b": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0")},
+			},
 		},
 		"a pod in a queue that does not exist waits": {
 			world: world{nodes: nodes1, gpuNodes: gpus1, pods: []*corev1.Pod{gated("p", "ghost", 1).Obj()}},

@@ -148,7 +148,8 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 		}
 	}
 	slices.SortFunc(out, func(a, b victim) int {
-		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()), compareKeys(a.w.Key, b.w.Key))
+		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()),
+			b.w.Created.Compare(a.w.Created), compareKeys(a.w.Key, b.w.Key))
 	})
 	return out
 }

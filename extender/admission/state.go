@@ -318,7 +318,11 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	if len(w.Pending) == 0 && len(w.Active) == 0 {
 		return nil
 	}
-	if key.IsGang() {
+	if key.Job != "" {
+		// An implicit gang: the Job's parallelism, once the Job is seen.
+		w.MinMember = c.jobs[types.NamespacedName{Namespace: key.Namespace, Name: key.Job}]
+	}
+	if key.PodGroup != "" {
 		w.MinMember = annMin
 		if pg := c.podGroups[types.NamespacedName{Namespace: key.Namespace, Name: key.PodGroup}]; pg != nil {
 			w.HasPodGroup = true

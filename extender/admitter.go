@@ -1,0 +1,558 @@
+package extender
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender/admission"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// Admitter defaults.
+const (
+	// DefaultScheduleTimeout is how long an admitted gang may take to bind
+	// fully when its PodGroup sets no scheduleTimeoutSeconds.
+	DefaultScheduleTimeout = 5 * time.Minute
+	// DefaultPreemptMinRuntime protects a workload admitted less than this
+	// long ago from reclaim and preemption.
+	DefaultPreemptMinRuntime = time.Minute
+	// DefaultAdmissionInterval is the longest the loop waits between cycles
+	// while something waits.
+	DefaultAdmissionInterval = time.Second
+	// AdmitterName names the loop in events and logs.
+	AdmitterName = "partita-admitter"
+)
+
+// Backoff of a gang requeued after its schedule timeout: it doubles from
+// backoffBase up to backoffMax.
+const (
+	backoffBase = 10 * time.Second
+	backoffMax  = 5 * time.Minute
+)
+
+// admittedLayout is RFC 3339 with milliseconds: victims are chosen youngest
+// first, and workloads admitted within one second must still be ordered.
+const admittedLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// patchWorkers bounds the pod writes in flight at once.
+const patchWorkers = 16
+
+// AdmitterOptions configure an Admitter.
+type AdmitterOptions struct {
+	// Placement is the device placement of pods that choose none.
+	Placement gpu.Placement
+	// ScheduleTimeout is the default of PodGroup scheduleTimeoutSeconds.
+	ScheduleTimeout time.Duration
+	// PreemptMinRuntime protects young workloads from eviction.
+	PreemptMinRuntime time.Duration
+	// DisablePreemption turns reclaim and preemption off.
+	DisablePreemption bool
+	// Interval is the longest wait between cycles while anything waits.
+	Interval time.Duration
+	// InflightTTL is how long a single pod's simulated place counts after it
+	// is ungated, until kube-scheduler binds it.
+	InflightTTL time.Duration
+	// ImplicitJobGangs makes the pods of a Job that name no pod group a
+	// gang of the Job's parallelism.
+	ImplicitJobGangs bool
+}
+
+// DefaultAdmitterOptions returns the defaults.
+func DefaultAdmitterOptions() AdmitterOptions {
+	return AdmitterOptions{
+		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout,
+		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultAssumeTTL,
+	}
+}
+
+// Admitter is the queue and gang admission loop (DESIGN §2.2): it runs on
+// the elected leader only, decides with package admission, and carries the
+// decisions out: reservations in the ledger, pins and ungating, evictions,
+// timeouts, statuses, events and metrics.
+type Admitter struct {
+	cache    *admission.Cache
+	ledger   *gpu.Ledger
+	client   client.Client
+	cs       kubernetes.Interface
+	recorder events.EventRecorder
+	quota    admission.QuotaChecker
+	clock    clock.WithTicker
+	synced   func() bool
+	opts     AdmitterOptions
+	metrics  *AdmitterMetrics
+	trigger  chan struct{}
+	regs     []toolscache.ResourceEventHandlerRegistration
+
+	// Loop state, touched by the loop goroutine only.
+	snap           *gpu.Snapshot
+	lastGeneration uint64
+	lastCycle      time.Time
+	// inflight are single pods ungated and not bound yet, with the devices
+	// simulated for them: later cycles count them until they bind.
+	inflight map[types.UID]inflightPod
+	// reserved are gang members whose devices the ledger holds for them.
+	reserved map[types.UID]time.Time
+	backoff  map[admission.WorkloadKey]backoffState
+	// timedOut remembers the admission (by its start) a timeout was handled
+	// for, and what was said.
+	timedOut map[admission.WorkloadKey]timeout
+	// told is the last reason and message told about a waiting workload.
+	told map[admission.WorkloadKey]string
+	// conditions carries pod condition writes to writeConditions, which
+	// sends them at the client's pace; a full channel drops the write (the
+	// event says the same).
+	conditions chan podCondition
+}
+
+type podCondition struct {
+	pod  *corev1.Pod
+	cond corev1.PodCondition
+}
+
+type inflightPod struct {
+	alloc    *gpu.PodAllocation
+	deadline time.Time
+}
+
+type timeout struct {
+	started time.Time
+	message string
+}
+
+type backoffState struct {
+	until time.Time
+	delay time.Duration
+}
+
+// NewAdmitter returns the loop. cache is fed by Watch; writes go through c
+// (pods, statuses) and cs (evictions); quota may be nil (no quota policy).
+func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, recorder events.EventRecorder,
+	quota admission.QuotaChecker, synced func() bool, opts AdmitterOptions, metrics *AdmitterMetrics, clk clock.WithTicker) *Admitter {
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	return &Admitter{
+		cache: admission.NewCache(admission.WithImplicitJobGangs(opts.ImplicitJobGangs)), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
+		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
+		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
+		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
+		told: map[admission.WorkloadKey]string{}, conditions: make(chan podCondition, 4096),
+	}
+}
+
+// Cache returns the loop's cache, for the informer feed.
+func (a *Admitter) Cache() *admission.Cache { return a.cache }
+
+// Notify asks for a cycle soon; informer handlers call it on every change.
+func (a *Admitter) Notify() {
+	select {
+	case a.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// NeedLeaderElection makes the manager run the loop on the leader only.
+func (a *Admitter) NeedLeaderElection() bool { return true }
+
+// Start runs cycles until ctx ends: on changes, batched for a moment, and
+// at least every Interval.
+func (a *Admitter) Start(ctx context.Context) error {
+	log := logr.FromContextOrDiscard(ctx).WithName("admitter")
+	ctx = logr.NewContext(ctx, log)
+	log.Info("Starting the admission loop")
+	ticker := a.clock.NewTicker(a.opts.Interval)
+	defer ticker.Stop()
+	for range conditionWriters {
+		go a.writeConditions(ctx)
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.trigger:
+			// Let a burst of changes (a Job creating its pods) land first.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-a.clock.After(50 * time.Millisecond):
+			}
+		case <-ticker.C():
+		}
+		if !a.synced() || !a.Synced() || !a.due() {
+			continue
+		}
+		if err := a.Cycle(ctx); err != nil {
+			log.Error(err, "Admission cycle failed")
+		}
+	}
+}
+
+// idleCycleEvery is how often a cycle runs when nothing changed and no
+// timer is pending: time alone can make a workload evictable (its minimum
+// runtime passes) or a gang late.
+const idleCycleEvery = 5 * time.Second
+
+// due reports whether a cycle should run now: the cache changed, a timer
+// is pending, or idleCycleEvery has passed.
+func (a *Admitter) due() bool {
+	return a.cache.Generation() != a.lastGeneration || len(a.inflight) > 0 || len(a.reserved) > 0 || len(a.backoff) > 0 ||
+		a.clock.Since(a.lastCycle) >= idleCycleEvery
+}
+
+// Cycle runs one admission cycle and carries out its decisions.
+func (a *Admitter) Cycle(ctx context.Context) error {
+	start := a.clock.Now()
+	st := a.cache.State()
+	a.lastGeneration, a.lastCycle = st.Generation, start
+	now := a.clock.Now()
+	a.expire(now)
+	a.handleTimeouts(ctx, st, now)
+	if a.snap == nil {
+		a.snap = a.ledger.Snapshot()
+	} else {
+		a.ledger.Refresh(a.snap)
+	}
+	for _, p := range a.inflight {
+		_ = a.snap.Assume(p.alloc)
+	}
+	res := admission.Run(ctx, st, a.snap, a.quota, admission.Options{
+		Now: now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
+		DisablePreemption: a.opts.DisablePreemption,
+		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
+	})
+	decided := a.clock.Since(start)
+	var errs []error
+	for i := range res.Admissions {
+		if err := a.admit(ctx, &res.Admissions[i], now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for i := range res.Evictions {
+		a.evict(ctx, &res.Evictions[i])
+	}
+	a.tell(res)
+	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now))
+	a.metrics.observeCycle(res, decided, a.clock.Since(start))
+	return errors.Join(errs...)
+}
+
+// expire drops in-flight single pods once bound, gone or stale, and
+// reservations of pods that are bound or gone.
+func (a *Admitter) expire(now time.Time) {
+	for uid, p := range a.inflight {
+		present, bound := a.cache.PodState(uid)
+		if bound || !present || now.After(p.deadline) {
+			delete(a.inflight, uid)
+		}
+	}
+	for uid := range a.reserved {
+		if present, bound := a.cache.PodState(uid); bound || !present {
+			delete(a.reserved, uid)
+		}
+	}
+	for k, b := range a.backoff {
+		if now.After(b.until.Add(backoffMax)) {
+			delete(a.backoff, k)
+		}
+	}
+}
+
+// admit reserves a workload's devices, then pins and ungates its members.
+func (a *Admitter) admit(ctx context.Context, adm *admission.Admission, now time.Time) error {
+	w := adm.Workload
+	log := logr.FromContextOrDiscard(ctx).WithValues("workload", w.Key.String())
+	if adm.Pin {
+		for i, m := range adm.Members {
+			if err := a.ledger.Assume(m.Allocation); err != nil {
+				for _, done := range adm.Members[:i] {
+					a.ledger.Forget(done.Member.Pod.UID)
+				}
+				return fmt.Errorf("reserve devices for %s: %w", w.Key, err)
+			}
+		}
+	}
+	stamp := now.UTC().Format(admittedLayout)
+	errs := make(chan error, len(adm.Members))
+	sem := make(chan struct{}, patchWorkers)
+	for _, m := range adm.Members {
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			errs <- a.release(ctx, m, adm.Pin, w.Key, stamp)
+		}()
+	}
+	var failed []error
+	for range adm.Members {
+		if err := <-errs; err != nil {
+			failed = append(failed, err)
+		}
+	}
+	for _, m := range adm.Members {
+		uid := m.Member.Pod.UID
+		if adm.Pin {
+			a.reserved[uid] = now
+		} else {
+			a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL)}
+		}
+	}
+	delete(a.told, w.Key)
+	delete(a.timedOut, w.Key)
+	a.metrics.admitted(w.Key.IsGang())
+	log.V(2).Info("Admitted workload", "queue", w.Queue, "members", len(adm.Members), "pinned", adm.Pin)
+	for _, m := range adm.Members {
+		note := "admitted by queue " + w.Queue
+		if adm.Pin {
+			note = fmt.Sprintf("admitted with its gang of %d; reserved on node %s", len(adm.Members), m.Allocation.Node)
+		}
+		a.event(m.Member.Pod, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, "Admit", note)
+		a.setCondition(m.Member.Pod, corev1.ConditionTrue, v1alpha1.ReasonAdmitted, note)
+	}
+	return errors.Join(failed...)
+}
+
+// release pins one member to its node (gangs) and removes the admission
+// gate, in one write.
+func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, pin bool, key admission.WorkloadKey, stamp string) error {
+	orig := m.Member.Pod
+	pod := orig.DeepCopy()
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[v1alpha1.AnnotationAdmitted] = stamp
+	if pin {
+		pod.Annotations[v1alpha1.AnnotationReservation] = key.String()
+		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
+		pinToNode(pod, m.Allocation.Node)
+	}
+	gates := pod.Spec.SchedulingGates[:0:0]
+	for _, g := range pod.Spec.SchedulingGates {
+		if g.Name != v1alpha1.SchedulingGateAdmission {
+			gates = append(gates, g)
+		}
+	}
+	pod.Spec.SchedulingGates = gates
+	if err := a.client.Patch(ctx, pod, client.StrategicMergeFrom(orig)); err != nil {
+		if pin {
+			a.ledger.Forget(orig.UID)
+		}
+		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)
+	}
+	return nil
+}
+
+// pinToNode adds a required node affinity to node's name to every term (or
+// makes the only term): the API server allows only additions while a pod
+// is gated.
+func pinToNode(pod *corev1.Pod, node string) {
+	req := corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{req}}}}
+		return
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+}
+
+// evict evicts every member of a victim through the Eviction API, so that
+// PodDisruptionBudgets are honoured.
+func (a *Admitter) evict(ctx context.Context, e *admission.Eviction) {
+	log := logr.FromContextOrDiscard(ctx)
+	kind := "preempt"
+	if e.Reclaim {
+		kind = "reclaim"
+	}
+	for _, m := range e.Victim.Active {
+		a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "Evict", e.Message)
+		if err := a.evictPod(ctx, m.Pod); err != nil {
+			log.Error(err, "Failed to evict pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String())
+			continue
+		}
+		log.V(2).Info("Evicted pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String(), "kind", kind)
+	}
+	a.metrics.evicted(kind)
+}
+
+func (a *Admitter) evictPod(ctx context.Context, pod *corev1.Pod) error {
+	err := a.cs.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
+		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
+		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
+	})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// handleTimeouts releases gangs that did not bind fully in time: members
+// with a controller are evicted (their controller makes new ones, which
+// wait again), reservations are dropped, the workload backs off. Bare pods
+// are never deleted.
+func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now time.Time) {
+	log := logr.FromContextOrDiscard(ctx)
+	gangs := make(map[admission.WorkloadKey]bool, len(st.Gangs))
+	for _, w := range st.Gangs {
+		gangs[w.Key] = true
+	}
+	for key := range a.timedOut {
+		if !gangs[key] {
+			delete(a.timedOut, key)
+		}
+	}
+	for _, w := range st.Gangs {
+		if len(w.Active) == 0 {
+			continue
+		}
+		bound, admittedByLoop := 0, true
+		for _, m := range w.Active {
+			if m.Bound {
+				bound++
+			}
+			if m.Admitted.IsZero() {
+				admittedByLoop = false
+			}
+		}
+		if !admittedByLoop || bound >= int(w.MinMember) || bound == len(w.Active) {
+			continue
+		}
+		started := w.Started()
+		limit := a.opts.ScheduleTimeout
+		if w.TimeoutSeconds > 0 {
+			limit = time.Duration(w.TimeoutSeconds) * time.Second
+		}
+		if now.Sub(started) < limit || a.timedOut[w.Key].started.Equal(started) {
+			continue
+		}
+		b := a.backoff[w.Key]
+		b.delay = min(max(backoffBase, 2*b.delay), backoffMax)
+		b.until = now.Add(b.delay)
+		a.backoff[w.Key] = b
+		msg := fmt.Sprintf("only %d of %d members bound within %s; ", bound, w.MinMember, limit)
+		evicted := 0
+		for _, m := range w.Active {
+			if !m.Bound {
+				a.ledger.Forget(m.Pod.UID)
+				delete(a.reserved, m.Pod.UID)
+			}
+			if metav1.GetControllerOf(m.Pod) == nil {
+				continue
+			}
+			if err := a.evictPod(ctx, m.Pod); err != nil {
+				log.Error(err, "Failed to evict pod of a timed-out gang", "pod", klog.KObj(m.Pod))
+				continue
+			}
+			evicted++
+		}
+		if evicted > 0 {
+			msg += fmt.Sprintf("evicted %d pods with a controller; the gang is requeued and tries again in %s", evicted, b.delay)
+		} else {
+			msg += "its pods have no controller, so they are left as they are"
+		}
+		for _, m := range w.Active {
+			a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonScheduleTimeout, "Timeout", msg)
+		}
+		a.timedOut[w.Key] = timeout{started: started, message: msg}
+		a.metrics.evicted("timeout")
+		log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
+	}
+}
+
+// tellBudget is how many waiting pods one cycle tells about (an event and
+// a condition each); the rest are told in the next cycles, so that a burst
+// of thousands of pods does not flood the API server.
+const tellBudget = 200
+
+// tell emits an event and sets the condition on the pending members of each
+// workload whose reason to wait changed, and forgets workloads that no
+// longer wait.
+func (a *Admitter) tell(res *admission.Result) {
+	waiting := make(map[admission.WorkloadKey]bool, len(res.Waiting))
+	budget := tellBudget
+	for _, wt := range res.Waiting {
+		key := wt.Workload.Key
+		waiting[key] = true
+		said := wt.Reason + wt.Message
+		if a.told[key] == said || budget <= 0 {
+			continue
+		}
+		a.told[key] = said
+		for _, m := range wt.Workload.Pending {
+			budget--
+			a.event(m.Pod, corev1.EventTypeNormal, wt.Reason, "Wait", wt.Message)
+			a.setCondition(m.Pod, corev1.ConditionFalse, wt.Reason, wt.Message)
+		}
+	}
+	for key := range a.told {
+		if !waiting[key] {
+			delete(a.told, key)
+		}
+	}
+}
+
+func (a *Admitter) event(obj client.Object, eventType, reason, action, note string) {
+	if a.recorder == nil {
+		return
+	}
+	a.recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
+}
+
+// conditionWriters is how many goroutines write pod conditions.
+const conditionWriters = 4
+
+// setCondition queues a write of the pod's partita.dev/Admitted condition.
+func (a *Admitter) setCondition(pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) {
+	c := podCondition{pod: pod, cond: corev1.PodCondition{
+		Type: v1alpha1.PodConditionAdmitted, Status: status, Reason: reason, Message: truncate(message, 1024),
+		LastTransitionTime: metav1.NewTime(a.clock.Now()),
+	}}
+	select {
+	case a.conditions <- c:
+	default:
+	}
+}
+
+// writeConditions patches pod conditions until ctx ends. The strategic
+// merge patch merges by condition type, so other conditions stay.
+func (a *Admitter) writeConditions(ctx context.Context) {
+	log := logr.FromContextOrDiscard(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c := <-a.conditions:
+			patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{c.cond}}})
+			if err != nil {
+				continue
+			}
+			obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}}
+			if err := a.client.Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+				log.V(2).Info("Failed to write the admission condition", "pod", klog.KObj(c.pod), "err", err.Error())
+			}
+		}
+	}
+}

@@ -1,0 +1,125 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender/admission"
+)
+
+// writeQueueStatus writes each queue's allocation, request, fair share and
+// pending workloads where they changed.
+func (a *Admitter) writeQueueStatus(ctx context.Context, st *admission.State, res *admission.Result) error {
+	var errs []error
+	for _, r := range res.Queues {
+		q := st.Queues[r.Name]
+		if q == nil {
+			continue
+		}
+		want := q.Status.DeepCopy()
+		want.Allocated = gpuList(want.Allocated, r.AllocatedMilli)
+		want.Requested = gpuList(want.Requested, r.RequestedMilli)
+		want.FairShare = gpuList(want.FairShare, r.FairShareMilli)
+		want.PendingWorkloads = r.PendingWorkloads
+		want.ChildQueues = slices.Clone(r.Children)
+		a.metrics.queue(r)
+		if equality.Semantic.DeepEqual(&q.Status, want) {
+			continue
+		}
+		obj := &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: r.Name}, Status: q.Status}
+		patched := obj.DeepCopy()
+		patched.Status = *want
+		if err := a.client.Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("write status of queue %s: %w", r.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// gpuList sets the gpu entry of l to milli milli-GPUs.
+func gpuList(l corev1.ResourceList, milli int64) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for k, v := range l {
+		out[k] = v
+	}
+	out[v1alpha1.ResourceGPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+	return out
+}
+
+// writePodGroupStatus writes each gang's phase, counts and reason where
+// they changed.
+func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State, res *admission.Result, now time.Time) error {
+	waiting := map[admission.WorkloadKey]admission.Wait{}
+	for _, w := range res.Waiting {
+		waiting[w.Workload.Key] = w
+	}
+	admitted := map[admission.WorkloadKey]int{}
+	for _, ad := range res.Admissions {
+		admitted[ad.Workload.Key] = len(ad.Members)
+	}
+	var errs []error
+	for _, w := range st.Gangs {
+		if !w.HasPodGroup {
+			continue
+		}
+		want := w.PodGroupStatus.DeepCopy()
+		bound := int32(0)
+		for _, m := range w.Active {
+			if m.Bound {
+				bound++
+			}
+		}
+		want.Admitted = int32(len(w.Active) + admitted[w.Key])
+		want.Running = bound
+		cond := metav1.Condition{Type: v1alpha1.PodGroupConditionAdmitted, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(now)}
+		wt, waits := waiting[w.Key]
+		switch {
+		case a.timedOut[w.Key].started.Equal(w.Started()) && len(w.Active) > 0 && bound < w.MinMember:
+			want.Phase = v1alpha1.PodGroupFailed
+			want.Reason = truncate(a.timedOut[w.Key].message, 1024)
+			cond.Reason, cond.Message = v1alpha1.ReasonScheduleTimeout, want.Reason
+		case bound >= w.MinMember:
+			want.Phase, want.Reason = v1alpha1.PodGroupRunning, ""
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v1alpha1.ReasonAdmitted, fmt.Sprintf("%d of %d members bound", bound, w.MinMember)
+		case want.Admitted >= w.MinMember:
+			want.Phase, want.Reason = v1alpha1.PodGroupAdmitted, ""
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionTrue, v1alpha1.ReasonAdmitted, fmt.Sprintf("%d members admitted; %d bound", want.Admitted, bound)
+		case waits:
+			want.Phase, want.Reason = v1alpha1.PodGroupPending, truncate(wt.Message, 1024)
+			cond.Reason, cond.Message = wt.Reason, want.Reason
+		default:
+			want.Phase = v1alpha1.PodGroupPending
+			cond.Reason, cond.Message = v1alpha1.ReasonWaitingForMembers, "waiting for its members"
+		}
+		meta.SetStatusCondition(&want.Conditions, cond)
+		if equality.Semantic.DeepEqual(&w.PodGroupStatus, want) {
+			continue
+		}
+		obj := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.Key.Namespace, Name: w.Key.PodGroup}, Status: w.PodGroupStatus}
+		patched := obj.DeepCopy()
+		patched.Status = *want
+		if err := a.client.Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("write status of pod group %s: %w", w.Key, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}

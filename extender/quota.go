@@ -1,0 +1,44 @@
+package extender
+
+import (
+	"context"
+
+	"github.com/partita-dev/partita/extender/admission"
+	"github.com/partita-dev/partita/policy"
+)
+
+// PolicyQuota answers the admission loop's quota questions with the Rego
+// decision data.partita.quota.
+type PolicyQuota struct {
+	Engine *policy.Engine
+}
+
+// CheckQuota implements admission.QuotaChecker.
+func (p PolicyQuota) CheckQuota(ctx context.Context, r *admission.QuotaRequest) (*admission.QuotaVerdict, error) {
+	kind, name := policy.QuotaKindPod, r.Workload.Key.Pod
+	if r.Workload.Key.IsGang() {
+		kind, name = policy.QuotaKindPodGroup, r.Workload.Key.PodGroup
+	}
+	in := &policy.QuotaInput{
+		Workload: policy.QuotaWorkload{
+			Namespace: r.Workload.Key.Namespace, Name: name, Kind: kind, Queue: r.Workload.Queue,
+			Members: int32(r.Members), GPUMilli: r.GPUMilli, Priority: r.Workload.Priority,
+		},
+		Queue:   quotaQueue(r.Queue),
+		Cluster: policy.QuotaCluster{GPUMilli: r.ClusterMilli},
+	}
+	for _, a := range r.Ancestors {
+		in.Ancestors = append(in.Ancestors, quotaQueue(a))
+	}
+	d, err := p.Engine.Quota(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return &admission.QuotaVerdict{Allowed: d.Allowed, Reasons: d.Reasons}, nil
+}
+
+func quotaQueue(u admission.QueueUsage) policy.QuotaQueue {
+	return policy.QuotaQueue{Name: u.Name, Priority: u.Priority, GPU: policy.QuotaResource{
+		QuotaMilli: u.QuotaMilli, LimitMilli: u.LimitMilli, AllocatedMilli: u.AllocatedMilli, FairShareMilli: u.FairShareMilli,
+	}}
+}

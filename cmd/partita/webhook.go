@@ -204,6 +204,11 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
+	if f.certRotation == "self" && !f.devRegister {
+		// cert-controller would list every Secret of the namespace; its
+		// RBAC names the certificate Secret only.
+		cfg.Wrap(webhook.ScopeSecretReads(f.namespace, f.secretName))
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)

@@ -130,3 +130,11 @@ matchExpressions:
   {{- end }}
   {{- end }}
 {{- end -}}
+
+{{/* Refuses clusters older than 1.30; a development build (v0.0.0) passes. */}}
+{{- define "partita.checkKubeVersion" -}}
+{{- $v := .Capabilities.KubeVersion.Version -}}
+{{- if and (not (hasPrefix "v0.0.0" $v)) (semverCompare "<1.30.0-0" $v) -}}
+{{- fail (printf "Partita needs Kubernetes 1.30 or newer (scheduling gates); this cluster runs %s" $v) -}}
+{{- end -}}
+{{- end -}}

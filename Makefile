@@ -21,11 +21,13 @@ export CGO_CFLAGS
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/partita-dev/partita/internal/version.Version=$(VERSION)
 BIN := bin/partita
+IMAGE ?= ghcr.io/partita-dev/partita:$(VERSION)
+CHART := helm/partita
 
 # Benchmarks run briefly in `make test`; `make bench` runs them in full.
 BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
-.PHONY: all build cluster-bins demo test test-unit test-e2e bench generate verify-generated lint clean
+.PHONY: all build image cluster-bins demo test test-unit test-e2e bench generate chart-sync verify-generated lint clean
 
 all: build
 
@@ -34,6 +36,12 @@ all: build
 build:
 	go build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/partita
 	ln -sf partita bin/kubectl-partita
+
+# The container image (Dockerfile). Needs a Docker engine; without one it says
+# so and fails, as nothing else can build the image here.
+image:
+	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { echo "make image: no Docker engine here (docker missing or not running); the image needs one"; exit 1; }
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
 cluster-bins:
 	bash e2e/clusterbins/build.sh >/dev/null
@@ -51,11 +59,23 @@ $(GOLANGCI_LINT):
 generate: $(CONTROLLER_GEN)
 	$(CONTROLLER_GEN) object paths=./api/...
 	$(CONTROLLER_GEN) crd:crdVersions=v1 paths=./api/... output:crd:artifacts:config=crds
+	$(MAKE) chart-sync
 
-# Fails when the generated deepcopy or CRDs are stale.
+# The chart carries copies of the CRDs and of the default Rego policy (Helm
+# reads files only from inside the chart); they are copied, never edited.
+chart-sync:
+	rm -f $(CHART)/crds/*.yaml $(CHART)/files/policy/*.rego
+	mkdir -p $(CHART)/crds $(CHART)/files/policy
+	cp crds/*.yaml $(CHART)/crds/
+	cp policy/rego/*.rego $(CHART)/files/policy/
+	rm -f $(CHART)/files/policy/*_test.rego
+
+# Fails when the generated deepcopy or CRDs are stale, or the chart's copies
+# drifted from crds/ and policy/rego/.
 verify-generated: generate
-	@git diff --exit-code -- api crds || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api crds)" || { git status --porcelain -- api crds; echo "generated files are untracked: run 'make generate' and commit"; exit 1; }
+	@git diff --exit-code -- api crds $(CHART)/crds $(CHART)/files || { echo "generated files are stale: run 'make generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api crds $(CHART)/crds $(CHART)/files)" || { git status --porcelain -- api crds $(CHART)/crds $(CHART)/files; echo "generated files are untracked: run 'make generate' and commit"; exit 1; }
+	@diff -r crds $(CHART)/crds --exclude='*.go' >/dev/null || { echo "$(CHART)/crds differs from crds/: run 'make chart-sync'"; exit 1; }
 
 lint: $(GOLANGCI_LINT)
 	@test -z "$$(gofmt -l .)" || { gofmt -l .; echo "not gofmt-clean: run 'gofmt -w .'"; exit 1; }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/partita-dev/partita/internal/devcluster"
 )
@@ -22,6 +23,10 @@ var (
 	clusterName string
 	cluster     *devcluster.Cluster
 	clientset   kubernetes.Interface
+	// externalKubeconfig is PARTITA_E2E_KUBECONFIG: a cluster with the chart
+	// installed (e2e/kind/run.sh), instead of a dev cluster. Only the tests
+	// that can run there (TestKind*, TestComponentPermissions) are run.
+	externalKubeconfig string
 )
 
 const (
@@ -35,6 +40,17 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
+	if externalKubeconfig = os.Getenv("PARTITA_E2E_KUBECONFIG"); externalKubeconfig != "" {
+		cfg, err := clientcmd.BuildConfigFromFlags("", externalKubeconfig)
+		if err == nil {
+			clientset, err = kubernetes.NewForConfig(cfg)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "e2e: PARTITA_E2E_KUBECONFIG:", err)
+			return 1
+		}
+		return m.Run()
+	}
 	partitaBin, err = findBinary()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -30,9 +30,9 @@ import (
 )
 
 // webhookUser is who the webhook tests act as: an ordinary user with the
-// edit role in the test namespace. The dev cluster's admin is trusted like
-// Partita's own components (they run with its kubeconfig), so spoofing is
-// tried as someone who is not.
+// edit role in the test namespace, as users of a real cluster are. (The dev
+// cluster's webhook trusts only the extender's ServiceAccount, so the
+// admin could not spoof either.)
 const webhookUser = "e2e-user"
 
 // partitaNamespace is where the dev cluster's webhook reads policy

@@ -34,6 +34,16 @@ type SchedulerConfigOptions struct {
 	// CAFile verifies the extender's certificate when the URL is https; empty
 	// skips verification (only sensible on loopback).
 	CAFile string
+	// SchedulerName, when set, names the one profile: a kube-scheduler run
+	// beside the cluster's default one (the chart's scheduler.mode=second)
+	// schedules only the pods that name it. Empty keeps the default profile
+	// (default-scheduler), for configuring the cluster's own scheduler.
+	SchedulerName string
+	// LeaseName and LeaseNamespace, when set, name the scheduler's leader
+	// election Lease. A second scheduler must not share the default one's
+	// (kube-system/kube-scheduler), or only one of the two would run.
+	LeaseName      string
+	LeaseNamespace string
 }
 
 // DefaultSchedulerConfigOptions are the defaults of `partita extender
@@ -56,6 +66,16 @@ kind: KubeSchedulerConfiguration
 clientConnection:
   qps: {{.QPS}}
   burst: {{.Burst}}
+{{- if .LeaseName}}
+leaderElection:
+  leaderElect: true
+  resourceName: {{.LeaseName}}
+  resourceNamespace: {{.LeaseNamespace}}
+{{- end}}
+{{- if .SchedulerName}}
+profiles:
+- schedulerName: {{.SchedulerName}}
+{{- end}}
 extenders:
 - urlPrefix: {{.URL}}
   filterVerb: {{.Filter}}
@@ -93,6 +113,9 @@ func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
 	if !ok || (scheme != "http" && scheme != "https") || rest == "" || strings.ContainsAny(o.URL, " \n\t") {
 		return nil, fmt.Errorf("render scheduler configuration: extender URL %q is not an http(s) URL", o.URL)
 	}
+	if (o.LeaseName == "") != (o.LeaseNamespace == "") {
+		return nil, fmt.Errorf("render scheduler configuration: lease name %q and namespace %q must be set together", o.LeaseName, o.LeaseNamespace)
+	}
 	if o.Weight < 1 || o.HTTPTimeout <= 0 || o.QPS <= 0 || o.Burst < 1 {
 		return nil, fmt.Errorf("render scheduler configuration: weight %d, timeout %s, QPS %g and burst %d must all be positive", o.Weight, o.HTTPTimeout, o.QPS, o.Burst)
 	}
@@ -101,7 +124,14 @@ func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
 		"URL": quote(o.URL), "Weight": o.Weight, "HTTPTimeout": quote(o.HTTPTimeout.String()),
 		"QPS": o.QPS, "Burst": o.Burst, "HTTPS": scheme == "https", "CAFile": "",
 		"Filter": VerbFilter, "Prioritize": VerbPrioritize, "Bind": VerbBind, "Preempt": VerbPreempt,
-		"Resource": string(v1alpha1.ResourceGPUMilli),
+		"Resource":      string(v1alpha1.ResourceGPUMilli),
+		"SchedulerName": "", "LeaseName": "", "LeaseNamespace": "",
+	}
+	if o.SchedulerName != "" {
+		data["SchedulerName"] = quote(o.SchedulerName)
+	}
+	if o.LeaseName != "" {
+		data["LeaseName"], data["LeaseNamespace"] = quote(o.LeaseName), quote(o.LeaseNamespace)
 	}
 	if o.CAFile != "" {
 		data["CAFile"] = quote(o.CAFile)

@@ -69,15 +69,38 @@ func TestSchedulerConfig(t *testing.T) {
 	}
 }
 
+// TestSchedulerConfigSecondScheduler: a scheduler beside the default one
+// has its own profile name and Lease.
+func TestSchedulerConfigSecondScheduler(t *testing.T) {
+	o := DefaultSchedulerConfigOptions()
+	o.SchedulerName, o.LeaseName, o.LeaseNamespace = "partita", "partita-scheduler", "partita-system"
+	b, err := SchedulerConfig(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got configv1.KubeSchedulerConfiguration
+	if err := yaml.UnmarshalStrict(b, &got); err != nil {
+		t.Fatalf("decode as KubeSchedulerConfiguration: %v\n%s", err, b)
+	}
+	if len(got.Profiles) != 1 || got.Profiles[0].SchedulerName == nil || *got.Profiles[0].SchedulerName != "partita" {
+		t.Errorf("profiles = %+v, want one named partita", got.Profiles)
+	}
+	le := got.LeaderElection
+	if le.LeaderElect == nil || !*le.LeaderElect || le.ResourceName != "partita-scheduler" || le.ResourceNamespace != "partita-system" {
+		t.Errorf("leaderElection = %+v, want partita-system/partita-scheduler", le)
+	}
+}
+
 func TestSchedulerConfigRefuses(t *testing.T) {
 	cases := map[string]func(*SchedulerConfigOptions){
-		"no scheme":     func(o *SchedulerConfigOptions) { o.URL = "127.0.0.1:8443" },
-		"ftp":           func(o *SchedulerConfigOptions) { o.URL = "ftp://host" },
-		"a line break":  func(o *SchedulerConfigOptions) { o.URL = "http://host\nkind: Pod" },
-		"weight 0":      func(o *SchedulerConfigOptions) { o.Weight = 0 },
-		"no timeout":    func(o *SchedulerConfigOptions) { o.HTTPTimeout = 0 },
-		"negative QPS":  func(o *SchedulerConfigOptions) { o.QPS = -1 },
-		"burst of zero": func(o *SchedulerConfigOptions) { o.Burst = 0 },
+		"no scheme":                    func(o *SchedulerConfigOptions) { o.URL = "127.0.0.1:8443" },
+		"ftp":                          func(o *SchedulerConfigOptions) { o.URL = "ftp://host" },
+		"a line break":                 func(o *SchedulerConfigOptions) { o.URL = "http://host\nkind: Pod" },
+		"weight 0":                     func(o *SchedulerConfigOptions) { o.Weight = 0 },
+		"no timeout":                   func(o *SchedulerConfigOptions) { o.HTTPTimeout = 0 },
+		"negative QPS":                 func(o *SchedulerConfigOptions) { o.QPS = -1 },
+		"burst of zero":                func(o *SchedulerConfigOptions) { o.Burst = 0 },
+		"lease name without namespace": func(o *SchedulerConfigOptions) { o.LeaseName = "x" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -34,6 +34,8 @@ func TestAdmission(t *testing.T) {
 		"mutate-no-gpu":              {path: PathMutatePods},
 		"mutate-default-queue":       {path: PathMutatePods},
 		"mutate-admission-gate":      {path: PathMutatePods, opts: testOptions{gate: true}},
+		"mutate-scheduler-name":      {path: PathMutatePods, opts: testOptions{schedulerName: "partita"}},
+		"mutate-scheduler-name-cpu":  {path: PathMutatePods, opts: testOptions{schedulerName: "partita"}},
 		"mutate-isolation-modes":     {path: PathMutatePods, opts: testOptions{modes: []v1alpha1.IsolationMode{v1alpha1.IsolationHAMiCore, v1alpha1.IsolationMPS}}},
 		"mutate-trusted-identity":    {path: PathMutatePods},
 		"mutate-ephemeral-container": {path: PathMutatePods},

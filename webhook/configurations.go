@@ -187,11 +187,18 @@ func ValidatingConfiguration(o ConfigurationOptions) *admissionregistrationv1.Va
 // Register creates or updates both configurations, and Partita's namespace
 // if it does not exist. It is how a webhook outside the cluster (the dev
 // cluster's) installs itself; in a cluster the chart installs them and
-// cert-controller injects the CA.
+// cert-controller injects the CA. The namespace is read before it is
+// created, and a configuration before it is written, so that an identity
+// allowed only to read namespaces and update the configurations (the
+// chart's webhook ServiceAccount, which the dev cluster uses) can register.
 func Register(ctx context.Context, cs kubernetes.Interface, o ConfigurationOptions) error {
 	nsAPI := cs.CoreV1().Namespaces()
-	if _, err := nsAPI.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("create namespace %s: %w", o.Namespace, err)
+	if _, err := nsAPI.Get(ctx, o.Namespace, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		if _, err := nsAPI.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: o.Namespace}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("create namespace %s: %w", o.Namespace, err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("get namespace %s: %w", o.Namespace, err)
 	}
 	mAPI := cs.AdmissionregistrationV1().MutatingWebhookConfigurations()
 	m := MutatingConfiguration(o)

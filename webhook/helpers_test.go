@@ -73,8 +73,9 @@ func testState(t testing.TB) policy.State {
 
 // testOptions vary the server per case.
 type testOptions struct {
-	gate  bool
-	modes []v1alpha1.IsolationMode
+	gate          bool
+	modes         []v1alpha1.IsolationMode
+	schedulerName string
 }
 
 // newTestServer returns a server with a real policy engine over testState,
@@ -94,7 +95,7 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
 	}
 	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
-		WithAdmissionGate(opts.gate), WithTrusted(DefaultIdentities(partitaNamespace)))
+		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(DefaultIdentities(partitaNamespace)))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -41,6 +41,8 @@ type PodAdmission struct {
 	admissionGate bool
 	// preemptNever writes preemptionPolicy: Never; see WithPreemptionNever.
 	preemptNever bool
+	// schedulerName is written into GPU pods when set; see WithSchedulerName.
+	schedulerName string
 }
 
 // PodOption configures a PodAdmission.
@@ -57,6 +59,17 @@ func WithAdmissionGate(on bool) PodOption { return func(a *PodAdmission) { a.adm
 // only where every GPU pod's PriorityClass already says Never; otherwise
 // the extender's preempt verb keeps kube-scheduler from evicting for GPUs.
 func WithPreemptionNever(on bool) PodOption { return func(a *PodAdmission) { a.preemptNever = on } }
+
+// WithSchedulerName writes spec.schedulerName into every GPU pod when name
+// is not empty. A cluster that runs Partita's kube-scheduler beside the
+// default one (the chart's scheduler.mode=second) needs it: only that
+// scheduler calls the extender, so a GPU pod left to the default scheduler
+// would wait forever or, worse, be bound without devices by a scheduler that
+// knows nothing of them. Empty leaves the pod's own choice (the default
+// scheduler configured with the extender).
+func WithSchedulerName(name string) PodOption {
+	return func(a *PodAdmission) { a.schedulerName = name }
+}
 
 // WithTrusted sets the identities that may write system annotations and
 // device env.
@@ -94,7 +107,8 @@ func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo)
 }
 
 // canonical is pod as Partita writes it for req: ApplyCanonical, the device
-// env, and for GPU pods preemptionPolicy Never and the admission gate.
+// env, and for GPU pods preemptionPolicy Never, the scheduler name and the
+// admission gate.
 func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.Pod {
 	out := gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
 	injectEnv(out, req, a.cluster.IsolationModes())
@@ -106,6 +120,9 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.P
 	if a.preemptNever {
 		never := corev1.PreemptNever
 		out.Spec.PreemptionPolicy = &never
+	}
+	if a.schedulerName != "" {
+		out.Spec.SchedulerName = a.schedulerName
 	}
 	if a.admissionGate && !slices.ContainsFunc(out.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
 		return g.Name == v1alpha1.SchedulingGateAdmission

@@ -48,6 +48,10 @@ func podPatch(before, after *corev1.Pod) []jsonpatch.Operation {
 			p.op("add", "/spec/preemptionPolicy", *after.Spec.PreemptionPolicy)
 		}
 	}
+	if before.Spec.SchedulerName != after.Spec.SchedulerName {
+		// "add" replaces the member the API server's defaulting put there.
+		p.op("add", "/spec/schedulerName", after.Spec.SchedulerName)
+	}
 	if !slices.Equal(before.Spec.SchedulingGates, after.Spec.SchedulingGates) {
 		p.list("/spec/schedulingGates", before.Spec.SchedulingGates == nil, toAnySlice(before.Spec.SchedulingGates), toAnySlice(after.Spec.SchedulingGates))
 	}
@@ -59,6 +63,7 @@ func podPatch(before, after *corev1.Pod) []jsonpatch.Operation {
 func ownedFieldsEqual(a, b *corev1.Pod) bool {
 	if !maps.Equal(a.Annotations, b.Annotations) || !maps.Equal(a.Labels, b.Labels) ||
 		!equality.Semantic.DeepEqual(a.Spec.PreemptionPolicy, b.Spec.PreemptionPolicy) ||
+		a.Spec.SchedulerName != b.Spec.SchedulerName ||
 		!slices.Equal(a.Spec.SchedulingGates, b.Spec.SchedulingGates) {
 		return false
 	}

@@ -9,8 +9,13 @@ import (
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
+// extenderSA is the chart's ServiceAccount of the extender, which the dev
+// cluster's webhook trusts.
+const extenderSA = devcluster.ChartRelease + "-extender"
+
 // devHostProcesses lists Partita's own processes that `partita dev up` runs on
-// the host for the cluster, each with free loopback ports.
+// the host for the cluster, each with free loopback ports and with the
+// token of its chart ServiceAccount (never as admin, never impersonating).
 func devHostProcesses() ([]devcluster.HostProcess, error) {
 	agentPort, err := freeLoopbackPort()
 	if err != nil {
@@ -24,7 +29,8 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 			"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true",
 			"--sync-interval", "2s", "--heartbeat-interval", "30s", "--overuse-report-interval", "1m",
 			"--health-addr", fmt.Sprintf("127.0.0.1:%d", agentPort), "--v", "2"},
-		ReadyURL: fmt.Sprintf("http://127.0.0.1:%d/readyz", agentPort),
+		ReadyURL:       fmt.Sprintf("http://127.0.0.1:%d/readyz", agentPort),
+		ServiceAccount: devcluster.ChartRelease + "-agent",
 	}
 	webhookPort, err := freeLoopbackPort()
 	if err != nil {
@@ -39,28 +45,27 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 		Args: []string{"webhook", "--kubeconfig", "{kubeconfig}", "--dev-register",
 			"--addr", fmt.Sprintf("127.0.0.1:%d", webhookPort),
 			"--cert-dir", "{dir}/partita/webhook-certs", "--cert-rotation", "none",
-			// Host processes use the admin kubeconfig (system:masters): trust it
-			// like Partita's service accounts, so that they may bind with
-			// device annotations. Tests spoof as an ordinary user.
-			"--trusted-groups", "system:serviceaccounts:partita-system,system:masters", "--v", "2"},
-		ReadyURL: fmt.Sprintf("https://127.0.0.1:%d/readyz", webhookPort),
+			// As the chart does: only the extender's ServiceAccount may bind
+			// with device annotations. The admin (system:masters) is not
+			// trusted, so tests must not write system annotations as admin
+			// outside kube-system.
+			"--trusted-users", "system:serviceaccount:" + devcluster.PartitaNamespace + ":" + extenderSA, "--v", "2"},
+		ReadyURL:       fmt.Sprintf("https://127.0.0.1:%d/readyz", webhookPort),
+		ServiceAccount: devcluster.ChartRelease + "-webhook",
 	}
 	ext := devcluster.HostProcess{
 		Name: "extender",
 		// kube-scheduler reaches it at the same {port:extender} the
 		// scheduler configuration names (devSchedulerConfig), plain HTTP on
-		// loopback. It binds as Partita's service account, which the webhook
-		// trusts to write device annotations (system:masters keeps RBAC out
-		// of the dev cluster's way).
+		// loopback. Its Lease is in Partita's namespace, where the chart's
+		// Role lets it elect itself.
 		Args: []string{"extender", "--kubeconfig", "{kubeconfig}", "--addr", "127.0.0.1:{port:extender}",
-			"--leader-election-namespace", "kube-system",
-			"--as", "system:serviceaccount:" + defaultPartitaNamespace + ":partita-extender",
-			"--as-group", "system:masters", "--as-group", "system:serviceaccounts",
-			"--as-group", "system:serviceaccounts:" + defaultPartitaNamespace,
+			"--leader-election-namespace", devcluster.PartitaNamespace,
 			// A short shelter from eviction keeps the demo and the tests
 			// quick; production keeps the default minute.
 			"--preempt-min-runtime", "5s", "--v", "2"},
-		ReadyURL: "http://127.0.0.1:{port:extender}/readyz",
+		ReadyURL:       "http://127.0.0.1:{port:extender}/readyz",
+		ServiceAccount: extenderSA,
 	}
 	return []devcluster.HostProcess{agent, wh, ext}, nil
 }

@@ -129,6 +129,9 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 	fl.DurationVar(&f.config.HTTPTimeout, "scheduler-http-timeout", def.HTTPTimeout, "with --print-scheduler-config: kube-scheduler's timeout for each call")
 	fl.Float32Var(&f.config.QPS, "scheduler-qps", def.QPS, "with --print-scheduler-config: kube-scheduler's client QPS")
 	fl.Int32Var(&f.config.Burst, "scheduler-burst", def.Burst, "with --print-scheduler-config: kube-scheduler's client burst")
+	fl.StringVar(&f.config.SchedulerName, "scheduler-name", "", "with --print-scheduler-config: profile name of a kube-scheduler beside the default one (e.g. partita); empty configures the default scheduler")
+	fl.StringVar(&f.config.LeaseName, "scheduler-lease-name", "", "with --print-scheduler-config: name of that scheduler's leader election Lease (with --scheduler-lease-namespace)")
+	fl.StringVar(&f.config.LeaseNamespace, "scheduler-lease-namespace", "", "with --print-scheduler-config: namespace of that Lease")
 	return cmd
 }
 

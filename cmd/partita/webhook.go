@@ -58,6 +58,8 @@ type webhookFlags struct {
 	devRegister     bool
 	admissionGate   bool
 	preemptNever    bool
+	schedulerName   string
+	extraDNSNames   []string
 	isolationModes  string
 	referenceMiB    int64
 	maxGPUsPerPod   string
@@ -105,18 +107,20 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.StringVar(&f.certDir, "cert-dir", "/tmp/k8s-webhook-server/serving-certs", "directory with tls.crt and tls.key (and ca.crt)")
 	fl.StringVar(&f.certRotation, "cert-rotation", "self", "self: cert-controller rotates the certificate in the Secret --secret-name mounted at --cert-dir; none: serve the files as they are (cert-manager)")
 	fl.StringVar(&f.secretName, "secret-name", "partita-webhook-cert", "Secret that holds the certificate (--cert-rotation=self)")
+	fl.StringSliceVar(&f.extraDNSNames, "cert-extra-dns-names", nil, "more DNS names for the rotated certificate (--cert-rotation=self), e.g. the extender's Service, which serves the same certificate")
 	fl.StringVar(&f.serviceName, "service-name", "partita-webhook", "Service in front of the webhook; the certificate names <service>.<namespace>.svc")
 	fl.StringVar(&f.configName, "configuration-name", webhook.DefaultConfigurationName, "name of the Mutating- and ValidatingWebhookConfiguration")
 	fl.BoolVar(&f.devRegister, "dev-register", false, "run outside the cluster: generate certificates in --cert-dir and register both webhook configurations with url https://<addr> (partita dev up)")
 	fl.BoolVar(&f.admissionGate, "admission-gate", true, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
 	fl.BoolVar(&f.preemptNever, "preemption-never", false, "write preemptionPolicy: Never into GPU pods; the API server refuses it unless the pod's PriorityClass says Never too (see docs/operations.md)")
+	fl.StringVar(&f.schedulerName, "scheduler-name", "", "write this spec.schedulerName into GPU pods (Partita's own kube-scheduler, e.g. partita); empty leaves the pod's choice, for a default scheduler configured with the extender")
 	fl.StringVar(&f.isolationModes, "isolation-modes", "auto", "isolation modes whose env GPU containers get: auto (those of the cluster's GPUNodes) or a list of time-slicing, mps, hami-core")
 	fl.Int64Var(&f.referenceMiB, "reference-gpu-memory-mib", 0, "device memory (MiB) against which memory requests are counted in partita.dev/gpu-milli while no GPUNode is known")
 	fl.StringVar(&f.maxGPUsPerPod, "max-gpus-per-pod", "", "policy: the most GPUs one pod may ask for (a number, fractions allowed); empty for no ceiling")
 	fl.StringVar(&f.minGPUFraction, "min-gpu-fraction", "", "policy: the smallest share of a GPU a container may ask for, e.g. 0.1; empty for none")
 	fl.BoolVar(&f.requireQueue, "require-queue", false, "policy: refuse GPU pods that name no queue when their namespace has no default queue")
-	fl.StringSliceVar(&f.trustedUsers, "trusted-users", nil, "users that may write system annotations and device env (besides --trusted-groups)")
-	fl.StringSliceVar(&f.trustedGroups, "trusted-groups", nil, "groups that may write system annotations and device env (default system:serviceaccounts:<namespace>)")
+	fl.StringSliceVar(&f.trustedUsers, "trusted-users", nil, "users that may write system annotations and device env, e.g. system:serviceaccount:<namespace>:partita-extender (besides --trusted-groups)")
+	fl.StringSliceVar(&f.trustedGroups, "trusted-groups", nil, "groups that may write system annotations and device env (default, when neither flag is set: system:serviceaccounts:<namespace>)")
 	fl.StringSliceVar(&f.excluded, "exclude-namespaces", nil, "namespaces the pod webhooks skip besides kube-system and --namespace (with --dev-register)")
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted; larger ones get 413")
 	fl.DurationVar(&f.batchInterval, "batch-interval", policy.DefaultBatchInterval, "how long queue, namespace and policy changes gather before the policy sees them")
@@ -144,6 +148,17 @@ func (f *webhookFlags) policyConfig() (policy.Config, error) {
 		c.MinGPUMilli = q.MilliValue()
 	}
 	return c, nil
+}
+
+// trusted is who may write system annotations and device env. Without
+// either flag it is every service account of Partita's namespace; naming
+// users or groups replaces that default, so the chart and the dev cluster
+// can trust the extender's service account alone.
+func (f *webhookFlags) trusted() webhook.Identities {
+	if len(f.trustedUsers) == 0 && len(f.trustedGroups) == 0 {
+		return webhook.DefaultIdentities(f.namespace)
+	}
+	return webhook.Identities{Users: f.trustedUsers, Groups: f.trustedGroups}
 }
 
 func (f *webhookFlags) modes() ([]v1alpha1.IsolationMode, error) {
@@ -189,6 +204,11 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
+	if f.certRotation == "self" && !f.devRegister {
+		// cert-controller would list every Secret of the namespace; its
+		// RBAC names the certificate Secret only.
+		cfg.Wrap(webhook.ScopeSecretReads(f.namespace, f.secretName))
+	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
@@ -274,7 +294,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 			CAName:               "partita-ca",
 			CAOrganization:       "partita",
 			DNSName:              fmt.Sprintf("%s.%s.svc", f.serviceName, f.namespace),
-			ExtraDNSNames:        []string{fmt.Sprintf("%s.%s.svc.cluster.local", f.serviceName, f.namespace)},
+			ExtraDNSNames:        append([]string{fmt.Sprintf("%s.%s.svc.cluster.local", f.serviceName, f.namespace)}, f.extraDNSNames...),
 			IsReady:              certsReady,
 			EnableReadinessCheck: true,
 			Webhooks: []rotator.WebhookInfo{
@@ -289,12 +309,9 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		close(certsReady)
 	}
 
-	trusted := webhook.Identities{Users: f.trustedUsers, Groups: f.trustedGroups}
-	if len(trusted.Groups) == 0 {
-		trusted.Groups = webhook.DefaultIdentities(f.namespace).Groups
-	}
 	pods := webhook.NewPodAdmission(engine, view,
-		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever), webhook.WithTrusted(trusted))
+		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
+		webhook.WithSchedulerName(f.schedulerName), webhook.WithTrusted(f.trusted()))
 	var registered atomic.Bool
 	ready := func() error {
 		switch {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/webhook"
 )
 
 func TestWebhookFlags(t *testing.T) {
@@ -44,5 +45,46 @@ func TestWebhookFlags(t *testing.T) {
 				t.Errorf("modes() (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestWebhookTrustedIdentities(t *testing.T) {
+	const extender = "system:serviceaccount:partita-system:partita-extender"
+	cases := map[string]struct {
+		flags webhookFlags
+		want  webhook.Identities
+	}{
+		"default: every service account of the namespace": {
+			flags: webhookFlags{namespace: "partita-system"},
+			want:  webhook.Identities{Groups: []string{"system:serviceaccounts:partita-system"}},
+		},
+		"a user replaces the default group": {
+			flags: webhookFlags{namespace: "partita-system", trustedUsers: []string{extender}},
+			want:  webhook.Identities{Users: []string{extender}},
+		},
+		"groups as given": {
+			flags: webhookFlags{namespace: "partita-system", trustedGroups: []string{"ops"}},
+			want:  webhook.Identities{Groups: []string{"ops"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.flags.trusted()); diff != "" {
+				t.Errorf("trusted() (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWebhookSchedulerNameFlag: --scheduler-name reaches the flags the pod
+// admission is built from (its effect on pods is in webhook's
+// mutate-scheduler-name golden case).
+func TestWebhookSchedulerNameFlag(t *testing.T) {
+	cmd := newWebhookCommand()
+	if err := cmd.ParseFlags([]string{"--scheduler-name", "partita"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := cmd.Flags().GetString("scheduler-name"); got != "partita" {
+		t.Errorf("--scheduler-name = %q, want partita", got)
 	}
 }

@@ -29,7 +29,8 @@ const K8sVersion = "v1.37.2"
 const DefaultName = "partita"
 
 // Binaries the cluster needs in the bin directory.
-var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl"}
+// helm renders the chart's RBAC for Partita's processes.
+var requiredBinaries = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok", "kwokctl", "helm"}
 
 // Options configure a dev cluster.
 type Options struct {
@@ -258,6 +259,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	if len(c.opts.HostProcesses) > 0 {
+		if err := c.ensureIdentities(ctx, cfg, c.opts.HostProcesses); err != nil {
+			return err
+		}
 		if err := c.startHostProcesses(ctx, c.opts.PartitaBinary, c.opts.HostProcesses); err != nil {
 			return err
 		}

@@ -21,14 +21,18 @@ import (
 type HostProcess struct {
 	// Name identifies the process in pid and log file names ("agent").
 	Name string
-	// Args are the partita arguments. Placeholders: {kubeconfig} (the admin
-	// kubeconfig path), {dir} (kwokctl's cluster directory), {state} (Partita's
+	// Args are the partita arguments. Placeholders: {kubeconfig} (the
+	// ServiceAccount's kubeconfig, or the admin's without one), {dir} (kwokctl's cluster directory), {state} (Partita's
 	// state directory for the cluster) and {port:NAME} (a loopback port chosen
 	// once per cluster and name, stable across restarts).
 	Args []string
 	// ReadyURL, when set, is polled (plain HTTP or HTTPS without verification)
 	// until it answers 200. It takes the same placeholders.
 	ReadyURL string
+	// ServiceAccount, when set, is the chart's ServiceAccount (in
+	// PartitaNamespace) the process runs as: {kubeconfig} then names a
+	// kubeconfig with that ServiceAccount's token instead of the admin's.
+	ServiceAccount string
 }
 
 func (c *Cluster) pidFile(name string) string {
@@ -79,6 +83,9 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		}
 		args := make([]string, len(p.Args))
 		for i, a := range p.Args {
+			if p.ServiceAccount != "" {
+				a = strings.ReplaceAll(a, "{kubeconfig}", c.ServiceAccountKubeconfig(p.ServiceAccount))
+			}
 			var err error
 			if args[i], err = c.expand(a); err != nil {
 				return err

@@ -1,0 +1,140 @@
+{{/* The release's base name: "partita" for a release named partita. */}}
+{{- define "partita.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default "partita" .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "partita.labels" -}}
+app.kubernetes.io/name: partita
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "ctx" $ "component" "webhook"). */}}
+{{- define "partita.selectorLabels" -}}
+app.kubernetes.io/name: partita
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "partita.componentLabels" -}}
+{{ include "partita.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "partita.image" -}}
+{{ .Values.image.repository }}:{{ default .Chart.AppVersion .Values.image.tag }}
+{{- end -}}
+
+{{/* kube-scheduler's image: the cluster's own version unless a tag is given. */}}
+{{- define "partita.schedulerImage" -}}
+{{- $tag := .Values.scheduler.image.tag -}}
+{{- if not $tag -}}
+{{- $tag = regexFind "v[0-9]+\\.[0-9]+\\.[0-9]+" .Capabilities.KubeVersion.Version -}}
+{{- end -}}
+{{ .Values.scheduler.image.repository }}:{{ $tag }}
+{{- end -}}
+
+{{- define "partita.webhookName" -}}{{ include "partita.fullname" . }}-webhook{{- end -}}
+{{- define "partita.extenderName" -}}{{ include "partita.fullname" . }}-extender{{- end -}}
+{{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
+{{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
+{{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}
+
+{{/* The extender's in-cluster URL, as kube-scheduler calls it. */}}
+{{- define "partita.extenderURL" -}}
+https://{{ include "partita.extenderName" . }}.{{ .Release.Namespace }}.svc:443
+{{- end -}}
+
+{{/* Where the extender's CA lies inside the scheduler container. */}}
+{{- define "partita.schedulerCADir" -}}/etc/partita/extender-ca{{- end -}}
+
+{{/*
+The KubeSchedulerConfiguration that wires the extender in. It must equal
+extender.SchedulerConfig for the same options (helm/chart_test.go checks it):
+JSON-quoted strings, the same keys in the same order.
+*/}}
+{{- define "partita.schedulerConfig" -}}
+{{- $s := .Values.scheduler -}}
+{{- $url := include "partita.extenderURL" . -}}
+{{- $ca := printf "%s/ca.crt" (include "partita.schedulerCADir" .) -}}
+{{- if eq $s.mode "default" -}}
+{{- $url = default $url $s.extenderURL -}}
+{{- $ca = $s.extenderCAFile -}}
+{{- end -}}
+# kube-scheduler configuration for Partita's extender; written by
+# partita extender --print-scheduler-config. kube-scheduler calls the extender
+# only for pods that request partita.dev/gpu-milli.
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  qps: {{ $s.qps }}
+  burst: {{ $s.burst }}
+{{- if eq $s.mode "second" }}
+leaderElection:
+  leaderElect: true
+  resourceName: {{ include "partita.schedulerName" . | toJson }}
+  resourceNamespace: {{ .Release.Namespace | toJson }}
+profiles:
+- schedulerName: {{ $s.name | toJson }}
+{{- end }}
+extenders:
+- urlPrefix: {{ $url | toJson }}
+  filterVerb: filter
+  prioritizeVerb: prioritize
+  bindVerb: bind
+  preemptVerb: preempt
+  weight: {{ $s.weight }}
+  httpTimeout: {{ $s.httpTimeout | toJson }}
+  enableHTTPS: {{ hasPrefix "https://" $url }}
+{{- if hasPrefix "https://" $url }}
+  tlsConfig:
+{{- if $ca }}
+    caFile: {{ $ca | toJson }}
+{{- else }}
+    insecure: true
+{{- end }}
+{{- end }}
+  nodeCacheCapable: true
+  ignorable: false
+  managedResources:
+  - name: partita.dev/gpu-milli
+    ignoredByScheduler: false
+{{ end -}}
+
+{{/* The pod webhooks' namespaceSelector: never kube-system nor the release's namespace. */}}
+{{- define "partita.podNamespaceSelector" -}}
+{{- with .Values.webhook.namespaceSelector.matchLabels }}
+matchLabels:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+matchExpressions:
+- key: kubernetes.io/metadata.name
+  operator: NotIn
+  values:
+  - kube-system
+  - {{ .Release.Namespace }}
+  {{- range .Values.webhook.excludeNamespaces }}
+  {{- if and (ne . "kube-system") (ne . $.Release.Namespace) }}
+  - {{ . }}
+  {{- end }}
+  {{- end }}
+{{- end -}}
+
+{{/* Refuses clusters older than 1.30; a development build (v0.0.0) passes. */}}
+{{- define "partita.checkKubeVersion" -}}
+{{- $v := .Capabilities.KubeVersion.Version -}}
+{{- if and (not (hasPrefix "v0.0.0" $v)) (semverCompare "<1.30.0-0" $v) -}}
+{{- fail (printf "Partita needs Kubernetes 1.30 or newer (scheduling gates); this cluster runs %s" $v) -}}
+{{- end -}}
+{{- end -}}

@@ -167,6 +167,8 @@ func TestGangStartsWholeOnceItFits(t *testing.T) {
 	for i := range 3 {
 		addGPUNode(ctx, t, fmt.Sprintf("%s-gang-%d", ns, i), 1, sel)
 	}
+	// Cleanups run last first: the pods go before their nodes.
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 4}}
 	if err := crClient(t).Create(ctx, pg); err != nil {
 		t.Fatalf("create pod group: %v", err)
@@ -277,6 +279,7 @@ func TestReclaimFromABorrowingQueue(t *testing.T) {
 	sel := map[string]string{"e2e.partita.dev/reclaim": ns}
 	addGPUNode(ctx, t, ns+"-rc-0", 1, sel)
 	addGPUNode(ctx, t, ns+"-rc-1", 1, sel)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	a, b := "borrow-"+ns, "owner-"+ns
 	createQueue(ctx, t, gpuQueue(a, ns, "0", "-1", 0))
 	createQueue(ctx, t, gpuQueue(b, ns, "1", "-1", 1))
@@ -312,6 +315,7 @@ func TestPriorityPreemptsWithinAQueue(t *testing.T) {
 	ensureGPUPriorityClass(ctx, t, clientset)
 	sel := map[string]string{"e2e.partita.dev/preempt": ns}
 	addGPUNode(ctx, t, ns+"-pr-0", 1, sel)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	q := "prio-" + ns
 	createQueue(ctx, t, gpuQueue(q, ns, "1", "-1", 1))
 	ensurePriorityClass(ctx, t, "partita-e2e-low", 10)
@@ -354,6 +358,7 @@ func TestAdmissionChurn(t *testing.T) {
 	for i := range 3 {
 		addGPUNode(ctx, t, fmt.Sprintf("%s-ch-%d", ns, i), 2, sel)
 	}
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	qa, qb := "churn-a-"+ns, "churn-b-"+ns
 	createQueue(ctx, t, gpuQueue(qa, ns, "3", "-1", 1))
 	createQueue(ctx, t, gpuQueue(qb, ns, "1", "4", 1))

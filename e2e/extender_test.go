@@ -412,7 +412,8 @@ func TestExtenderOneNodeTwoGPUs(t *testing.T) {
 		poll(t, 30*time.Second, "an event on the waiting pod naming the largest free slice", func() (bool, string) {
 			var msgs []string
 			for _, e := range devcluster.PodEvents(ctx, clientset, waiting, 5) {
-				if e.Reason == "FailedScheduling" && strings.Contains(e.Message, want) {
+				// The admission loop holds it, or kube-scheduler found no node.
+				if (e.Reason == v1alpha1.ReasonWaitingForCapacity || e.Reason == "FailedScheduling") && strings.Contains(e.Message, want) {
 					t.Logf("event on %s: %s", waiting.Name, e.Message)
 					return true, ""
 				}

@@ -104,6 +104,7 @@ type Admitter struct {
 	snap           *gpu.Snapshot
 	lastGeneration uint64
 	lastCycle      time.Time
+	fairShares     admission.FairShares
 	// inflight are single pods ungated and not bound yet, with the devices
 	// simulated for them: later cycles count them until they bind.
 	inflight map[types.UID]inflightPod
@@ -236,6 +237,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		Now: now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
 		DisablePreemption: a.opts.DisablePreemption,
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
+		FairShares:        &a.fairShares,
 	})
 	decided := a.clock.Since(start)
 	var errs []error

@@ -86,11 +86,12 @@ func BenchmarkAdmissionCycle(b *testing.B) {
 	snap := ledger.Snapshot()
 	now := created.Add(time.Hour)
 	var res *admission.Result
+	var shares admission.FairShares
 	b.ResetTimer()
 	for b.Loop() {
 		st := cache.State()
 		ledger.Refresh(snap)
-		res = admission.Run(ctx, st, snap, quota, admission.Options{Now: now, Placement: gpu.PlacementBinpack, PreemptMinRuntime: time.Minute})
+		res = admission.Run(ctx, st, snap, quota, admission.Options{Now: now, Placement: gpu.PlacementBinpack, PreemptMinRuntime: time.Minute, FairShares: &shares})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(pending), "pending-pods")

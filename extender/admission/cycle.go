@@ -9,8 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
@@ -69,9 +67,8 @@ type Options struct {
 	MaxPreemptionSearches int
 	// BackoffUntil says until when a requeued workload waits; nil for none.
 	BackoffUntil func(WorkloadKey) time.Time
-	// Evicting reports pods whose eviction is in flight: they are not
-	// victims again.
-	Evicting func(types.UID) bool
+	// FairShares, when set, carries the last division from cycle to cycle.
+	FairShares *FairShares
 }
 
 // Admission lets a workload's pending members go.

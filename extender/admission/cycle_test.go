@@ -378,3 +378,28 @@ func TestQueueReports(t *testing.T) {
 		t.Errorf("queue reports (-want +got):\n%s", diff)
 	}
 }
+
+func TestFairSharesCarryOverOnlyWhileNothingChanged(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 2)
+	queues := []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}
+	var memo FairShares
+	share := func(pods ...*corev1.Pod) map[string]int64 {
+		_, res := runWorld(t, world{nodes: nodes, gpuNodes: gns, queues: queues, pods: pods}, Options{FairShares: &memo})
+		out := map[string]int64{}
+		for _, q := range res.Queues {
+			out[q.Name] = q.FairShareMilli
+		}
+		return out
+	}
+	first := share(gated("a-1", "a", 4).Obj())
+	if diff := cmp.Diff(map[string]int64{"a": 4000, "b": 0}, first); diff != "" {
+		t.Errorf("first division (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(first, share(gated("a-1", "a", 4).Obj())); diff != "" {
+		t.Errorf("same demand, other division (-want +got):\n%s", diff)
+	}
+	second := share(gated("a-1", "a", 4).Obj(), gated("b-1", "b", 4).Obj())
+	if diff := cmp.Diff(map[string]int64{"a": 2000, "b": 2000}, second); diff != "" {
+		t.Errorf("after b asked, the old division was kept (-want +got):\n%s", diff)
+	}
+}

@@ -104,8 +104,10 @@ type PodRequest struct {
 	// assigned it).
 	UID types.UID
 	// Dialect is the dialect the pod was written in. A pod that carries both
-	// canonical keys and (consistent) foreign keys, as every pod does after
-	// the webhook, reports the foreign dialect.
+	// canonical keys and (consistent) foreign annotations, as a Run:ai pod
+	// does after the webhook, reports the foreign dialect; HAMi's and
+	// nvidia.com/gpu resources are removed by ApplyCanonical, so such a pod
+	// reads as Partita's own afterwards.
 	Dialect Dialect
 	// Containers are the GPU containers in spec order. Every one carries the
 	// same request: per-container differences are refused.
@@ -290,9 +292,18 @@ func ApplyCanonical(pod *corev1.Pod, req *PodRequest, referenceDeviceMemoryMiB i
 		}
 		res.Requests[v1alpha1.ResourceGPUMilli] = q
 		res.Limits[v1alpha1.ResourceGPUMilli] = q.DeepCopy()
+		// The foreign resources are read into the canonical annotations;
+		// left in place they would ask kube-scheduler for resources that
+		// Partita's nodes do not advertise (NVIDIA's device plugin is off
+		// there), and the pod would never schedule.
+		for _, r := range []corev1.ResourceName{ResourceNVIDIAGPU, ResourceHAMiGPUMem, ResourceHAMiGPUMemPercentage, ResourceHAMiGPUCores} {
+			delete(res.Requests, r)
+			delete(res.Limits, r)
+		}
 	}
 	return out
 }
+
 
 // FormatMilli writes milli-GPUs as a decimal number of GPUs: 250 → "0.25",
 // 1000 → "1", 1500 → "1.5".

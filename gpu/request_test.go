@@ -563,8 +563,25 @@ func TestApplyCanonical(t *testing.T) {
 			if len(errs) > 0 {
 				t.Fatalf("ParsePod(ApplyCanonical(pod)): %v", errs)
 			}
-			if diff := cmp.Diff(r, again); diff != "" {
+			want := *r
+			if want.Dialect == gpu.DialectHAMi || want.Dialect == gpu.DialectWholeGPU {
+				// Their resources are translated and removed.
+				want.Dialect = gpu.DialectPartita
+			}
+			if diff := cmp.Diff(&want, again); diff != "" {
 				t.Errorf("ParsePod(ApplyCanonical(pod)) (-want,+got):\n%s", diff)
+			}
+			for _, c := range got.Spec.Containers {
+				for name := range c.Resources.Limits {
+					if strings.HasPrefix(string(name), "nvidia.com/") {
+						t.Errorf("container %s still asks for %s, which Partita's nodes do not advertise", c.Name, name)
+					}
+				}
+				for name := range c.Resources.Requests {
+					if strings.HasPrefix(string(name), "nvidia.com/") {
+						t.Errorf("container %s still requests %s, which Partita's nodes do not advertise", c.Name, name)
+					}
+				}
 			}
 			if diff := cmp.Diff(got, gpu.ApplyCanonical(got, again, 81920)); diff != "" {
 				t.Errorf("ApplyCanonical twice (-once,+twice):\n%s", diff)

@@ -332,7 +332,7 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 			continue
 		}
 		e := explain(n, s.v.devs(n), req, pl, f)
-		if best == nil || closer(e, best) {
+		if best == nil || e.CloserThan(best) {
 			best = e
 		}
 	}
@@ -342,17 +342,24 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 	return best
 }
 
-func closer(a, b *InsufficientError) bool {
-	if a.Unresolvable != b.Unresolvable {
-		return !a.Unresolvable
+// CloserThan reports whether e came closer to fitting than b: a node where
+// the pod could fit once others leave beats one where it never can, then
+// the node with more devices with room, then the most free share on one
+// device, then the most free memory, then the smaller node name.
+func (e *InsufficientError) CloserThan(b *InsufficientError) bool {
+	if e.Unresolvable != b.Unresolvable {
+		return !e.Unresolvable
 	}
-	if a.DevicesWithRoom != b.DevicesWithRoom {
-		return a.DevicesWithRoom > b.DevicesWithRoom
+	if e.DevicesWithRoom != b.DevicesWithRoom {
+		return e.DevicesWithRoom > b.DevicesWithRoom
 	}
-	if a.BestFreeMilli != b.BestFreeMilli {
-		return a.BestFreeMilli > b.BestFreeMilli
+	if e.BestFreeMilli != b.BestFreeMilli {
+		return e.BestFreeMilli > b.BestFreeMilli
 	}
-	return a.BestFreeMemoryMiB > b.BestFreeMemoryMiB
+	if e.BestFreeMemoryMiB != b.BestFreeMemoryMiB {
+		return e.BestFreeMemoryMiB > b.BestFreeMemoryMiB
+	}
+	return e.Node < b.Node
 }
 
 // CapacityMilli is the GPU capacity of the snapshot's healthy devices, in

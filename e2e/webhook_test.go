@@ -165,6 +165,8 @@ func TestWebhookCanonicalisesEachDialect(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
+			// These pods go to the GPU nodes: each dialect must end up bound.
+			tc.pod.Spec.NodeSelector = gpuNodes
 			created, err := f.create(ctx, tc.pod, false)
 			if err != nil {
 				t.Fatalf("create: %v", err)
@@ -193,6 +195,19 @@ func TestWebhookCanonicalisesEachDialect(t *testing.T) {
 			if len(c.Env) == 0 || c.Env[0].Name != "NVIDIA_VISIBLE_DEVICES" || c.Env[0].ValueFrom == nil || c.Env[0].ValueFrom.FieldRef.FieldPath != devicesRef {
 				t.Errorf("env = %+v, want NVIDIA_VISIBLE_DEVICES from %s", c.Env, devicesRef)
 			}
+			for name := range c.Resources.Limits {
+				if strings.HasPrefix(string(name), "nvidia.com/") {
+					t.Errorf("limits still ask for %s, which Partita's nodes do not advertise", name)
+				}
+			}
+			// Whatever the dialect, the pod gets devices on a node.
+			poll(t, 60*time.Second, "pod "+got.Name+" bound with devices", func() (bool, string) {
+				p, err := clientset.CoreV1().Pods(f.ns).Get(ctx, got.Name, metav1.GetOptions{})
+				if err != nil {
+					return false, err.Error()
+				}
+				return p.Spec.NodeName != "" && len(devicesOf(p)) > 0, fmt.Sprintf("node %q, devices %v, conditions %+v", p.Spec.NodeName, devicesOf(p), p.Status.Conditions)
+			})
 		})
 	}
 

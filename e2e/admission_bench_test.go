@@ -1,22 +1,17 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // TestGangAdmissionThroughput is the admission loop's end-to-end benchmark
@@ -31,49 +26,7 @@ func TestGangAdmissionThroughput(t *testing.T) {
 	}
 	const nodes, gpus, gangs, size = 200, 8, 100, 8
 	ctx := testContext(t, 30*time.Minute)
-	name := clusterName + "-gangs"
-	if os.Getenv("PARTITA_E2E_KEEP") == "" {
-		t.Cleanup(func() { _, _ = partita(context.WithoutCancel(ctx), "dev", "down", "--name", name) })
-	}
-	for attempt := 1; ; attempt++ {
-		out, err := partita(ctx, "dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus))
-		if err == nil {
-			break
-		}
-		if attempt == 5 || !strings.Contains(out, "did not become ready") {
-			t.Fatalf("dev up: %v\n%s", err, out)
-		}
-	}
-	opts := devcluster.DefaultOptions()
-	opts.Name = name
-	bc, err := devcluster.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := bc.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 500, 1000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: crClient(t).Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll(t, 10*time.Minute, "every GPUNode published", func() (bool, string) {
-		var gns v1alpha1.GPUNodeList
-		if err := c.List(ctx, &gns); err != nil {
-			return false, err.Error()
-		}
-		healthy := 0
-		for _, g := range gns.Items {
-			healthy += int(g.Status.HealthyDevices)
-		}
-		return healthy == nodes*gpus, fmt.Sprintf("%d GPUNodes, %d healthy devices", len(gns.Items), healthy)
-	})
+	_, cs, c := benchCluster(ctx, t, clusterName+"-gangs", nodes, gpus)
 	ensureGPUPriorityClass(ctx, t, cs)
 	ns := createNamespace(ctx, t, cs)
 	waitServiceAccount(ctx, t, cs, ns)
@@ -91,9 +44,7 @@ func TestGangAdmissionThroughput(t *testing.T) {
 					t.Errorf("create pod group %s: %v", name, err)
 					continue
 				}
-				for i := range size {
-					p := extGPUPod(ns, fmt.Sprintf("%s-%d", name, i), 1000, 1, gpuNodes)
-					p.Labels[v1alpha1.LabelPodGroup] = name
+				for _, p := range gangPods(ns, name, size, gpuNodes) {
 					if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 						t.Errorf("create pod %s: %v", p.Name, err)
 					}
@@ -111,6 +62,7 @@ func TestGangAdmissionThroughput(t *testing.T) {
 	wg.Wait()
 	created := time.Since(start)
 	var pods *corev1.PodList
+	var err error
 	poll(t, 10*time.Minute, "every pod bound", func() (bool, string) {
 		pods, err = cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {

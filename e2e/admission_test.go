@@ -74,6 +74,17 @@ func addGPUNode(ctx context.Context, t *testing.T, name string, gpus int, labels
 	})
 }
 
+// gangPods are n whole-GPU members of pod group group, named group-0...,
+// restricted to nodes with labels.
+func gangPods(ns, group string, n int, labels map[string]string) []*corev1.Pod {
+	pods := make([]*corev1.Pod, n)
+	for i := range pods {
+		pods[i] = extGPUPod(ns, fmt.Sprintf("%s-%d", group, i), 1000, 1, labels)
+		pods[i].Labels[v1alpha1.LabelPodGroup] = group
+	}
+	return pods
+}
+
 // createQueue creates a queue for namespace ns, waits until the webhook's
 // policy knows it (it batches queue changes), and deletes it when the test
 // ends.
@@ -173,13 +184,7 @@ func TestGangStartsWholeOnceItFits(t *testing.T) {
 	if err := crClient(t).Create(ctx, pg); err != nil {
 		t.Fatalf("create pod group: %v", err)
 	}
-	var pods []*corev1.Pod
-	for i := range 4 {
-		p := extGPUPod(ns, fmt.Sprintf("train-%d", i), 1000, 1, sel)
-		p.Labels[v1alpha1.LabelPodGroup] = "train"
-		pods = append(pods, p)
-	}
-	createPods(ctx, t, clientset, pods, 4)
+	createPods(ctx, t, clientset, gangPods(ns, "train", 4, sel), 4)
 
 	poll(t, 60*time.Second, "the PodGroup saying how much of the gang fits", func() (bool, string) {
 		if err := crClient(t).Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
@@ -465,12 +470,7 @@ func TestGangTimeoutLeavesBarePodsAndSaysWhy(t *testing.T) {
 	if err := crClient(t).Create(ctx, pg); err != nil {
 		t.Fatalf("create pod group: %v", err)
 	}
-	var pods []*corev1.Pod
-	for i := range 2 {
-		p := extGPUPod(ns, fmt.Sprintf("slow-%d", i), 1000, 1, gpuNodes)
-		p.Labels[v1alpha1.LabelPodGroup] = "slow"
-		pods = append(pods, p)
-	}
+	pods := gangPods(ns, "slow", 2, gpuNodes)
 	// A gate of someone else's keeps one member from binding after the
 	// admission loop lets the gang go.
 	pods[1].Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "e2e.partita.dev/hold"}}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -318,37 +317,7 @@ func waitGPUsIdle(ctx context.Context, t *testing.T) {
 // (the agent serves it like the others) and removes it when the test ends.
 func addTwoGPUNode(ctx context.Context, t *testing.T, name string) {
 	t.Helper()
-	node := devcluster.SimulatedGPUNode(0, 2, devcluster.GPUModels["H100-80GB"])
-	node.Name = name
-	node.Labels["kubernetes.io/hostname"] = name
-	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create node %s: %v", name, err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 60*time.Second)
-		defer cancel()
-		_ = clientset.CoreV1().Nodes().Delete(cctx, name, metav1.DeleteOptions{})
-		poll(t, 60*time.Second, "the two-GPU node's GPUNode gone", func() (bool, string) {
-			err := crClient(t).Get(cctx, client.ObjectKey{Name: name}, &v1alpha1.GPUNode{})
-			return apierrors.IsNotFound(err), fmt.Sprint(err)
-		})
-	})
-	patch, err := json.Marshal(map[string]any{"status": map[string]any{
-		"capacity": node.Status.Capacity, "allocatable": node.Status.Allocatable, "nodeInfo": node.Status.NodeInfo}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := clientset.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatalf("set capacity of node %s: %v", name, err)
-	}
-	poll(t, 60*time.Second, "the two-GPU node Ready with partita.dev/gpu-milli 2000", func() (bool, string) {
-		n, err := clientset.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		q := n.Status.Allocatable[v1alpha1.ResourceGPUMilli]
-		return devcluster.NodeReady(n) && q.Value() == 2000, fmt.Sprintf("ready %v, gpu-milli %s", devcluster.NodeReady(n), q.String())
-	})
+	addGPUNode(ctx, t, name, 2, nil)
 }
 
 // TestExtenderOneNodeTwoGPUs runs the small placement cases on a node of its
@@ -677,53 +646,8 @@ func TestExtenderThroughput(t *testing.T) {
 	}
 	const nodes, gpus, n = 500, 8, 2000
 	ctx := testContext(t, 35*time.Minute)
-	name := clusterName + "-bench"
-	if os.Getenv("PARTITA_E2E_KEEP") == "" {
-		t.Cleanup(func() { _, _ = partita(context.WithoutCancel(ctx), "dev", "down", "--name", name) })
-	}
 	start := time.Now()
-	// The agent publishes 500 nodes at its client QPS, longer than dev up
-	// waits for it to be ready; dev up again starts what is missing.
-	for attempt := 1; ; attempt++ {
-		out, err := partita(ctx, "dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus))
-		if err == nil {
-			break
-		}
-		if attempt == 5 || !strings.Contains(out, "did not become ready") {
-			t.Fatalf("dev up: %v\n%s", err, out)
-		}
-		t.Logf("dev up, attempt %d: %v", attempt, err)
-	}
-	opts := devcluster.DefaultOptions()
-	opts.Name = name
-	bc, err := devcluster.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := bc.RESTConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 1000, 2000
-	cs, err := kubernetes.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: crClient(t).Scheme()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	poll(t, 10*time.Minute, "every GPUNode published", func() (bool, string) {
-		var gns v1alpha1.GPUNodeList
-		if err := c.List(ctx, &gns); err != nil {
-			return false, err.Error()
-		}
-		healthy := 0
-		for _, g := range gns.Items {
-			healthy += int(g.Status.HealthyDevices)
-		}
-		return healthy == nodes*gpus, fmt.Sprintf("%d GPUNodes, %d healthy devices", len(gns.Items), healthy)
-	})
+	bc, cs, _ := benchCluster(ctx, t, clusterName+"-bench", nodes, gpus)
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))
 	ensureGPUPriorityClass(ctx, t, cs)
 
@@ -831,4 +755,57 @@ func TestExtenderThroughput(t *testing.T) {
 	if ratio < 0.7 {
 		t.Errorf("fractional pods schedule at %.2f of the plain rate, below the 0.7 target", ratio)
 	}
+}
+
+// benchCluster brings up a cluster of its own for a benchmark, with client
+// limits raised, and waits until every GPUNode is published; it is torn
+// down when the test ends unless PARTITA_E2E_KEEP is set.
+func benchCluster(ctx context.Context, t *testing.T, name string, nodes, gpus int) (*devcluster.Cluster, kubernetes.Interface, client.Client) {
+	t.Helper()
+	if os.Getenv("PARTITA_E2E_KEEP") == "" {
+		t.Cleanup(func() { _, _ = partita(context.WithoutCancel(ctx), "dev", "down", "--name", name) })
+	}
+	// The agent publishes hundreds of nodes at its client QPS, longer than
+	// dev up waits for it to be ready; dev up again starts what is missing.
+	for attempt := 1; ; attempt++ {
+		out, err := partita(ctx, "dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus))
+		if err == nil {
+			break
+		}
+		if attempt == 5 || !strings.Contains(out, "did not become ready") {
+			t.Fatalf("dev up: %v\n%s", err, out)
+		}
+		t.Logf("dev up, attempt %d: %v", attempt, err)
+	}
+	opts := devcluster.DefaultOptions()
+	opts.Name = name
+	bc, err := devcluster.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := bc.RESTConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.QPS, cfg.Burst = 1000, 2000
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: crClient(t).Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Minute, "every GPUNode published", func() (bool, string) {
+		var gns v1alpha1.GPUNodeList
+		if err := c.List(ctx, &gns); err != nil {
+			return false, err.Error()
+		}
+		healthy := 0
+		for _, g := range gns.Items {
+			healthy += int(g.Status.HealthyDevices)
+		}
+		return healthy == nodes*gpus, fmt.Sprintf("%d GPUNodes, %d healthy devices", len(gns.Items), healthy)
+	})
+	return bc, cs, c
 }

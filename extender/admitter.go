@@ -430,7 +430,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 		if len(w.Active) == 0 {
 			continue
 		}
-		bound, admittedByLoop := 0, true
+		bound, admittedByLoop := int(w.Succeeded), true
 		for _, m := range w.Active {
 			if m.Bound {
 				bound++
@@ -439,7 +439,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 				admittedByLoop = false
 			}
 		}
-		if !admittedByLoop || bound >= int(w.MinMember) || bound == len(w.Active) {
+		if !admittedByLoop || bound >= int(w.MinMember) || bound-int(w.Succeeded) == len(w.Active) {
 			continue
 		}
 		started := w.Started()

@@ -6,6 +6,7 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -61,6 +62,19 @@ func (a *Admitter) Watch(ctx context.Context, informers cache.Informers) error {
 			}
 		}},
 	}
+	feeds = append(feeds, struct {
+		obj    client.Object
+		upsert func(any)
+		remove func(any)
+	}{&schedulingv1.PriorityClass{}, func(o any) {
+		if pc, ok := o.(*schedulingv1.PriorityClass); ok {
+			c.UpsertPriorityClass(pc.Name, pc.Value)
+		}
+	}, func(o any) {
+		if pc, ok := o.(*schedulingv1.PriorityClass); ok {
+			c.DeletePriorityClass(pc.Name)
+		}
+	}})
 	if a.opts.ImplicitJobGangs {
 		feeds = append(feeds, struct {
 			obj    client.Object

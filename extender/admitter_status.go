@@ -81,6 +81,9 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State,
 				bound++
 			}
 		}
+		// Members that ran to completion were bound: a finished gang stays
+		// Running rather than seem to wait for members again.
+		bound += w.Succeeded
 		want.Admitted = int32(len(w.Active) + admitted[w.Key])
 		want.Running = bound
 		cond := metav1.Condition{Type: v1alpha1.PodGroupConditionAdmitted, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(now)}

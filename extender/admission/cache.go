@@ -72,12 +72,6 @@ type podInfo struct {
 	admitted time.Time
 }
 
-func (p *podInfo) active() bool { return !p.done && !p.gated }
-
-// holding reports whether the pod counts in its queue's allocation: admitted
-// or bound, and not done.
-func (p *podInfo) holding() bool { return p.req != nil && !p.done && !p.gated }
-
 // Cache holds what the admission loop knows of the cluster, fed by informer
 // handlers (Upsert*/Delete*). It is safe for concurrent use; State copies
 // what one Cycle needs under the lock.
@@ -108,6 +102,9 @@ type Cache struct {
 	// Job's parallelism; jobs holds that parallelism by namespace/name.
 	jobGangs bool
 	jobs     map[types.NamespacedName]int32
+	// priorityClasses are the values of PriorityClasses by name, for
+	// PodGroup.spec.priorityClassName.
+	priorityClasses map[string]int32
 }
 
 // CacheOption configures a Cache.
@@ -142,14 +139,15 @@ type nodeInfo struct {
 // NewCache returns an empty cache.
 func NewCache(opts ...CacheOption) *Cache {
 	c := &Cache{
-		jobs:      map[types.NamespacedName]int32{},
-		pods:      map[types.UID]*podInfo{},
-		workloads: map[WorkloadKey]map[types.UID]*podInfo{},
-		podGroups: map[types.NamespacedName]*podGroupInfo{},
-		queues:    map[string]*queueInfo{},
-		nodes:     map[string]*nodeInfo{},
-		built:     map[WorkloadKey]*Workload{},
-		dirty:     map[WorkloadKey]bool{},
+		jobs:            map[types.NamespacedName]int32{},
+		priorityClasses: map[string]int32{},
+		pods:            map[types.UID]*podInfo{},
+		workloads:       map[WorkloadKey]map[types.UID]*podInfo{},
+		podGroups:       map[types.NamespacedName]*podGroupInfo{},
+		queues:          map[string]*queueInfo{},
+		nodes:           map[string]*nodeInfo{},
+		built:           map[WorkloadKey]*Workload{},
+		dirty:           map[WorkloadKey]bool{},
 
 		gangs:         map[WorkloadKey]*Workload{},
 		terminating:   map[WorkloadKey]*Workload{},
@@ -192,6 +190,35 @@ func (c *Cache) DeleteJob(ns, name string) {
 	defer c.lock.Unlock()
 	delete(c.jobs, types.NamespacedName{Namespace: ns, Name: name})
 	c.dirty[WorkloadKey{Namespace: ns, Job: name}] = true
+	c.generation++
+}
+
+// UpsertPriorityClass records a PriorityClass's value; the gangs whose
+// PodGroup names it take it as their priority.
+func (c *Cache) UpsertPriorityClass(name string, value int32) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if old, ok := c.priorityClasses[name]; ok && old == value {
+		return
+	}
+	c.priorityClasses[name] = value
+	c.dirtyPodGroupsOf(name)
+}
+
+// DeletePriorityClass forgets a PriorityClass.
+func (c *Cache) DeletePriorityClass(name string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	delete(c.priorityClasses, name)
+	c.dirtyPodGroupsOf(name)
+}
+
+func (c *Cache) dirtyPodGroupsOf(class string) {
+	for key, pg := range c.podGroups {
+		if pg.priority == class {
+			c.dirty[WorkloadKey{Namespace: key.Namespace, PodGroup: key.Name}] = true
+		}
+	}
 	c.generation++
 }
 

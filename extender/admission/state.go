@@ -58,6 +58,9 @@ type Workload struct {
 	Pending []*Member
 	// Active are the members admitted or bound and not done.
 	Active []*Member
+	// Succeeded counts the members that ran to completion: they count as
+	// started for a gang, and hold nothing.
+	Succeeded int32
 
 	activeMilli, pendingMilli int64
 	started                   time.Time
@@ -295,6 +298,9 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	for _, p := range pods {
 		switch {
 		case p.done:
+			if p.pod.Status.Phase == corev1.PodSucceeded {
+				w.Succeeded++
+			}
 			continue
 		case p.gated:
 			if p.terminating {
@@ -332,6 +338,10 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 			w.TimeoutSeconds = pg.timeout
 			if pg.queue != "" {
 				w.Queue = pg.queue
+			}
+			if v, ok := c.priorityClasses[pg.priority]; ok && pg.priority != "" {
+				// The PodGroup's class sets the gang's priority.
+				w.Priority = v
 			}
 			if !pg.created.IsZero() {
 				w.Created = pg.created

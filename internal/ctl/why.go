@@ -539,7 +539,7 @@ func (w *why) fit() {
 		case err == nil:
 			fitting = append(fitting, n)
 		case errors.As(err, &ie):
-			if closest == nil || closer(ie, closest) {
+			if closest == nil || ie.CloserThan(closest) {
 				closest = ie
 			}
 		default:
@@ -565,25 +565,6 @@ func (w *why) fit() {
 	default:
 		w.add(CheckFit, StatusBlocking, nums, "no candidate node fits: %v", other)
 	}
-}
-
-// closer says whether a came closer to fitting than b: a node where it
-// could fit once others leave beats one where it never can, then the node
-// with more devices with room, then with the most room on one device.
-func closer(a, b *gpu.InsufficientError) bool {
-	if a.Unresolvable != b.Unresolvable {
-		return !a.Unresolvable
-	}
-	if a.DevicesWithRoom != b.DevicesWithRoom {
-		return a.DevicesWithRoom > b.DevicesWithRoom
-	}
-	if a.BestFreeMilli != b.BestFreeMilli {
-		return a.BestFreeMilli > b.BestFreeMilli
-	}
-	if a.BestFreeMemoryMiB != b.BestFreeMemoryMiB {
-		return a.BestFreeMemoryMiB > b.BestFreeMemoryMiB
-	}
-	return a.Node < b.Node
 }
 
 // gangFit places the gang's unbound members together on a snapshot, as the

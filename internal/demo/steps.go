@@ -600,7 +600,7 @@ func watchBinds(ctx context.Context, w watch.Interface, want int) (map[string]ti
 			if !isPod || p.Spec.NodeName == "" {
 				continue
 			}
-			if _, seen := boundAt[p.Name]; !seen {
+			if _, ok := boundAt[p.Name]; !ok {
 				boundAt[p.Name] = time.Now()
 			}
 		}

@@ -163,7 +163,11 @@ func newDevDemoCommand(f *devFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return demo.Run(cmd.Context(), c, cmd.OutOrStdout())
+			bin, err := selfBinary()
+			if err != nil {
+				return err
+			}
+			return demo.Run(cmd.Context(), c, demo.Options{Out: cmd.OutOrStdout(), PartitaBinary: bin})
 		},
 	}
 	addNodeFlags(cmd, f)

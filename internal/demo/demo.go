@@ -1,115 +1,146 @@
 // Package demo tells Partita's story on a dev cluster, step by step, in words
-// a newcomer understands. Every claim it prints is read back from the cluster.
+// a newcomer understands: two teams with queues, notebooks that share GPUs,
+// a gang that starts all at once, limits, reclaim, and what it all adds up
+// to. Every claim it prints is read back from the cluster: each step creates
+// objects, then polls the API server until what it is about to say is true,
+// and fails with what it last saw when that does not happen in time.
+//
+// It imports the dev cluster (internal/devcluster) and the read-only views of
+// `partita ctl` (internal/ctl), which it reuses for its tables rather than
+// counting on its own; nothing imports it but cmd/partita.
 package demo
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 
-	batchv1 "k8s.io/api/batch/v1"
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
-// Namespace is where the demo's workloads run.
-const Namespace = "partita-demo"
+// The queues and namespaces the demo owns. Every run deletes and recreates
+// them, so it can run again on the same cluster.
+const (
+	// ParentQueue is the parent of the teams' queues.
+	ParentQueue = "research"
+	// TeamA is team A's queue and namespace: notebooks and batch work.
+	TeamA = "team-a"
+	// TeamB is team B's queue and namespace: training gangs.
+	TeamB = "team-b"
+)
 
-// Run brings the cluster up if needed and runs the demo's steps.
-func Run(ctx context.Context, c *devcluster.Cluster, out io.Writer) error {
-	say := func(format string, args ...any) { _, _ = fmt.Fprintf(out, format+"\n", args...) }
+// The demo's numbers. The teams' quotas and limits derive from the
+// cluster's GPUs (32 on the default dev cluster) in Run.
+const (
+	// minGPUs is the smallest cluster the story works on: a gang of
+	// gangSize, the notebooks, and room for team A to borrow.
+	minGPUs = 24
+	// gangSize is the number of 1-GPU members of each training gang.
+	gangSize = 8
+	// teamAQuota and teamBQuota are the deserved GPUs of the teams.
+	teamAQuota = 8
+	teamBQuota = 2 * gangSize
+	// minRuntime is the dev cluster's --preempt-min-runtime: the extender
+	// evicts nothing admitted more recently (cmd/partita/dev_processes.go).
+	minRuntime = 5 * time.Second
+	// waitTimeout bounds each wait for the cluster to do what the demo
+	// says it does.
+	waitTimeout = 60 * time.Second
+)
 
-	say("Step 1. A local Kubernetes cluster with simulated GPU nodes")
-	if err := c.Up(ctx); err != nil {
-		return err
-	}
-	cs, err := c.Clientset()
-	if err != nil {
-		return err
-	}
-	nodes, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelGPUNode + "=true"})
-	if err != nil {
-		return fmt.Errorf("list GPU nodes: %w", err)
-	}
-	for _, n := range nodes.Items {
-		say("  node %s: %s x %s (%s MiB each), ready=%t", n.Name, n.Labels[v1alpha1.LabelNVIDIAGPUCount],
-			n.Labels[v1alpha1.LabelNVIDIAGPUProduct], n.Labels[v1alpha1.LabelNVIDIAGPUMemory], devcluster.NodeReady(&n))
-	}
+// notebookFractions are the GPU fractions the notebooks ask for, in the
+// order they are created: 2 GPUs in all.
+func notebookFractions() []string { return []string{"0.5", "0.25", "0.5", "0.25", "0.25", "0.25"} }
 
-	say("")
-	say("Step 2. A Job runs on a simulated GPU node")
-	job, err := runSampleJob(ctx, cs)
-	if err != nil {
-		return err
-	}
-	pods, err := cs.CoreV1().Pods(Namespace).List(ctx, metav1.ListOptions{LabelSelector: "job-name=" + job.Name})
-	if err != nil {
-		return fmt.Errorf("list pods of job %s: %w", job.Name, err)
-	}
-	for _, p := range pods.Items {
-		say("  pod %s ran on node %s and ended %s", p.Name, p.Spec.NodeName, p.Status.Phase)
-	}
-	took := job.Status.CompletionTime.Sub(job.Status.StartTime.Time)
-	say("  job %s/%s completed: %d of %d pods succeeded in %.1fs", Namespace, job.Name, job.Status.Succeeded, ptr.Deref(job.Spec.Completions, 1), took.Seconds())
-
-	say("")
-	say("The cluster keeps running. Look around with:")
-	say("  export KUBECONFIG=%s", c.KubeconfigPath())
-	say("  export PATH=%s:$PATH   # kubectl, built with the cluster", c.BinDir())
-	say("  kubectl get nodes -L nvidia.com/gpu.product,nvidia.com/gpu.count")
-	say("  kubectl get queues,podgroups,gpunodes")
-	say("Stop it with: bin/partita dev down --name %s", c.Name())
-	return nil
+// Options configure Run.
+type Options struct {
+	// Out receives the story.
+	Out io.Writer
+	// PartitaBinary is the partita binary that runs the demo; the hints at
+	// the end name the kubectl plugin next to it.
+	PartitaBinary string
 }
 
-// runSampleJob (re)creates the sample Job and waits for it to complete.
-func runSampleJob(ctx context.Context, cs kubernetes.Interface) (*batchv1.Job, error) {
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: Namespace}}
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("create namespace %s: %w", Namespace, err)
+// story is one run of the demo: the clients, and what the earlier steps
+// learnt that the later ones need.
+type story struct {
+	c    *devcluster.Cluster
+	cs   kubernetes.Interface
+	cl   client.Client
+	opts Options
+
+	// gpus counts the cluster's healthy GPUs.
+	gpus int
+	// teamALimit is team A's GPU limit: what the cluster has beside one
+	// gang, so that team A at its limit fills the cluster.
+	teamALimit int
+	// notebooks are the names of the notebook pods.
+	notebooks []string
+	// batch are team A's 1-GPU pods that borrow idle GPUs.
+	batch []string
+	// batchBoundAt is when the last of them was bound: reclaim waits until
+	// it is older than minRuntime.
+	batchBoundAt time.Time
+	// waiting is the pod left waiting on purpose, for `why`.
+	waiting string
+}
+
+// Run brings the cluster up if needed and tells the story. It leaves the
+// cluster running, with the demo's workloads, for the user to look at.
+func Run(ctx context.Context, c *devcluster.Cluster, opts Options) error {
+	if opts.Out == nil {
+		opts.Out = io.Discard
 	}
-	name := "hello-gpu"
-	// A previous demo's Job would report its old result: start afresh.
-	bg := metav1.DeletePropagationBackground
-	if err := cs.BatchV1().Jobs(Namespace).Delete(ctx, name, metav1.DeleteOptions{PropagationPolicy: &bg}); err != nil && !apierrors.IsNotFound(err) {
-		return nil, fmt.Errorf("delete previous job %s: %w", name, err)
+	s := &story{c: c, opts: opts}
+	start := time.Now()
+	steps := []struct {
+		title string
+		run   func(context.Context) error
+	}{
+		{"A local Kubernetes cluster with simulated GPU nodes", s.cluster},
+		{"Two teams share the cluster through queues", s.teams},
+		{"Notebooks share GPUs: team-a's notebooks ask for a quarter or half of a GPU", s.notebooksShare},
+		{"A training gang of 8 starts all at once, or not at all", s.gangStartsTogether},
+		{"Limits: team-a borrows idle GPUs up to its limit, and no further", s.limits},
+		{"Reclaim: team-b wants its share back", s.reclaim},
+		{"Where everything runs", s.summary},
 	}
-	job := &batchv1.Job{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: Namespace},
-		Spec: batchv1.JobSpec{
-			Completions:  ptr.To[int32](2),
-			Parallelism:  ptr.To[int32](2),
-			BackoffLimit: ptr.To[int32](0),
-			Template: corev1.PodTemplateSpec{
-				Spec: corev1.PodSpec{
-					RestartPolicy: corev1.RestartPolicyNever,
-					NodeSelector:  map[string]string{v1alpha1.LabelGPUNode: "true"},
-					Containers: []corev1.Container{{
-						Name:    "hello",
-						Image:   "busybox",
-						Command: []string{"echo", "hello from a GPU node"},
-					}},
-				},
-			},
-		},
-	}
-	var err error
-	for attempt := 0; attempt < 50; attempt++ {
-		_, err = cs.BatchV1().Jobs(Namespace).Create(ctx, job, metav1.CreateOptions{})
-		if !apierrors.IsAlreadyExists(err) {
-			break
+	for i, st := range steps {
+		s.say("")
+		s.say("Step %d. %s", i+1, st.title)
+		stepStart := time.Now()
+		if err := st.run(ctx); err != nil {
+			return fmt.Errorf("demo step %d (%s): %w", i+1, st.title, err)
 		}
-		time.Sleep(200 * time.Millisecond) // the old Job is still being deleted
+		if i > 0 {
+			s.say("  (step took %.1fs)", time.Since(stepStart).Seconds())
+		}
 	}
-	if err != nil {
-		return nil, fmt.Errorf("create job %s: %w", name, err)
+	s.say("")
+	s.say("The demo took %.0fs.", time.Since(start).Seconds())
+	return s.next(ctx)
+}
+
+// say writes one line of the story.
+func (s *story) say(format string, args ...any) {
+	_, _ = fmt.Fprintf(s.opts.Out, format+"\n", args...)
+}
+
+// load reads the cluster for the ctl views.
+func (s *story) load(ctx context.Context, what ctl.What) (*ctl.Cluster, error) {
+	return ctl.Load(ctx, s.cl, what)
+}
+
+// pluginDir is where `make build` links kubectl-partita: beside partita.
+func (s *story) pluginDir() string {
+	if s.opts.PartitaBinary == "" {
+		return "bin"
 	}
-	return devcluster.WaitJobComplete(ctx, cs, Namespace, name, 90*time.Second)
+	return filepath.Dir(s.opts.PartitaBinary)
 }

@@ -1,0 +1,78 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestDemoTellsTheStory runs `partita dev demo` twice on a cluster of its
+// own and checks that the story's key claims are in its output: the demo
+// checks each claim against the cluster before it prints it, so a line
+// that is there was true.
+//
+// Not on the suite's shared cluster: the demo fills every GPU, and fair
+// shares depend on every queue in the cluster, so the other tests and the
+// demo would disturb each other. A cluster of its own starts in seconds.
+func TestDemoTellsTheStory(t *testing.T) {
+	if externalKubeconfig != "" {
+		t.Skip("the demo runs on a dev cluster")
+	}
+	ctx := testContext(t, 10*time.Minute)
+	name := fmt.Sprintf("demo-e2e-%d", os.Getpid())
+	t.Cleanup(func() {
+		if os.Getenv("PARTITA_E2E_KEEP") != "" {
+			return
+		}
+		if out, err := partita(context.WithoutCancel(ctx), "dev", "down", "--name", name); err != nil {
+			t.Errorf("dev down: %v\n%s", err, out)
+		}
+	})
+	if out, err := partita(ctx, "dev", "up", "--name", name); err != nil {
+		t.Fatalf("dev up: %v\n%s", err, out)
+	}
+
+	want := []string{
+		`(?m)^  32 GPUs in all\.`,
+		`(?m)^    team-a  8 +24 +team-a$`,
+		`6 notebooks asking for 2 GPUs in all use [23] GPUs\.`,
+		`gang team-b/train needs 8 pods before any starts; 7 exist`,
+		`All 8 bound within [01]\.\d\ds of each other, \d+\.\ds after the 8th pod was created; none before it existed\.`,
+		`PodGroup train: phase Running, 8 running\.`,
+		`the gang of 32 pods asks for 32 GPUs, more than the 24 GPU limit of queue "team-a"`,
+		`waits \(WaitingForQuota\): queue team-a is at its limit: 24 of 24 GPUs`,
+		`Partita evicted 8 pods of team-a's .*: (batch-\d\d, ){7}batch-\d\d\n`,
+		`reclaimed for team-b/burst: queue team-b is below its fair share \(8 of 16 GPUs\) and queue team-a is above its own \(24 of 16 GPUs\)`,
+		`team-b's gang burst runs: all 8 bound`,
+		`(?m)^  NODE \\ GPU +0 +1 +2 +3 +4 +5 +6 +7$`,
+		`(?m)^  32 GPUs on 4 nodes: 32 allocated, 0 free \(36 pods\)$`,
+		`(?m)^    team-a +100 +8 +24 +16 +16 +17 +1 +20 +0 +1$`,
+		`(?m)^    team-b +100 +16 +32 +16 +16 +16 +0 +16 +0 +0$`,
+		`the 6 notebooks ask for 2 GPUs and use [23] GPUs here; whole-GPU allocation would have taken 6 GPUs \([23]× as many\)`,
+		`all 36 running pods hold 32 GPUs here; whole-GPU allocation would need 36 GPUs, 4 more than the cluster has: 4 pods would not run\.`,
+		`kubectl partita why batch-23 -n team-a`,
+		`blocking fit: no device has room now`,
+		`bin/partita dev down --name ` + name,
+	}
+	for run := 1; run <= 2; run++ {
+		start := time.Now()
+		out, err := partita(ctx, "dev", "demo", "--name", name)
+		t.Logf("demo run %d took %.1fs:\n%s", run, time.Since(start).Seconds(), out)
+		if err != nil {
+			t.Fatalf("demo run %d: %v", run, err)
+		}
+		for _, w := range want {
+			if !regexp.MustCompile(w).MatchString(out) {
+				t.Errorf("demo run %d: the output does not match %s", run, w)
+			}
+		}
+		// A second run starts from nothing: it removes what the first left.
+		if again := strings.Contains(out, "Removing what the last run of the demo left"); again != (run == 2) {
+			t.Errorf("demo run %d: says it removed a previous run's objects: %v, want %v", run, again, run == 2)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
 )
 
 // LabelRole marks the demo's pods with their part in the story: notebook,
@@ -53,16 +54,13 @@ func fractionPod(q, name, role, fraction string) *corev1.Pod {
 	return p
 }
 
-// wholeGPUPod asks for one whole GPU with the annotation
-// partita.dev/gpu-count.
-//
-// Not with the resource nvidia.com/gpu: the webhook adds
-// partita.dev/gpu-milli but keeps that resource, which the simulated nodes
-// do not advertise (no NVIDIA device plugin runs there), so kube-scheduler
-// would never place the pod.
+// wholeGPUPod asks for one whole GPU the way most manifests do, with the
+// resource nvidia.com/gpu: the webhook translates it (and removes it, as no
+// NVIDIA device plugin runs on Partita's nodes).
 func wholeGPUPod(q, name, role string) *corev1.Pod {
 	p := basePod(q, name, role)
-	p.Annotations = map[string]string{v1alpha1.AnnotationGPUCount: "1"}
+	p.Annotations = map[string]string{}
+	p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{gpu.ResourceNVIDIAGPU: resource.MustParse("1")}
 	return p
 }
 

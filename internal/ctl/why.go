@@ -129,24 +129,39 @@ func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
 // headline is the finding that answers "why" in one line: the first
 // blocking one of ctl's own checks, which read the cluster now, else the
 // first blocking event, which is a component's word from some time ago.
+//
+// The admission gate itself is only the symptom: a check that says why the
+// loop holds the pod comes before it.
 func headline(fs []Finding) (Finding, bool) {
-	var event *Finding
+	var event, gate *Finding
 	for i, f := range fs {
 		if f.Status != StatusBlocking {
 			continue
 		}
-		if f.Check != CheckEvents {
+		switch {
+		case f.Check == CheckEvents:
+			if event == nil {
+				event = &fs[i]
+			}
+		case f.Check == CheckGates && strings.HasPrefix(f.Message, admissionGateFinding):
+			if gate == nil {
+				gate = &fs[i]
+			}
+		default:
 			return f, true
 		}
-		if event == nil {
-			event = &fs[i]
-		}
 	}
-	if event != nil {
-		return *event, true
+	for _, f := range []*Finding{event, gate} {
+		if f != nil {
+			return *f, true
+		}
 	}
 	return Finding{}, false
 }
+
+// admissionGateFinding starts the finding of a pod the admission loop still
+// holds.
+const admissionGateFinding = "waiting for the admission loop"
 
 // why holds one explanation in progress.
 type why struct {
@@ -223,7 +238,7 @@ func (w *why) gates() {
 	}
 	switch {
 	case admission:
-		w.add(CheckGates, StatusBlocking, nil, "waiting for the admission loop: the scheduling gate %s is still on (the checks below say why it is not admitted)", v1alpha1.SchedulingGateAdmission)
+		w.add(CheckGates, StatusBlocking, nil, "%s: the scheduling gate %s is still on (the checks below say why it is not admitted)", admissionGateFinding, v1alpha1.SchedulingGateAdmission)
 	case len(others) == 0:
 		msg := "no scheduling gates: kube-scheduler may place it"
 		if at := w.pod.Annotations[v1alpha1.AnnotationAdmitted]; at != "" {
@@ -296,14 +311,19 @@ func (w *why) gang() {
 	}
 }
 
-// gangDemand is what the pod's workload still needs: the pod's own, or
-// for a gang, the sum of its members not bound yet.
+// gangDemand is what the pod's workload still asks of its queue: the
+// pod's own, or for a gang, the sum of its members the admission loop has
+// not admitted yet (an admitted member already counts in the queue's
+// allocation).
 func (w *why) gangDemand() (milli int64, pods int) {
 	if len(w.members) == 0 {
+		if !hasAdmissionGate(w.pod) {
+			return 0, 0
+		}
 		return w.demand(w.pod, w.req), 1
 	}
 	for _, p := range w.members {
-		if p.Spec.NodeName != "" {
+		if !hasAdmissionGate(p) {
 			continue
 		}
 		r, _ := gpu.ParsePod(p)
@@ -345,6 +365,12 @@ func (w *why) queue() {
 		return
 	}
 	need, pods := w.gangDemand()
+	if pods == 0 {
+		// Let go by the admission loop (or never gated): its GPUs are in
+		// the queue's allocation already, and no limit holds it any more.
+		w.add(CheckQueue, StatusOK, nil, "queue %s counts it already: it is past the admission gate, so its GPUs are in the queue's allocation", name)
+		return
+	}
 	what := "the pod needs"
 	if pods > 1 || len(w.members) > 0 {
 		what = fmt.Sprintf("its gang needs (%d pods not bound)", pods)
@@ -696,4 +722,13 @@ func WriteWhy(w io.Writer, r WhyReport, o Output) error {
 		return fmt.Errorf("write why: %w", err)
 	}
 	return nil
+}
+
+func hasAdmissionGate(p *corev1.Pod) bool {
+	for _, g := range p.Spec.SchedulingGates {
+		if g.Name == v1alpha1.SchedulingGateAdmission {
+			return true
+		}
+	}
+	return false
 }

@@ -69,8 +69,9 @@ func TestWhy(t *testing.T) {
 				}
 				return c
 			},
-			pod:         "w0",
-			wantSummary: "pod team-a/w0 waits: waiting for the admission loop: the scheduling gate partita.dev/admission is still on (the checks below say why it is not admitted)",
+			pod: "w0",
+			// The gate is the symptom; the summary names the cause.
+			wantSummary: "pod team-a/w0 waits: gang incomplete: 3 of 4 pods exist (PodGroup train, minMember 4); the gang starts only when all exist",
 			wantWaiting: true,
 			want: []Finding{
 				{Check: CheckRequest, Status: StatusOK, Message: "asks for 1 whole GPU (container main)", Numbers: map[string]float64{"gpus": 1}},
@@ -109,9 +110,7 @@ func TestWhy(t *testing.T) {
 				{Check: CheckRequest, Status: StatusOK, Message: "asks for 4 whole GPUs (container main)", Numbers: map[string]float64{"gpus": 4}},
 				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: kube-scheduler may place it"},
 				{Check: CheckGang, Status: StatusOK, Message: "not in a gang: it is admitted on its own"},
-				{Check: CheckQueue, Status: StatusOK, Message: "queue team-a has room: allocation not reported yet, no limit; the pod needs 4; 0 workloads pending in it",
-					Numbers: map[string]float64{"neededGPUs": 4, "pendingWorkloads": 0}},
-				{Check: CheckFairShare, Status: StatusInfo, Message: "queue team-a (quota 8): the admission loop has not reported its fair share and allocation yet"},
+				{Check: CheckQueue, Status: StatusOK, Message: "queue team-a counts it already: it is past the admission gate, so its GPUs are in the queue's allocation"},
 				{Check: CheckEvents, Status: StatusBlocking, Message: "kube-scheduler on the pod, 2m ago: FailedScheduling: 0/2 nodes are available: 2 Insufficient partita.dev/gpu-milli.",
 					Numbers: map[string]float64{"count": 1, "ageSeconds": 120}},
 				{Check: CheckFit, Status: StatusBlocking, Message: "it can never fit any of the 2 candidate nodes, even empty; closest: node n2: 2 GPUs free; pod needs 4 whole GPUs (container main); it can never fit this node",

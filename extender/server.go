@@ -7,25 +7,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/partita-dev/partita/internal/httpserver"
 )
 
 // Paths the server answers besides the verbs ("/" + Verb...).
 const (
-	PathHealthz     = "/healthz"
-	PathReadyz      = "/readyz"
-	PathMetrics     = "/metrics"
+	PathHealthz     = httpserver.PathHealthz
+	PathReadyz      = httpserver.PathReadyz
+	PathMetrics     = httpserver.PathMetrics
 	PathDebugLedger = "/debug/ledger"
 )
 
@@ -78,27 +77,13 @@ func NewServer(log logr.Logger, ext *Extender, opts ...ServerOption) *Server {
 // Handler returns the gin engine. gin's mode is process-wide; cmd/partita
 // sets release mode once at start.
 func (s *Server) Handler() http.Handler {
-	r := gin.New()
-	r.Use(s.accessLog(), gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
-		logr.FromContextOrDiscard(c.Request.Context()).Error(fmt.Errorf("panic: %v", err), "Recovered from a panic", "path", c.Request.URL.Path)
-		c.AbortWithStatus(http.StatusInternalServerError)
-	}))
+	// The access log at V(5): kube-scheduler calls for every pod.
+	r := httpserver.NewEngine(httpserver.EngineOptions{Log: s.log, AccessLogV: 5, Clock: s.clock, Ready: s.ready, Metrics: s.metricsHandler})
 	r.POST("/"+VerbFilter, s.filter)
 	r.POST("/"+VerbPrioritize, s.prioritize)
 	r.POST("/"+VerbBind, s.bind)
 	r.POST("/"+VerbPreempt, s.preempt)
-	r.GET(PathHealthz, func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
-	r.GET(PathReadyz, func(c *gin.Context) {
-		if err := s.ready(); err != nil {
-			c.String(http.StatusServiceUnavailable, "not ready: %v\n", err)
-			return
-		}
-		c.String(http.StatusOK, "ok\n")
-	})
 	r.GET(PathDebugLedger, s.debugLedger)
-	if s.metricsHandler != nil {
-		r.GET(PathMetrics, gin.WrapH(s.metricsHandler))
-	}
 	if s.profiling {
 		r.GET("/debug/pprof/*profile", gin.WrapF(func(w http.ResponseWriter, req *http.Request) {
 			switch req.URL.Path {
@@ -112,18 +97,6 @@ func (s *Server) Handler() http.Handler {
 		}))
 	}
 	return r
-}
-
-// accessLog puts the logger into each request's context and logs the
-// request when it is done (V(5): kube-scheduler calls for every pod).
-func (s *Server) accessLog() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := s.clock.Now()
-		c.Request = c.Request.WithContext(logr.NewContext(c.Request.Context(), s.log))
-		c.Next()
-		s.log.V(5).Info("Served request", "method", c.Request.Method, "path", c.Request.URL.Path,
-			"status", c.Writer.Status(), "bytes", c.Writer.Size(), "latency", s.clock.Since(start))
-	}
 }
 
 // contentTypeJSON is what gin's c.JSON writes.
@@ -234,24 +207,17 @@ func readArgs[T any](s *Server, c *gin.Context, verb string, decode func(string,
 	return nil, false
 }
 
-// readBody reads the body. Bodies over the limit are refused with 413 before
-// they are read whole, so memory stays bounded whatever a client sends.
+// readBody reads the body; over the limit it answers 413.
 func (s *Server) readBody(c *gin.Context, verb string) ([]byte, int, error) {
-	r := c.Request
-	if r.ContentLength > s.maxBytes {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("read %s request: body of %d bytes is over the limit of %d bytes (--max-request-bytes)", verb, r.ContentLength, s.maxBytes)
+	body, err := httpserver.ReadBody(c, s.maxBytes)
+	var tl *httpserver.TooLargeError
+	switch {
+	case errors.As(err, &tl):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("read %s request: %w", verb, err)
+	case err != nil:
+		return nil, http.StatusBadRequest, &RequestError{Verb: verb, Reason: err.Error()}
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, r.Body, s.maxBytes)); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("read %s request: body is over the limit of %d bytes (--max-request-bytes)", verb, s.maxBytes)
-		}
-		return nil, http.StatusBadRequest, &RequestError{Verb: verb, Reason: "read body: " + err.Error()}
-	}
-	return buf.Bytes(), http.StatusOK, nil
+	return body, http.StatusOK, nil
 }
 
 // decodeArgs decodes a verb's JSON body into T: a JSON object, nothing
@@ -303,44 +269,5 @@ func (s *Server) debugLedger(c *gin.Context) {
 // (it is asked at each handshake, so a renewed certificate is served
 // without a restart), else plain HTTP.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
-	logger := logr.FromContextOrDiscard(ctx)
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          log.New(logWriter{logger.V(3)}, "", 0),
-	}
-	if getCertificate != nil {
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	logger.Info("Serving the scheduler extender", "addr", l.Addr().String(), "tls", getCertificate != nil)
-	var err error
-	if getCertificate != nil {
-		err = srv.ServeTLS(l, "", "")
-	} else {
-		err = srv.Serve(l)
-	}
-	if err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve extender on %s: %w", l.Addr(), err)
-	}
-	<-done
-	return nil
-}
-
-// logWriter sends net/http's own error log to logr.
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info("HTTP server error", "msg", string(bytes.TrimSpace(p)))
-	return len(p), nil
+	return httpserver.Serve(ctx, l, h, getCertificate, "the scheduler extender")
 }

@@ -1,17 +1,13 @@
 package webhook
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"log"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/go-logr/logr"
@@ -19,6 +15,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
+
+	"github.com/partita-dev/partita/internal/httpserver"
 )
 
 // Paths the webhook serves.
@@ -26,9 +24,9 @@ const (
 	PathMutatePods       = "/mutate-pods"
 	PathValidatePods     = "/validate-pods"
 	PathValidatePolicies = "/validate-policies"
-	PathHealthz          = "/healthz"
-	PathReadyz           = "/readyz"
-	PathMetrics          = "/metrics"
+	PathHealthz          = httpserver.PathHealthz
+	PathReadyz           = httpserver.PathReadyz
+	PathMetrics          = httpserver.PathMetrics
 )
 
 // DefaultMaxRequestBytes bounds an AdmissionReview's body. The API server
@@ -86,42 +84,13 @@ func NewServer(log logr.Logger, pods *PodAdmission, opts ...ServerOption) *Serve
 // Handler returns the gin engine. gin's mode is process-wide; cmd/partita
 // sets release mode once at start.
 func (s *Server) Handler() http.Handler {
-	r := gin.New()
-	r.Use(s.accessLog(), gin.CustomRecoveryWithWriter(io.Discard, func(c *gin.Context, err any) {
-		logr.FromContextOrDiscard(c.Request.Context()).Error(fmt.Errorf("panic: %v", err), "Recovered from a panic", "path", c.Request.URL.Path)
-		c.AbortWithStatus(http.StatusInternalServerError)
-	}))
+	r := httpserver.NewEngine(httpserver.EngineOptions{Log: s.log, AccessLogV: 3, Clock: s.clock, Ready: s.ready, Metrics: s.metricsHandler})
 	r.POST(PathMutatePods, s.review("mutate-pods", s.pods.Mutate))
 	r.POST(PathValidatePods, s.review("validate-pods", s.pods.Validate))
 	if s.policies != nil {
 		r.POST(PathValidatePolicies, s.review("validate-policies", s.policies.Validate))
 	}
-	r.GET(PathHealthz, func(c *gin.Context) { c.String(http.StatusOK, "ok\n") })
-	r.GET(PathReadyz, func(c *gin.Context) {
-		if err := s.ready(); err != nil {
-			c.String(http.StatusServiceUnavailable, "not ready: %v\n", err)
-			return
-		}
-		c.String(http.StatusOK, "ok\n")
-	})
-	if s.metricsHandler != nil {
-		r.GET(PathMetrics, gin.WrapH(s.metricsHandler))
-	}
 	return r
-}
-
-// accessLog puts the logger into each request's context and logs the
-// request when it is done.
-func (s *Server) accessLog() gin.HandlerFunc {
-	return func(c *gin.Context) {
-		start := s.clock.Now()
-		c.Request = c.Request.WithContext(logr.NewContext(c.Request.Context(), s.log))
-		c.Next()
-		if log := s.log.V(3); log.Enabled() {
-			log.Info("Served request", "method", c.Request.Method, "path", c.Request.URL.Path,
-				"status", c.Writer.Status(), "bytes", c.Writer.Size(), "latency", s.clock.Since(start), "remote", c.ClientIP())
-		}
-	}
 }
 
 // reviewFunc decides one admission request.
@@ -183,21 +152,17 @@ func internalStatus(err error) *metav1.Status {
 // with 413 before they are read whole, so memory stays bounded whatever a
 // client sends.
 func (s *Server) readReview(c *gin.Context) (*admissionv1.AdmissionReview, int, error) {
-	r := c.Request
-	if r.ContentLength > s.maxBytes {
-		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the webhook's limit of %d bytes (--max-request-bytes)", r.ContentLength, s.maxBytes)
-	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
-	}
-	if _, err := buf.ReadFrom(http.MaxBytesReader(c.Writer, r.Body, s.maxBytes)); err != nil {
-		if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
-			return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the webhook's limit of %d bytes (--max-request-bytes)", s.maxBytes)
-		}
+	body, err := httpserver.ReadBody(c, s.maxBytes)
+	var tl *httpserver.TooLargeError
+	switch {
+	case errors.As(err, &tl) && tl.Length > 0:
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body of %d bytes is over the webhook's limit of %d bytes (--max-request-bytes)", tl.Length, tl.Limit)
+	case errors.As(err, &tl):
+		return nil, http.StatusRequestEntityTooLarge, fmt.Errorf("request body is over the webhook's limit of %d bytes (--max-request-bytes)", tl.Limit)
+	case err != nil:
 		return nil, http.StatusBadRequest, fmt.Errorf("read request body: %w", err)
 	}
-	ar, err := decodeReview(buf.Bytes())
+	ar, err := decodeReview(body)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
@@ -252,36 +217,8 @@ func shortenMessage(s string) string {
 // for the certificate at each handshake, so a renewed certificate is used
 // without a restart (see WatchCertificates).
 func ServeTLS(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
-	logger := logr.FromContextOrDiscard(ctx)
-	srv := &http.Server{
-		Handler:           h,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       30 * time.Second,
-		WriteTimeout:      30 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		TLSConfig:         &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate},
-		ErrorLog:          log.New(logWriter{logger.V(3)}, "", 0),
+	if getCertificate == nil {
+		return errors.New("serve admission webhooks: no certificate; the API server calls webhooks over TLS only")
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
-	}()
-	logger.Info("Serving admission webhooks", "addr", l.Addr().String())
-	if err := srv.ServeTLS(l, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve webhooks on %s: %w", l.Addr(), err)
-	}
-	<-done
-	return nil
-}
-
-// logWriter sends net/http's own error log (TLS handshake failures) to logr.
-type logWriter struct{ log logr.Logger }
-
-func (w logWriter) Write(p []byte) (int, error) {
-	w.log.Info("HTTP server error", "msg", string(bytes.TrimSpace(p)))
-	return len(p), nil
+	return httpserver.Serve(ctx, l, h, getCertificate, "admission webhooks")
 }

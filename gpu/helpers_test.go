@@ -1,7 +1,6 @@
 package gpu_test
 
 import (
-	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -15,30 +14,14 @@ import (
 // refMiB is the reference device memory the tests canonicalise with.
 const refMiB = 81920
 
-// held returns a pod bound to node that holds the given devices: fraction
-// "1" means whole devices, a value ending in "i" an amount of memory
-// ("16Gi"), anything else a fraction. The pod is in canonical form, with its
-// allocation annotations, as it would be after bind.
+// held returns a pod bound to node that holds the given devices (see
+// partitatest.Held).
 func held(name, node, amount string, devices ...int32) *corev1.Pod {
-	w := pt.MakePod(name, "ns").GPUCount(len(devices)).Node(node).Phase(corev1.PodRunning)
-	switch {
-	case strings.HasSuffix(amount, "i"):
-		w.GPUMemory(amount)
-	case amount != "1":
-		w.GPUFraction(amount)
-	}
 	uuids := make([]string, 0, len(devices))
 	for _, d := range devices {
 		uuids = append(uuids, pt.DeviceUUID(node, d))
 	}
-	w.Annotation(v1alpha1.AnnotationNode, node)
-	w.Annotation(v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer, strings.Join(uuids, ","))
-	pod := w.Obj()
-	r, errs := gpu.ParsePod(pod)
-	if len(errs) > 0 {
-		panic(errs.ToAggregate())
-	}
-	return gpu.ApplyCanonical(pod, r, refMiB)
+	return pt.Held(name, node, amount, refMiB, uuids...)
 }
 
 // parse parses a pod that must be valid.

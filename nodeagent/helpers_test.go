@@ -3,7 +3,6 @@ package nodeagent
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -11,7 +10,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/gpu"
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
@@ -19,29 +17,13 @@ import (
 const refMiB = 81559
 
 // heldPod returns a running pod bound to node that holds the given devices
-// of a simulated node, as bind leaves it: amount "1" means whole devices, a
-// value ending in "i" an amount of memory ("20Gi"), anything else a
-// fraction.
+// of a simulated node (see partitatest.Held).
 func heldPod(name, node, amount string, devices ...int) *corev1.Pod {
-	w := pt.MakePod(name, "ns").GPUCount(len(devices)).Node(node).Phase(corev1.PodRunning)
-	switch {
-	case strings.HasSuffix(amount, "i"):
-		w.GPUMemory(amount)
-	case amount != "1":
-		w.GPUFraction(amount)
-	}
 	uuids := make([]string, 0, len(devices))
 	for _, d := range devices {
 		uuids = append(uuids, SimulatedUUID(node, d))
 	}
-	w.Annotation(v1alpha1.AnnotationNode, node)
-	w.Annotation(v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer, strings.Join(uuids, ","))
-	pod := w.Obj()
-	r, errs := gpu.ParsePod(pod)
-	if len(errs) > 0 {
-		panic(errs.ToAggregate())
-	}
-	return gpu.ApplyCanonical(pod, r, refMiB)
+	return pt.Held(name, node, amount, refMiB, uuids...)
 }
 
 // withUID sets a pod's UID.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"net"
 	"os"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -14,13 +13,11 @@ import (
 const extenderSA = devcluster.ChartRelease + "-extender"
 
 // devHostProcesses lists Partita's own processes that `partita dev up` runs on
-// the host for the cluster, each with free loopback ports and with the
-// token of its chart ServiceAccount (never as admin, never impersonating).
+// the host for the cluster, each on loopback ports chosen once per cluster
+// ({port:NAME}, stable across restarts, so the webhook configurations'
+// URLs stay right) and with the token of its chart ServiceAccount (never as
+// admin, never impersonating).
 func devHostProcesses() ([]devcluster.HostProcess, error) {
-	agentPort, err := freeLoopbackPort()
-	if err != nil {
-		return nil, err
-	}
 	agent := devcluster.HostProcess{
 		Name: "agent",
 		// One agent serves every simulated GPU node, with devices from
@@ -28,13 +25,9 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 		Args: []string{"agent", "--kubeconfig", "{kubeconfig}",
 			"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true",
 			"--sync-interval", "2s", "--heartbeat-interval", "30s", "--overuse-report-interval", "1m",
-			"--health-addr", fmt.Sprintf("127.0.0.1:%d", agentPort), "--v", "2"},
-		ReadyURL:       fmt.Sprintf("http://127.0.0.1:%d/readyz", agentPort),
+			"--health-addr", "127.0.0.1:{port:agent}", "--v", "2"},
+		ReadyURL:       "http://127.0.0.1:{port:agent}/readyz",
 		ServiceAccount: devcluster.ChartRelease + "-agent",
-	}
-	webhookPort, err := freeLoopbackPort()
-	if err != nil {
-		return nil, err
 	}
 	wh := devcluster.HostProcess{
 		Name: "webhook",
@@ -43,14 +36,14 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 		// directory) once it is ready; kube-system and partita-system are
 		// never blocked.
 		Args: []string{"webhook", "--kubeconfig", "{kubeconfig}", "--dev-register",
-			"--addr", fmt.Sprintf("127.0.0.1:%d", webhookPort),
+			"--addr", "127.0.0.1:{port:webhook}",
 			"--cert-dir", "{dir}/partita/webhook-certs", "--cert-rotation", "none",
 			// As the chart does: only the extender's ServiceAccount may bind
 			// with device annotations. The admin (system:masters) is not
 			// trusted, so tests must not write system annotations as admin
 			// outside kube-system.
 			"--trusted-users", "system:serviceaccount:" + devcluster.PartitaNamespace + ":" + extenderSA, "--v", "2"},
-		ReadyURL:       fmt.Sprintf("https://127.0.0.1:%d/readyz", webhookPort),
+		ReadyURL:       "https://127.0.0.1:{port:webhook}/readyz",
 		ServiceAccount: devcluster.ChartRelease + "-webhook",
 	}
 	ext := devcluster.HostProcess{
@@ -70,15 +63,6 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 	return []devcluster.HostProcess{agent, wh, ext}, nil
 }
 
-// freeLoopbackPort asks the kernel for a free port on 127.0.0.1.
-func freeLoopbackPort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
 
 // selfBinary is the path of the running partita binary.
 func selfBinary() (string, error) {

@@ -72,6 +72,10 @@ type AdmitterOptions struct {
 	// ImplicitJobGangs makes the pods of a Job that name no pod group a
 	// gang of the Job's parallelism.
 	ImplicitJobGangs bool
+	// StatusClient writes pod conditions and Queue and PodGroup status;
+	// nil means the main client. A client of its own keeps those writes
+	// from queueing pins and ungating behind them at the client's QPS.
+	StatusClient client.Client
 }
 
 // DefaultAdmitterOptions returns the defaults.
@@ -241,15 +245,11 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	})
 	decided := a.clock.Since(start)
 	var errs []error
-	for i := range res.Admissions {
-		if err := a.admit(ctx, &res.Admissions[i], now); err != nil {
-			errs = append(errs, err)
-		}
-	}
+	errs = append(errs, a.admit(ctx, res.Admissions, now))
 	for i := range res.Evictions {
 		a.evict(ctx, &res.Evictions[i])
 	}
-	a.tell(res)
+	a.tell(res, now)
 	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now))
 	a.metrics.observeCycle(res, decided, a.clock.Since(start))
 	return errors.Join(errs...)
@@ -276,57 +276,87 @@ func (a *Admitter) expire(now time.Time) {
 	}
 }
 
-// admit reserves a workload's devices, then pins and ungates its members.
-func (a *Admitter) admit(ctx context.Context, adm *admission.Admission, now time.Time) error {
-	w := adm.Workload
-	log := logr.FromContextOrDiscard(ctx).WithValues("workload", w.Key.String())
-	if adm.Pin {
-		for i, m := range adm.Members {
-			if err := a.ledger.Assume(m.Allocation); err != nil {
-				for _, done := range adm.Members[:i] {
-					a.ledger.Forget(done.Member.Pod.UID)
-				}
-				return fmt.Errorf("reserve devices for %s: %w", w.Key, err)
-			}
+// admit reserves the admitted gangs' devices, then pins and ungates every
+// admitted member, all workloads' writes in one pool, so that a cycle that
+// admits many workloads is not as slow as their sum.
+func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now time.Time) error {
+	var errs []error
+	ready := adms[:0:0]
+	for _, adm := range adms {
+		if err := a.reserve(adm); err != nil {
+			errs = append(errs, err)
+			continue
 		}
+		ready = append(ready, adm)
 	}
 	stamp := now.UTC().Format(admittedLayout)
-	errs := make(chan error, len(adm.Members))
-	sem := make(chan struct{}, patchWorkers)
-	for _, m := range adm.Members {
+	var jobs []func() error
+	for _, adm := range ready {
+		for _, m := range adm.Members {
+			jobs = append(jobs, func() error { return a.release(ctx, m, adm.Pin, adm.Workload.Key, stamp) })
+		}
+	}
+	errs = append(errs, parallel(patchWorkers, jobs)...)
+	log := logr.FromContextOrDiscard(ctx)
+	for _, adm := range ready {
+		w := adm.Workload
+		for _, m := range adm.Members {
+			uid := m.Member.Pod.UID
+			if adm.Pin {
+				a.reserved[uid] = now
+			} else {
+				a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL)}
+			}
+			note := "admitted by queue " + w.Queue
+			if adm.Pin {
+				note = fmt.Sprintf("admitted with its gang of %d; reserved on node %s", len(adm.Members), m.Allocation.Node)
+			}
+			a.event(m.Member.Pod, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, "Admit", note)
+			a.setCondition(m.Member.Pod, corev1.ConditionTrue, v1alpha1.ReasonAdmitted, note)
+		}
+		delete(a.told, w.Key)
+		delete(a.timedOut, w.Key)
+		a.metrics.admitted(w.Key.IsGang())
+		log.V(2).Info("Admitted workload", "workload", w.Key.String(), "queue", w.Queue, "members", len(adm.Members), "pinned", adm.Pin)
+	}
+	return errors.Join(errs...)
+}
+
+// reserve records a gang's devices in the ledger, all or none, so that the
+// extender's filter and bind keep them for its members.
+func (a *Admitter) reserve(adm admission.Admission) error {
+	if !adm.Pin {
+		return nil
+	}
+	for i, m := range adm.Members {
+		if err := a.ledger.Assume(m.Allocation); err != nil {
+			for _, done := range adm.Members[:i] {
+				a.ledger.Forget(done.Member.Pod.UID)
+			}
+			return fmt.Errorf("reserve devices for %s: %w", adm.Workload.Key, err)
+		}
+	}
+	return nil
+}
+
+// parallel runs jobs, at most n at once, and returns their errors.
+func parallel(n int, jobs []func() error) []error {
+	errs := make(chan error, len(jobs))
+	sem := make(chan struct{}, n)
+	for _, job := range jobs {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			errs <- a.release(ctx, m, adm.Pin, w.Key, stamp)
+			errs <- job()
 		}()
 	}
-	var failed []error
-	for range adm.Members {
+	var out []error
+	for range jobs {
 		if err := <-errs; err != nil {
-			failed = append(failed, err)
+			out = append(out, err)
 		}
 	}
-	for _, m := range adm.Members {
-		uid := m.Member.Pod.UID
-		if adm.Pin {
-			a.reserved[uid] = now
-		} else {
-			a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL)}
-		}
-	}
-	delete(a.told, w.Key)
-	delete(a.timedOut, w.Key)
-	a.metrics.admitted(w.Key.IsGang())
-	log.V(2).Info("Admitted workload", "queue", w.Queue, "members", len(adm.Members), "pinned", adm.Pin)
-	for _, m := range adm.Members {
-		note := "admitted by queue " + w.Queue
-		if adm.Pin {
-			note = fmt.Sprintf("admitted with its gang of %d; reserved on node %s", len(adm.Members), m.Allocation.Node)
-		}
-		a.event(m.Member.Pod, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, "Admit", note)
-		a.setCondition(m.Member.Pod, corev1.ConditionTrue, v1alpha1.ReasonAdmitted, note)
-	}
-	return errors.Join(failed...)
+	return out
 }
 
 // release pins one member to its node (gangs) and removes the admission
@@ -492,14 +522,14 @@ const tellBudget = 200
 // tell emits an event and sets the condition on the pending members of each
 // workload whose reason to wait changed, and forgets workloads that no
 // longer wait.
-func (a *Admitter) tell(res *admission.Result) {
+func (a *Admitter) tell(res *admission.Result, now time.Time) {
 	waiting := make(map[admission.WorkloadKey]bool, len(res.Waiting))
 	budget := tellBudget
 	for _, wt := range res.Waiting {
 		key := wt.Workload.Key
 		waiting[key] = true
 		said := wt.Reason + wt.Message
-		if a.told[key] == said || budget <= 0 {
+		if a.told[key] == said || budget <= 0 || settling(wt, now) {
 			continue
 		}
 		a.told[key] = said
@@ -521,6 +551,19 @@ func (a *Admitter) event(obj client.Object, eventType, reason, action, note stri
 		return
 	}
 	a.recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
+}
+
+// membersGrace is how long a gang that is still getting members is not
+// told it waits for them: a Job creates its pods one by one, and telling
+// each count ("3 exist", "4 exist", ...) to every member costs writes that
+// grow with the square of the gang.
+const membersGrace = 3 * time.Second
+
+// settling reports whether a wait is a gang still getting its members.
+func settling(wt admission.Wait, now time.Time) bool {
+	ms := wt.Workload.Pending
+	return wt.Reason == v1alpha1.ReasonWaitingForMembers && len(ms) > 0 &&
+		now.Sub(ms[len(ms)-1].Pod.CreationTimestamp.Time) < membersGrace
 }
 
 // conditionWriters is how many goroutines write pod conditions.
@@ -552,9 +595,16 @@ func (a *Admitter) writeConditions(ctx context.Context) {
 				continue
 			}
 			obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}}
-			if err := a.client.Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			if err := a.statusClient().Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 				log.V(2).Info("Failed to write the admission condition", "pod", klog.KObj(c.pod), "err", err.Error())
 			}
 		}
 	}
+}
+
+func (a *Admitter) statusClient() client.Client {
+	if a.opts.StatusClient != nil {
+		return a.opts.StatusClient
+	}
+	return a.client
 }

@@ -22,7 +22,7 @@ import (
 // writeQueueStatus writes each queue's allocation, request, fair share and
 // pending workloads where they changed.
 func (a *Admitter) writeQueueStatus(ctx context.Context, st *admission.State, res *admission.Result) error {
-	var errs []error
+	var jobs []func() error
 	for _, r := range res.Queues {
 		q := st.Queues[r.Name]
 		if q == nil {
@@ -41,12 +41,18 @@ func (a *Admitter) writeQueueStatus(ctx context.Context, st *admission.State, re
 		obj := &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: r.Name}, Status: q.Status}
 		patched := obj.DeepCopy()
 		patched.Status = *want
-		if err := a.client.Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("write status of queue %s: %w", r.Name, err))
-		}
+		jobs = append(jobs, func() error {
+			if err := a.statusClient().Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("write status of queue %s: %w", patched.Name, err)
+			}
+			return nil
+		})
 	}
-	return errors.Join(errs...)
+	return errors.Join(parallel(statusWorkers, jobs)...)
 }
+
+// statusWorkers bounds the status writes in flight at once.
+const statusWorkers = 8
 
 // gpuList sets the gpu entry of l to milli milli-GPUs.
 func gpuList(l corev1.ResourceList, milli int64) corev1.ResourceList {
@@ -69,7 +75,7 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State,
 	for _, ad := range res.Admissions {
 		admitted[ad.Workload.Key] = len(ad.Members)
 	}
-	var errs []error
+	var jobs []func() error
 	for _, w := range st.Gangs {
 		if !w.HasPodGroup {
 			continue
@@ -88,6 +94,11 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State,
 		want.Running = bound
 		cond := metav1.Condition{Type: v1alpha1.PodGroupConditionAdmitted, Status: metav1.ConditionFalse, LastTransitionTime: metav1.NewTime(now)}
 		wt, waits := waiting[w.Key]
+		if waits && settling(wt, now) {
+			// Still getting its members: the status is written once they
+			// are in, or once the gang has stopped growing.
+			continue
+		}
 		switch {
 		case a.timedOut[w.Key].started.Equal(w.Started()) && len(w.Active) > 0 && bound < w.MinMember:
 			want.Phase = v1alpha1.PodGroupFailed
@@ -113,11 +124,14 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State,
 		obj := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.Key.Namespace, Name: w.Key.PodGroup}, Status: w.PodGroupStatus}
 		patched := obj.DeepCopy()
 		patched.Status = *want
-		if err := a.client.Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("write status of pod group %s: %w", w.Key, err))
-		}
+		jobs = append(jobs, func() error {
+			if err := a.statusClient().Status().Patch(ctx, patched, client.MergeFrom(obj)); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("write status of pod group %s/%s: %w", patched.Namespace, patched.Name, err)
+			}
+			return nil
+		})
 	}
-	return errors.Join(errs...)
+	return errors.Join(parallel(statusWorkers, jobs)...)
 }
 
 func truncate(s string, n int) string {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -309,6 +310,13 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	}
 	opts := f.admitter
 	opts.Placement = placement
+	// Conditions and statuses get a client (and a rate limiter) of their
+	// own, so that pins and ungating never queue behind them.
+	statusClient, err := client.New(rest.CopyConfig(mgr.GetConfig()), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
+	if err != nil {
+		return fmt.Errorf("create status client: %w", err)
+	}
+	opts.StatusClient = statusClient
 	adm := extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
 		extender.PolicyQuota{Engine: engine}, feed.Synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
 	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {

@@ -304,7 +304,6 @@ func ApplyCanonical(pod *corev1.Pod, req *PodRequest, referenceDeviceMemoryMiB i
 	return out
 }
 
-
 // FormatMilli writes milli-GPUs as a decimal number of GPUs: 250 → "0.25",
 // 1000 → "1", 1500 → "1.5".
 func FormatMilli(milli int64) string {

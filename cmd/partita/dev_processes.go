@@ -63,7 +63,6 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 	return []devcluster.HostProcess{agent, wh, ext}, nil
 }
 
-
 // selfBinary is the path of the running partita binary.
 func selfBinary() (string, error) {
 	p, err := os.Executable()

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +28,7 @@ import (
 	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/internal/partitatest"
 	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/webhook"
 )
 
 // webhookUser is who the webhook tests act as: an ordinary user with the
@@ -406,3 +408,59 @@ func kubectlIn(ctx context.Context, stdin []byte, args ...string) (string, error
 }
 
 func resourceQ(s string) resource.Quantity { return resource.MustParse(s) }
+
+// TestWebhookWiresMPSClients: once a node runs mps, a GPU pod with a slice
+// of one device gets the MPS volume and CUDA_MPS_PIPE_DIRECTORY of its
+// device's daemon, and the API server accepts and places it.
+func TestWebhookWiresMPSClients(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/mps": ns}
+	name := ns + "-mps"
+	addGPUNode(ctx, t, name, 1, sel)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	c := crClient(t)
+	var gn v1alpha1.GPUNode
+	if err := c.Get(ctx, client.ObjectKey{Name: name}, &gn); err != nil {
+		t.Fatal(err)
+	}
+	gn.Spec.Isolation = v1alpha1.IsolationMPS
+	if err := c.Update(ctx, &gn); err != nil {
+		t.Fatalf("set the node's isolation to mps: %v", err)
+	}
+	// The webhook learns the cluster's modes from GPUNodes: probe until a
+	// slice pod comes back with the MPS wiring.
+	var got *corev1.Pod
+	poll(t, 60*time.Second, "the webhook to wire MPS clients", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(ns).Create(ctx, extGPUPod(ns, "probe", 500, 1, sel), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = p
+		return slices.ContainsFunc(p.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == webhook.MPSVolume }), fmt.Sprintf("volumes %v", p.Spec.Volumes)
+	})
+	env := map[string]corev1.EnvVar{}
+	for _, e := range got.Spec.Containers[0].Env {
+		env[e.Name] = e
+	}
+	if e := env[webhook.EnvMPSPipeDirectory]; e.Value != webhook.DefaultMPSDir+"/$(PARTITA_DEVICE)/pipe" {
+		t.Errorf("%s = %q", webhook.EnvMPSPipeDirectory, e.Value)
+	}
+	if e := env[webhook.EnvPartitaDevice]; e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.annotations['"+v1alpha1.AnnotationDevicesPrefix+"main']" {
+		t.Errorf("%s = %+v, want the devices annotation", webhook.EnvPartitaDevice, e)
+	}
+	if ms := got.Spec.Containers[0].VolumeMounts; !slices.ContainsFunc(ms, func(m corev1.VolumeMount) bool {
+		return m.Name == webhook.MPSVolume && m.MountPath == webhook.DefaultMPSDir
+	}) {
+		t.Errorf("volume mounts %v lack %s at %s", ms, webhook.MPSVolume, webhook.DefaultMPSDir)
+	}
+	createPods(ctx, t, clientset, []*corev1.Pod{extGPUPod(ns, "half", 500, 1, sel)}, 1)
+	poll(t, 60*time.Second, "the MPS client bound with its device", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, "half", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == name && len(devicesOf(p)) == 1, fmt.Sprintf("node %q, devices %v", p.Spec.NodeName, devicesOf(p))
+	})
+}

@@ -53,6 +53,7 @@ func TestAdmission(t *testing.T) {
 		"deny-visible-devices-all":    {path: PathMutatePods},
 		"deny-visible-devices-no-gpu": {path: PathMutatePods},
 		"deny-mps-env":                {path: PathMutatePods},
+		"deny-mps-volume":             {path: PathMutatePods},
 		"deny-queue-missing":          {path: PathMutatePods},
 		"deny-queue-not-leaf":         {path: PathMutatePods},
 		"deny-namespace-not-allowed":  {path: PathMutatePods},

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -25,10 +26,24 @@ const (
 	EnvDeviceMemoryLimit = "CUDA_DEVICE_MEMORY_LIMIT"
 	// EnvDeviceSMLimit is HAMi-core's compute limit (hami-core mode).
 	EnvDeviceSMLimit = "CUDA_DEVICE_SM_LIMIT"
+	// EnvMPSPipeDirectory is where an MPS client finds its device's control
+	// daemon (mps mode): <mps-dir>/<device UUID>/pipe, the agent's layout.
+	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
+	// EnvPartitaDevice is the UUID of the container's device, from its
+	// allocation annotation, for EnvMPSPipeDirectory to expand.
+	EnvPartitaDevice = "PARTITA_DEVICE"
 	// VisibleDevicesVoid makes the NVIDIA runtime mount no device, whatever
 	// the image sets.
 	VisibleDevicesVoid = "void"
 )
+
+// DefaultMPSDir is the agent's default --mps-dir: the MPS daemons' pipe
+// and log directories, one per device UUID.
+const DefaultMPSDir = "/run/partita/mps"
+
+// MPSVolume is the name of the volume through which an MPS client reaches
+// the daemons' pipes; only Partita adds it.
+const MPSVolume = "partita-mps"
 
 // Prefixes of env names that only Partita sets.
 const (
@@ -38,7 +53,17 @@ const (
 
 // isDeviceEnv reports whether only Partita may set the env var.
 func isDeviceEnv(name string) bool {
-	return name == EnvVisibleDevices || strings.HasPrefix(name, envPrefixMPS) || strings.HasPrefix(name, envPrefixDevice)
+	return name == EnvVisibleDevices || name == EnvPartitaDevice || strings.HasPrefix(name, envPrefixMPS) || strings.HasPrefix(name, envPrefixDevice)
+}
+
+// usesMPSPipe reports whether a GPU container connects to an MPS daemon when
+// it lands on an mps node: a slice of one device (whole devices and slices
+// over several devices run without MPS).
+func usesMPSPipe(c gpu.ContainerRequest) bool { return c.Count == 1 && !c.Whole() }
+
+// mpsPipeDirectory is the value of EnvMPSPipeDirectory under mpsDir.
+func mpsPipeDirectory(mpsDir string) string {
+	return strings.TrimRight(mpsDir, "/") + "/$(" + EnvPartitaDevice + ")/pipe"
 }
 
 // annotationRef is an env source that the kubelet resolves from the pod's
@@ -57,13 +82,21 @@ func annotationRef(key string) *corev1.EnvVarSource {
 // placed, so it carries the env of every mode it may land in; a layer that
 // is not running ignores its variables. Memory limits come with slices
 // only (whole devices have none), compute limits only when asked for.
-func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode) []corev1.EnvVar {
-	out := []corev1.EnvVar{{Name: EnvVisibleDevices, ValueFrom: annotationRef(v1alpha1.AnnotationDevicesPrefix + c.Name)}}
+func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode, mpsDir string) []corev1.EnvVar {
+	devices := annotationRef(v1alpha1.AnnotationDevicesPrefix + c.Name)
+	out := []corev1.EnvVar{{Name: EnvVisibleDevices, ValueFrom: devices}}
 	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + c.Name)
 	smRef := annotationRef(v1alpha1.AnnotationSMLimitPrefix + c.Name)
 	for _, m := range modes {
 		switch m {
 		case v1alpha1.IsolationMPS:
+			if usesMPSPipe(c) {
+				// The kubelet expands $(PARTITA_DEVICE) from the entry
+				// before it; off an mps node the directory has no daemon
+				// and CUDA runs without MPS.
+				out = append(out, corev1.EnvVar{Name: EnvPartitaDevice, ValueFrom: devices},
+					corev1.EnvVar{Name: EnvMPSPipeDirectory, Value: mpsPipeDirectory(mpsDir)})
+			}
 			if !c.Whole() {
 				out = append(out, corev1.EnvVar{Name: EnvMPSPinnedMemLimit, ValueFrom: memRef})
 			}
@@ -80,6 +113,23 @@ func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode) []core
 		}
 	}
 	return out
+}
+
+// addMPSMount mounts the daemons' directory (a hostPath, created empty on
+// nodes without MPS) into c, adding the pod's volume once.
+func addMPSMount(pod *corev1.Pod, c *corev1.Container, mpsDir string) {
+	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == MPSVolume }) {
+		pod.Spec.Volumes = append(pod.Spec.Volumes, mpsVolume(mpsDir))
+	}
+	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == MPSVolume }) {
+		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: MPSVolume, MountPath: mpsDir})
+	}
+}
+
+// mpsVolume is the hostPath volume of the daemons' directory.
+func mpsVolume(mpsDir string) corev1.Volume {
+	t := corev1.HostPathDirectoryOrCreate
+	return corev1.Volume{Name: MPSVolume, VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: mpsDir, Type: &t}}}
 }
 
 // voidEnv is the device env of a container without a GPU.
@@ -100,12 +150,16 @@ func addEnv(c *corev1.Container, vars []corev1.EnvVar) {
 // injectEnv writes the device env into every container of pod: the
 // downward-API env on GPU containers, void on the others (init containers
 // never get a GPU).
-func injectEnv(pod *corev1.Pod, req *gpu.PodRequest, modes []v1alpha1.IsolationMode) {
+func injectEnv(pod *corev1.Pod, req *gpu.PodRequest, modes []v1alpha1.IsolationMode, mpsDir string) {
 	gpuCtrs := gpuContainers(req)
+	mps := slices.Contains(modes, v1alpha1.IsolationMPS)
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		if cr, ok := gpuCtrs[c.Name]; ok {
-			addEnv(c, deviceEnvFor(cr, modes))
+			addEnv(c, deviceEnvFor(cr, modes, mpsDir))
+			if mps && usesMPSPipe(cr) {
+				addMPSMount(pod, c, mpsDir)
+			}
 			continue
 		}
 		addEnv(c, voidEnv())
@@ -130,14 +184,17 @@ func gpuContainers(req *gpu.PodRequest) map[string]gpu.ContainerRequest {
 // container: a reference to that container's own allocation annotation on
 // a GPU container, "void" on any other. Every other device variable is
 // refused.
-func allowedDeviceEnv(container string, isGPU bool) map[string]corev1.EnvVar {
+func allowedDeviceEnv(container string, isGPU bool, mpsDir string) map[string]corev1.EnvVar {
 	if !isGPU {
 		return map[string]corev1.EnvVar{EnvVisibleDevices: {Name: EnvVisibleDevices, Value: VisibleDevicesVoid}}
 	}
 	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + container)
 	smRef := annotationRef(v1alpha1.AnnotationSMLimitPrefix + container)
+	devices := annotationRef(v1alpha1.AnnotationDevicesPrefix + container)
 	return map[string]corev1.EnvVar{
-		EnvVisibleDevices:    {Name: EnvVisibleDevices, ValueFrom: annotationRef(v1alpha1.AnnotationDevicesPrefix + container)},
+		EnvVisibleDevices:    {Name: EnvVisibleDevices, ValueFrom: devices},
+		EnvPartitaDevice:     {Name: EnvPartitaDevice, ValueFrom: devices},
+		EnvMPSPipeDirectory:  {Name: EnvMPSPipeDirectory, Value: mpsPipeDirectory(mpsDir)},
 		EnvMPSPinnedMemLimit: {Name: EnvMPSPinnedMemLimit, ValueFrom: memRef},
 		EnvMPSActiveThreads:  {Name: EnvMPSActiveThreads, ValueFrom: smRef},
 		EnvDeviceMemoryLimit: {Name: EnvDeviceMemoryLimit, ValueFrom: memRef},
@@ -171,7 +228,7 @@ func envMatches(got, want corev1.EnvVar) bool {
 // deviceEnvErrors refuses device env that the pod sets itself: any device
 // variable not in its allowed form, in regular, init and ephemeral
 // containers.
-func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest) field.ErrorList {
+func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest, mpsDir string) field.ErrorList {
 	var errs field.ErrorList
 	gpuCtrs := gpuContainers(req)
 	check := func(path *field.Path, c *corev1.Container, kind containerKind) {
@@ -182,7 +239,7 @@ func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest) field.ErrorList {
 				continue
 			}
 			if allowed == nil {
-				allowed = allowedDeviceEnv(c.Name, isGPU)
+				allowed = allowedDeviceEnv(c.Name, isGPU, mpsDir)
 			}
 			if want, ok := allowed[e.Name]; ok && envMatches(e, want) {
 				continue
@@ -204,6 +261,14 @@ func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest) field.ErrorList {
 	for i := range pod.Spec.EphemeralContainers {
 		c := corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		check(field.NewPath("spec", "ephemeralContainers").Index(i).Child("env"), &c, kindEphemeral)
+	}
+	// The MPS volume reaches every daemon's pipe: only Partita adds it, to
+	// the GPU containers it wires to their own device's daemon.
+	for i, v := range pod.Spec.Volumes {
+		if v.Name == MPSVolume && !equality.Semantic.DeepEqual(v, mpsVolume(mpsDir)) {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "volumes").Index(i).Child("name"),
+				fmt.Sprintf("the volume %s is added by Partita on clusters with MPS nodes: a pod cannot mount the MPS daemons itself; rename the volume", MPSVolume)))
+		}
 	}
 	return errs
 }

@@ -43,6 +43,8 @@ type PodAdmission struct {
 	preemptNever bool
 	// schedulerName is written into GPU pods when set; see WithSchedulerName.
 	schedulerName string
+	// mpsDir is the agent's --mps-dir; see WithMPSDir.
+	mpsDir string
 }
 
 // PodOption configures a PodAdmission.
@@ -59,6 +61,11 @@ func WithAdmissionGate(on bool) PodOption { return func(a *PodAdmission) { a.adm
 // only where every GPU pod's PriorityClass already says Never; otherwise
 // the extender's preempt verb keeps kube-scheduler from evicting for GPUs.
 func WithPreemptionNever(on bool) PodOption { return func(a *PodAdmission) { a.preemptNever = on } }
+
+// WithMPSDir sets the directory of the MPS daemons' pipes on the nodes (the
+// agent's --mps-dir, DefaultMPSDir by default): GPU containers of one-device
+// slices mount it and find their device's daemon there.
+func WithMPSDir(dir string) PodOption { return func(a *PodAdmission) { a.mpsDir = dir } }
 
 // WithSchedulerName writes spec.schedulerName into every GPU pod when name
 // is not empty. A cluster that runs Partita's kube-scheduler beside the
@@ -78,7 +85,7 @@ func WithTrusted(id Identities) PodOption { return func(a *PodAdmission) { a.tru
 // NewPodAdmission returns the pod handlers. With no options no one is
 // trusted and there is no admission gate.
 func NewPodAdmission(p PolicyEvaluator, cv ClusterView, opts ...PodOption) *PodAdmission {
-	a := &PodAdmission{policy: p, cluster: cv}
+	a := &PodAdmission{policy: p, cluster: cv, mpsDir: DefaultMPSDir}
 	for _, o := range opts {
 		o(a)
 	}
@@ -94,7 +101,7 @@ func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo)
 	if !a.trusted.Trusts(user) {
 		sys = systemAnnotationErrors(pod.Annotations)
 		if len(errs) == 0 {
-			sys = append(sys, deviceEnvErrors(pod, req)...)
+			sys = append(sys, deviceEnvErrors(pod, req, a.mpsDir)...)
 		}
 	}
 	switch {
@@ -111,7 +118,7 @@ func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo)
 // admission gate.
 func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.Pod {
 	out := gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
-	injectEnv(out, req, a.cluster.IsolationModes())
+	injectEnv(out, req, a.cluster.IsolationModes(), a.mpsDir)
 	if req == nil {
 		return out
 	}

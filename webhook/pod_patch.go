@@ -12,9 +12,9 @@ import (
 )
 
 // The webhook writes only these fields of a pod: metadata.annotations and
-// labels, spec.preemptionPolicy and schedulingGates, and the env and
-// resources (limits, requests) of its containers, init containers and
-// ephemeral containers. podPatch and ownedFieldsEqual look at these alone,
+// labels, spec.preemptionPolicy, schedulerName, schedulingGates and volumes
+// (the MPS volume), and the env, volume mounts and resources (limits,
+// requests) of its containers, init containers and ephemeral containers. podPatch and ownedFieldsEqual look at these alone,
 // which keeps an admission cheap; createPatch, the general diff, is their
 // reference in the tests.
 
@@ -55,6 +55,9 @@ func podPatch(before, after *corev1.Pod) []jsonpatch.Operation {
 	if !slices.Equal(before.Spec.SchedulingGates, after.Spec.SchedulingGates) {
 		p.list("/spec/schedulingGates", before.Spec.SchedulingGates == nil, toAnySlice(before.Spec.SchedulingGates), toAnySlice(after.Spec.SchedulingGates))
 	}
+	if !equality.Semantic.DeepEqual(before.Spec.Volumes, after.Spec.Volumes) {
+		p.list("/spec/volumes", before.Spec.Volumes == nil, toAnySlice(before.Spec.Volumes), toAnySlice(after.Spec.Volumes))
+	}
 	return p.ops
 }
 
@@ -64,12 +67,14 @@ func ownedFieldsEqual(a, b *corev1.Pod) bool {
 	if !maps.Equal(a.Annotations, b.Annotations) || !maps.Equal(a.Labels, b.Labels) ||
 		!equality.Semantic.DeepEqual(a.Spec.PreemptionPolicy, b.Spec.PreemptionPolicy) ||
 		a.Spec.SchedulerName != b.Spec.SchedulerName ||
-		!slices.Equal(a.Spec.SchedulingGates, b.Spec.SchedulingGates) {
+		!slices.Equal(a.Spec.SchedulingGates, b.Spec.SchedulingGates) ||
+		!equality.Semantic.DeepEqual(a.Spec.Volumes, b.Spec.Volumes) {
 		return false
 	}
 	same := func(x, y []corev1.Container) bool {
 		return slices.EqualFunc(x, y, func(c, d corev1.Container) bool {
 			return equality.Semantic.DeepEqual(c.Env, d.Env) &&
+				equality.Semantic.DeepEqual(c.VolumeMounts, d.VolumeMounts) &&
 				equality.Semantic.DeepEqual(c.Resources.Limits, d.Resources.Limits) &&
 				equality.Semantic.DeepEqual(c.Resources.Requests, d.Resources.Requests)
 		})
@@ -140,6 +145,9 @@ func quantities(l corev1.ResourceList) map[string]string {
 func (p *patcher) container(path string, before, after *corev1.Container) {
 	if !equality.Semantic.DeepEqual(before.Env, after.Env) {
 		p.list(path+"/env", before.Env == nil, toAnySlice(before.Env), toAnySlice(after.Env))
+	}
+	if !equality.Semantic.DeepEqual(before.VolumeMounts, after.VolumeMounts) {
+		p.list(path+"/volumeMounts", before.VolumeMounts == nil, toAnySlice(before.VolumeMounts), toAnySlice(after.VolumeMounts))
 	}
 	lb, la := quantities(before.Resources.Limits), quantities(after.Resources.Limits)
 	rb, ra := quantities(before.Resources.Requests), quantities(after.Resources.Requests)

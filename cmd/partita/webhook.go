@@ -59,6 +59,7 @@ type webhookFlags struct {
 	admissionGate   bool
 	preemptNever    bool
 	schedulerName   string
+	mpsDir          string
 	extraDNSNames   []string
 	isolationModes  string
 	referenceMiB    int64
@@ -113,6 +114,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.BoolVar(&f.devRegister, "dev-register", false, "run outside the cluster: generate certificates in --cert-dir and register both webhook configurations with url https://<addr> (partita dev up)")
 	fl.BoolVar(&f.admissionGate, "admission-gate", true, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
 	fl.BoolVar(&f.preemptNever, "preemption-never", false, "write preemptionPolicy: Never into GPU pods; the API server refuses it unless the pod's PriorityClass says Never too (see docs/operations.md)")
+	fl.StringVar(&f.mpsDir, "mps-dir", webhook.DefaultMPSDir, "the agent's --mps-dir on the nodes: GPU containers of one-device slices mount it and find their device's MPS daemon there (when any GPUNode runs mps)")
 	fl.StringVar(&f.schedulerName, "scheduler-name", "", "write this spec.schedulerName into GPU pods (Partita's own kube-scheduler, e.g. partita); empty leaves the pod's choice, for a default scheduler configured with the extender")
 	fl.StringVar(&f.isolationModes, "isolation-modes", "auto", "isolation modes whose env GPU containers get: auto (those of the cluster's GPUNodes) or a list of time-slicing, mps, hami-core")
 	fl.Int64Var(&f.referenceMiB, "reference-gpu-memory-mib", 0, "device memory (MiB) against which memory requests are counted in partita.dev/gpu-milli while no GPUNode is known")
@@ -311,7 +313,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 
 	pods := webhook.NewPodAdmission(engine, view,
 		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
-		webhook.WithSchedulerName(f.schedulerName), webhook.WithTrusted(f.trusted()))
+		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()))
 	var registered atomic.Bool
 	ready := func() error {
 		switch {

@@ -190,16 +190,13 @@ func waitSettled(ctx context.Context, t *testing.T, ns string, d time.Duration, 
 		}
 		tried := 0
 		for _, pod := range pods {
-			for _, c := range pod.Status.Conditions {
-				if pod.Spec.NodeName != "" || c.Status != corev1.ConditionFalse {
-					continue
-				}
-				// Found unschedulable by kube-scheduler, or held by the
-				// admission loop for want of room.
-				if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable ||
-					c.Type == v1alpha1.PodConditionAdmitted && c.Reason == v1alpha1.ReasonWaitingForCapacity {
-					tried++
-				}
+			// Found unschedulable by kube-scheduler, or held by the
+			// admission loop for want of room; each pod counts once.
+			if pod.Spec.NodeName == "" && slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+				return c.Status == corev1.ConditionFalse && (c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable ||
+					c.Type == v1alpha1.PodConditionAdmitted && c.Reason == v1alpha1.ReasonWaitingForCapacity)
+			}) {
+				tried++
 			}
 		}
 		msg := fmt.Sprintf("%d bound, %d pending (%d found unschedulable), count stable for %s", b, p, tried, time.Since(stableSince).Round(time.Second))

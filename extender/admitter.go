@@ -120,15 +120,9 @@ type Admitter struct {
 	timedOut map[admission.WorkloadKey]timeout
 	// told is the last reason and message told about a waiting workload.
 	told map[admission.WorkloadKey]string
-	// conditions carries pod condition writes to writeConditions, which
-	// sends them at the client's pace; a full channel drops the write (the
-	// event says the same).
-	conditions chan podCondition
-}
-
-type podCondition struct {
-	pod  *corev1.Pod
-	cond corev1.PodCondition
+	// conditions feed the writers of pod conditions, one queue each (see
+	// conditionQueue).
+	conditions []*conditionQueue
 }
 
 type inflightPod struct {
@@ -153,13 +147,17 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	return &Admitter{
+	a := &Admitter{
 		cache: admission.NewCache(admission.WithImplicitJobGangs(opts.ImplicitJobGangs)), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
-		told: map[admission.WorkloadKey]string{}, conditions: make(chan podCondition, 4096),
+		told: map[admission.WorkloadKey]string{}, conditions: make([]*conditionQueue, conditionWriters),
 	}
+	for i := range a.conditions {
+		a.conditions[i] = newConditionQueue()
+	}
+	return a
 }
 
 // Cache returns the loop's cache, for the informer feed.
@@ -184,8 +182,8 @@ func (a *Admitter) Start(ctx context.Context) error {
 	log.Info("Starting the admission loop")
 	ticker := a.clock.NewTicker(a.opts.Interval)
 	defer ticker.Stop()
-	for range conditionWriters {
-		go a.writeConditions(ctx)
+	for _, q := range a.conditions {
+		go a.writeConditions(ctx, q)
 	}
 	for {
 		select {
@@ -575,29 +573,30 @@ func (a *Admitter) setCondition(pod *corev1.Pod, status corev1.ConditionStatus, 
 		Type: v1alpha1.PodConditionAdmitted, Status: status, Reason: reason, Message: truncate(message, 1024),
 		LastTransitionTime: metav1.NewTime(a.clock.Now()),
 	}}
-	select {
-	case a.conditions <- c:
-	default:
-	}
+	conditionQueueFor(a.conditions, pod.UID).put(c)
 }
 
 // writeConditions patches pod conditions until ctx ends. The strategic
 // merge patch merges by condition type, so other conditions stay.
-func (a *Admitter) writeConditions(ctx context.Context) {
+func (a *Admitter) writeConditions(ctx context.Context, q *conditionQueue) {
 	log := logr.FromContextOrDiscard(ctx)
 	for {
-		select {
-		case <-ctx.Done():
-			return
-		case c := <-a.conditions:
-			patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{c.cond}}})
-			if err != nil {
-				continue
+		c, ok := q.take()
+		if !ok {
+			select {
+			case <-ctx.Done():
+				return
+			case <-q.wake:
 			}
-			obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}}
-			if err := a.statusClient().Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
-				log.V(2).Info("Failed to write the admission condition", "pod", klog.KObj(c.pod), "err", err.Error())
-			}
+			continue
+		}
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": []corev1.PodCondition{c.cond}}})
+		if err != nil {
+			continue
+		}
+		obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}}
+		if err := a.statusClient().Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
+			log.V(2).Info("Failed to write the admission condition", "pod", klog.KObj(c.pod), "err", err.Error())
 		}
 	}
 }

@@ -16,9 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -35,6 +33,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
 )
 
@@ -168,12 +167,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("build scheme: %w", err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("build scheme: %w", err)
+	scheme, err := clientscheme.New()
+	if err != nil {
+		return err
 	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                        scheme,

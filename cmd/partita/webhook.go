@@ -21,11 +21,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -38,6 +36,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
 	"github.com/partita-dev/partita/webhook"
 )
@@ -215,12 +214,9 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 	if err != nil {
 		return fmt.Errorf("create client: %w", err)
 	}
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("build scheme: %w", err)
-	}
-	if err := v1alpha1.AddToScheme(scheme); err != nil {
-		return fmt.Errorf("build scheme: %w", err)
+	scheme, err := clientscheme.New()
+	if err != nil {
+		return err
 	}
 
 	reg := prometheus.NewRegistry()

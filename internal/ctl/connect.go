@@ -5,11 +5,10 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/clientscheme"
 )
 
 // Connection holds the flags kubectl users expect (--kubeconfig,
@@ -70,13 +69,4 @@ func (c *Connection) Client() (client.Client, error) {
 
 // Scheme returns a new scheme with the built-in Kubernetes types and
 // Partita's.
-func Scheme() (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("register Kubernetes types: %w", err)
-	}
-	if err := v1alpha1.AddToScheme(s); err != nil {
-		return nil, fmt.Errorf("register Partita types: %w", err)
-	}
-	return s, nil
-}
+func Scheme() (*runtime.Scheme, error) { return clientscheme.New() }

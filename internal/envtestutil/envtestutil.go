@@ -10,12 +10,11 @@ import (
 
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
@@ -56,9 +55,8 @@ func Start(t testing.TB) (*rest.Config, client.Client) {
 
 // Scheme returns a new scheme with the built-in Kubernetes types and Partita's.
 func Scheme() *k8sruntime.Scheme {
-	s := k8sruntime.NewScheme()
-	utilruntime.Must(clientgoscheme.AddToScheme(s))
-	utilruntime.Must(v1alpha1.AddToScheme(s))
+	s, err := clientscheme.New()
+	utilruntime.Must(err)
 	return s
 }
 

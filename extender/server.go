@@ -102,77 +102,62 @@ func (s *Server) Handler() http.Handler {
 // contentTypeJSON is what gin's c.JSON writes.
 const contentTypeJSON = "application/json; charset=utf-8"
 
-func (s *Server) filter(c *gin.Context) {
-	args, ok := readArgs(s, c, VerbFilter, decodeExtenderArgs)
-	if !ok {
+// serveVerb reads a verb's arguments, calls it, and answers: 400 for a
+// request the extender cannot read, fail for any other error (each verb
+// tells kube-scheduler in its own way), ok for the result.
+func serveVerb[T, R any](s *Server, c *gin.Context, verb string, decode func(string, []byte) (*T, error),
+	call func(context.Context, *T) (R, error), fail func(error), ok func(R)) {
+	args, read := readArgs(s, c, verb, decode)
+	if !read {
 		return
 	}
-	res, err := s.ext.Filter(c.Request.Context(), args)
+	res, err := call(c.Request.Context(), args)
 	switch {
 	case IsRequestError(err):
 		s.badRequest(c, err)
 	case err != nil:
-		// kube-scheduler reads Error and tries the pod again later.
-		c.JSON(http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()})
+		fail(err)
 	default:
-		if b, ok := encodeFilterResult(res); ok {
-			c.Data(http.StatusOK, contentTypeJSON, b)
-			return
-		}
-		c.JSON(http.StatusOK, res)
+		ok(res)
 	}
+}
+
+func (s *Server) filter(c *gin.Context) {
+	serveVerb(s, c, VerbFilter, decodeExtenderArgs, s.ext.Filter,
+		// kube-scheduler reads Error and tries the pod again later.
+		func(err error) { c.JSON(http.StatusOK, &extenderv1.ExtenderFilterResult{Error: err.Error()}) },
+		func(res *extenderv1.ExtenderFilterResult) {
+			if b, ok := encodeFilterResult(res); ok {
+				c.Data(http.StatusOK, contentTypeJSON, b)
+				return
+			}
+			c.JSON(http.StatusOK, res)
+		})
 }
 
 func (s *Server) prioritize(c *gin.Context) {
-	args, ok := readArgs(s, c, VerbPrioritize, decodeExtenderArgs)
-	if !ok {
-		return
-	}
-	res, err := s.ext.Prioritize(c.Request.Context(), args)
-	switch {
-	case IsRequestError(err):
-		s.badRequest(c, err)
-	case err != nil:
+	serveVerb(s, c, VerbPrioritize, decodeExtenderArgs, s.ext.Prioritize,
 		// HostPriorityList has no error field; kube-scheduler scores
 		// without this extender when the call fails.
-		c.String(statusFor(err), "%v\n", err)
-	default:
-		c.Data(http.StatusOK, contentTypeJSON, encodeHostPriorityList(res))
-	}
+		func(err error) { c.String(statusFor(err), "%v\n", err) },
+		func(res extenderv1.HostPriorityList) { c.Data(http.StatusOK, contentTypeJSON, encodeHostPriorityList(res)) })
 }
 
 func (s *Server) bind(c *gin.Context) {
-	args, ok := readArgs(s, c, VerbBind, decodeArgs[extenderv1.ExtenderBindingArgs])
-	if !ok {
-		return
-	}
-	err := s.ext.Bind(c.Request.Context(), args)
-	switch {
-	case IsRequestError(err):
-		s.badRequest(c, err)
-	case err != nil:
+	serveVerb(s, c, VerbBind, decodeArgs[extenderv1.ExtenderBindingArgs],
+		func(ctx context.Context, args *extenderv1.ExtenderBindingArgs) (struct{}, error) {
+			return struct{}{}, s.ext.Bind(ctx, args)
+		},
 		// kube-scheduler reads Error, forgets the pod's assumed node and
 		// tries the pod again.
-		c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{Error: err.Error()})
-	default:
-		c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{})
-	}
+		func(err error) { c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{Error: err.Error()}) },
+		func(struct{}) { c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{}) })
 }
 
 func (s *Server) preempt(c *gin.Context) {
-	args, ok := readArgs(s, c, VerbPreempt, decodeArgs[extenderv1.ExtenderPreemptionArgs])
-	if !ok {
-		return
-	}
-	res, err := s.ext.Preempt(c.Request.Context(), args)
-	switch {
-	case IsRequestError(err):
-		s.badRequest(c, err)
-	case err != nil:
-		c.String(statusFor(err), "%v\n", err)
-	default:
-		c.JSON(http.StatusOK, res)
-	}
+	serveVerb(s, c, VerbPreempt, decodeArgs[extenderv1.ExtenderPreemptionArgs], s.ext.Preempt,
+		func(err error) { c.String(statusFor(err), "%v\n", err) },
+		func(res *extenderv1.ExtenderPreemptionResult) { c.JSON(http.StatusOK, res) })
 }
 
 func statusFor(err error) int {

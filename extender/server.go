@@ -140,7 +140,9 @@ func (s *Server) prioritize(c *gin.Context) {
 		// HostPriorityList has no error field; kube-scheduler scores
 		// without this extender when the call fails.
 		func(err error) { c.String(statusFor(err), "%v\n", err) },
-		func(res extenderv1.HostPriorityList) { c.Data(http.StatusOK, contentTypeJSON, encodeHostPriorityList(res)) })
+		func(res extenderv1.HostPriorityList) {
+			c.Data(http.StatusOK, contentTypeJSON, encodeHostPriorityList(res))
+		})
 }
 
 func (s *Server) bind(c *gin.Context) {

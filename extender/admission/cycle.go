@@ -163,8 +163,6 @@ type cycle struct {
 	queues map[string]*queueState
 	// extra are the CPU and memory requests the cycle placed on each node.
 	extra map[string]*[2]int64
-	// quotaMemo remembers verdicts of the cycle by queue usage and demand.
-	quotaMemo map[quotaKey]*QuotaVerdict
 	// failedShapes are member requests that found no room this cycle: room
 	// only shrinks within a cycle, so they fail again.
 	failedShapes map[string]*failure
@@ -186,14 +184,6 @@ type cycle struct {
 	evictions  []Eviction
 }
 
-type quotaKey struct {
-	queue     string
-	allocated int64
-	milli     int64
-	members   int
-	priority  int32
-}
-
 func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChecker, opts Options) *cycle {
 	if opts.MaxPreemptionSearches == 0 {
 		opts.MaxPreemptionSearches = 16
@@ -210,7 +200,6 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		waiting:      make([]Wait, 0, pending),
 		queues:       make(map[string]*queueState, len(st.Queues)),
 		extra:        map[string]*[2]int64{},
-		quotaMemo:    map[quotaKey]*QuotaVerdict{},
 		failedShapes: map[string]*failure{},
 		evicting:     map[WorkloadKey]bool{},
 		clusterMilli: snap.CapacityMilli(),
@@ -405,24 +394,11 @@ func (c *cycle) checkQuota(q *queueState, w *Workload, members int, milli int64)
 	if c.quota == nil {
 		return &QuotaVerdict{Allowed: true}, nil
 	}
-	key := quotaKey{queue: q.Name, allocated: q.allocated, milli: milli, members: members, priority: w.Priority}
-	for a := q.parent; a != nil; a = a.parent {
-		// An ancestor's usage can change without q's: fold it in.
-		key.allocated = key.allocated*31 + a.allocated
-	}
-	if v, ok := c.quotaMemo[key]; ok {
-		return v, nil
-	}
 	req := &QuotaRequest{Workload: w, Members: members, GPUMilli: milli, Queue: q.usage(), ClusterMilli: c.clusterMilli}
 	for a := q.parent; a != nil; a = a.parent {
 		req.Ancestors = append(req.Ancestors, a.usage())
 	}
-	v, err := c.quota.CheckQuota(c.ctx, req)
-	if err != nil {
-		return nil, err
-	}
-	c.quotaMemo[key] = v
-	return v, nil
+	return c.quota.CheckQuota(c.ctx, req)
 }
 
 // charge records a member's CPU and memory on its node for the rest of the

@@ -57,6 +57,12 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		}
 		return err == nil
 	}
+	// Each search places the gang again, so a cycle bounds them; the
+	// look at terminating pods below is one of them.
+	if c.searches >= c.opts.MaxPreemptionSearches {
+		return false
+	}
+	c.searches++
 	// Pods already terminating free their room soon: if that is enough,
 	// wait for them rather than evict more.
 	terminating := c.terminatingMembers()
@@ -66,10 +72,6 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
 		return true
 	}
-	if c.searches >= c.opts.MaxPreemptionSearches {
-		return false
-	}
-	c.searches++
 	cands := c.victims(q, w, members)
 	if len(cands) == 0 {
 		return false

@@ -333,7 +333,7 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	if q != nil {
 		v, err := c.checkQuota(q, w, members, milli)
 		if err != nil {
-			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy failed: %v", err))
+			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v; check the policy ConfigMaps labelled %s=rego and the extender's log", err, v1alpha1.LabelPolicy))
 			return false
 		}
 		if !v.Allowed {

@@ -13,6 +13,9 @@ STAGING_VERSION=v0${K8S_VERSION#v1}
 ETCD_VERSION=${ETCD_VERSION:-v3.6.8}
 KWOK_VERSION=${KWOK_VERSION:-v0.8.0}
 HELM_VERSION=${HELM_VERSION:-v3.22.0}
+CONTAINERD_VERSION=${CONTAINERD_VERSION:-v2.4.2}
+CRICTL_VERSION=${CRICTL_VERSION:-v1.37.0}
+COREDNS_VERSION=${COREDNS_VERSION:-v1.15.0}
 
 cache=${PARTITA_CACHE:-$HOME/.cache/partita}
 bin=$cache/bin/k8s-$K8S_VERSION
@@ -33,8 +36,26 @@ staging=(api apiextensions-apiserver apimachinery apiserver cli-runtime client-g
 
 need() { for b in "$@"; do [ -x "$bin/$b" ] || return 0; done; return 1; }
 
-if need kube-apiserver kube-controller-manager kube-scheduler; then
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler $K8S_VERSION (about 6 minutes on 2 cores the first time)"
+# The binaries report the release they were built from (kubectl version, a
+# chart's kubeVersion check and the API server's /version read it); without
+# these they say v0.0.0-master. The recipe stamp rebuilds binaries made by an
+# older recipe of this script.
+recipe=2
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+version_ldflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  version_ldflags+=" -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  version_ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+done
+if [ "$(cat "$bin/.recipe" 2>/dev/null)" != "$recipe" ]; then
+  rm -f "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/kube-scheduler "$bin"/kubectl "$bin"/kubelet "$bin"/kube-proxy
+fi
+
+# The control plane, kubectl, and what a real node runs (kubelet, kube-proxy),
+# in one build so they share compiled packages.
+k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
+if need "${k8s_cmds[@]}"; then
+  log "building ${k8s_cmds[*]} $K8S_VERSION (about 10 minutes on 2 cores the first time)"
   dir=$scratch/kubernetes-$K8S_VERSION
   mkdir -p "$dir"
   {
@@ -46,32 +67,16 @@ if need kube-apiserver kube-controller-manager kube-scheduler; then
     echo
     for m in "${staging[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $STAGING_VERSION"; done
   } >"$dir/go.mod"
-  cat >"$dir/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-	_ "k8s.io/kubernetes/cmd/kubectl"
-)
-GO
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for c in "${k8s_cmds[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    printf ')\n'
+  } >"$dir/tools.go"
+  pkgs=()
+  for c in "${k8s_cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-   cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" \
-     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler)
-fi
-
-# kubectl is for people using the dev cluster (and kwokctl's kubectl
-# subcommand); a fresh machine has none.
-if need kubectl; then
-  log "building kubectl $K8S_VERSION"
-  dir=$scratch/kubernetes-$K8S_VERSION
-  [ -f "$dir/go.mod" ] || { log "missing $dir/go.mod: remove $bin/kube-apiserver and run again"; exit 1; }
-  grep -q cmd/kubectl "$dir/tools.go" || sed -i 's#_ "k8s.io/kubernetes/cmd/kube-scheduler"#&\n\t_ "k8s.io/kubernetes/cmd/kubectl"#' "$dir/tools.go"
-  (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-   cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" k8s.io/kubernetes/cmd/kubectl)
+   cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_ldflags" -o "$bin/" "${pkgs[@]}")
+  echo "$recipe" >"$bin/.recipe"
 fi
 
 if need etcd; then
@@ -92,6 +97,28 @@ fi
 if need helm; then
   log "installing helm $HELM_VERSION"
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+fi
+
+# What the dev cluster's real node runs beside kubelet (partita dev up
+# --real-node): containerd v2 (Kubernetes 1.36 dropped containerd 1.x), crictl
+# for people debugging it, and CoreDNS for in-cluster names. runc and the CNI
+# plugins come from Debian (hack/real-node-deps.sh).
+if need containerd containerd-shim-runc-v2 ctr; then
+  log "installing containerd $CONTAINERD_VERSION"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -tags no_btrfs \
+    "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
+    "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"
+fi
+
+if need crictl; then
+  log "installing crictl $CRICTL_VERSION"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+fi
+
+if need coredns; then
+  log "installing coredns $COREDNS_VERSION"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath "github.com/coredns/coredns@$COREDNS_VERSION"
 fi
 
 echo "$bin"

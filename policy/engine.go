@@ -228,6 +228,8 @@ func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
 		// A builtin error (a bad sprintf, a type error) fails the
 		// evaluation instead of silently making a deny rule undefined.
 		rego.StrictBuiltinErrors(true),
+		// No built-in that reaches outside the process (capabilities.go).
+		rego.Capabilities(Capabilities()),
 	}
 	// The first point compiles the modules with the compiler rego
 	// configures itself; the hook hands that compiler to the other points,
@@ -247,7 +249,7 @@ func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
 	p := &prepared{}
 	var err error
 	if p.queries[pointAdmission], err = rego.New(opts...).PrepareForEval(ctx); err != nil {
-		return nil, err
+		return nil, explainRefused(err)
 	}
 	for point := pointAdmission + 1; point < numPoints; point++ {
 		pointOpts := append(slices.Clone(common), rego.Query(point.query()), rego.Compiler(compiler))

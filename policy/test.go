@@ -127,7 +127,7 @@ func runTests(ctx context.Context, modules map[string]*ast.Module, store storage
 	var failures []*tester.Result
 	err := storage.Txn(ctx, store, storage.TransactionParams{}, func(txn storage.Transaction) error {
 		runner := tester.NewRunner().
-			SetCompiler(ast.NewCompiler().WithEnablePrintStatements(true)).
+			SetCompiler(ast.NewCompiler().WithEnablePrintStatements(true).WithCapabilities(Capabilities())).
 			SetStore(store).
 			SetDefaultRegoVersion(ast.RegoV1).
 			CapturePrintOutput(true).
@@ -137,7 +137,7 @@ func runTests(ctx context.Context, modules map[string]*ast.Module, store storage
 			Filter(opts.Run)
 		ch, err := runner.RunTests(ctx, txn)
 		if err != nil {
-			return fmt.Errorf("compile tests: %w", err)
+			return fmt.Errorf("compile tests: %w", explainRefused(err))
 		}
 		for r := range ch {
 			switch {

@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,6 +29,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
@@ -604,11 +607,19 @@ func extenderCounts(ctx context.Context, c *devcluster.Cluster) string {
 	if err != nil {
 		return err.Error()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://127.0.0.1:%d/metrics", port), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
 	if err != nil {
 		return err.Error()
 	}
-	resp, err := http.DefaultClient.Do(req)
+	// /metrics needs no client certificate; the CA is the cluster's.
+	ca, err := os.ReadFile(filepath.Join(c.StateDir(), "extender-certs", extender.DevCAFile))
+	if err != nil {
+		return err.Error()
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return err.Error()
 	}

@@ -68,6 +68,9 @@ func TestComponentPermissions(t *testing.T) {
 	ctx := testContext(t, time.Minute)
 	const ns = devcluster.PartitaNamespace
 	const cert = "partita-webhook-cert"
+	// kube-scheduler's client certificate for the extender: whoever reads
+	// it may call the extender's verbs.
+	const clientCert = "partita-scheduler-client-cert"
 	// Nobody reads Secrets it does not own, nor touches the cluster's
 	// workloads or RBAC.
 	forbiddenToAll := []access{
@@ -99,6 +102,8 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "create", group: "events.k8s.io", resource: "events", namespace: ns},
 				{verb: "get", resource: "secrets", namespace: ns, name: cert}, {verb: "update", resource: "secrets", namespace: ns, name: cert},
 				{verb: "list", resource: "secrets", namespace: ns, name: cert},
+				{verb: "get", resource: "secrets", namespace: ns, name: clientCert}, {verb: "update", resource: "secrets", namespace: ns, name: clientCert},
+				{verb: "watch", resource: "secrets", namespace: ns, name: clientCert},
 				{verb: "watch", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations"},
 				{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "partita"},
 			},
@@ -133,6 +138,8 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: "kube-system", name: "kube-scheduler"},
 				{verb: "list", resource: "configmaps", namespace: "kube-system"},
 				{verb: "patch", resource: "nodes", subresource: "status"},
+				{verb: "get", resource: "secrets", namespace: ns, name: clientCert},
+				{verb: "get", resource: "secrets", namespace: ns, name: cert},
 			},
 		},
 		"partita-agent": {
@@ -149,6 +156,7 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "create", resource: "pods", subresource: "binding", namespace: "default"},
 				{verb: "list", group: "partita.dev", resource: "queues"},
 				{verb: "list", resource: "configmaps", namespace: ns},
+				{verb: "get", resource: "secrets", namespace: ns, name: clientCert},
 			},
 		},
 	}

@@ -146,9 +146,12 @@ func BenchmarkFilterPrioritize500(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		conn := schedulerConn(b)
 		serve := func(path string, body []byte) {
 			rec := httptest.NewRecorder()
-			h.ServeHTTP(rec, httptest.NewRequestWithContext(ctx, http.MethodPost, path, bytes.NewReader(body)))
+			req := httptest.NewRequestWithContext(ctx, http.MethodPost, path, bytes.NewReader(body))
+			req.TLS = conn
+			h.ServeHTTP(rec, req)
 			if rec.Code != http.StatusOK {
 				b.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
 			}

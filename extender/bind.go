@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/klog/v2"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -34,6 +36,9 @@ const (
 	// BindConflict: the pod no longer fits the node (another bind took the
 	// room since filter ran), or its devices are reserved on another node.
 	BindConflict = "Conflict"
+	// BindRefused: the extender does not bind this pod, or not to this
+	// node (see RefusedError); nothing was written.
+	BindRefused = "Refused"
 	// BindFailed: anything else, the Binding's own failure included.
 	BindFailed = "Failed"
 )
@@ -58,6 +63,34 @@ func (e *ConflictError) Error() string {
 // Unwrap returns the cause.
 func (e *ConflictError) Unwrap() error { return e.Cause }
 
+// RefusedError says bind will not bind the pod to the node at all, whoever
+// asks: the pod holds no partita.dev/gpu-milli (kube-scheduler binds such
+// pods itself), it is still held by a scheduling gate, or the node is not
+// one the pod may run on (no such node, the pod's nodeSelector or required
+// node affinity does not match it, a taint the pod does not tolerate, a
+// cordon, or the pod is pinned to another node). Trying again does not
+// help; kube-scheduler, which chose the node from the same rules, never
+// meets it unless the node changed since.
+type RefusedError struct {
+	// Pod is namespace/name.
+	Pod string
+	// Node is the node asked for.
+	Node string
+	// Reason says why, in words.
+	Reason string
+}
+
+// Error implements error.
+func (e *RefusedError) Error() string {
+	return fmt.Sprintf("refuse to bind pod %s to node %s: %s", e.Pod, e.Node, e.Reason)
+}
+
+// IsRefused reports whether err is, or wraps, a *RefusedError.
+func IsRefused(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re)
+}
+
 // ClientsetBinder creates Bindings with a clientset.
 type ClientsetBinder struct {
 	// Client is the clientset.
@@ -73,15 +106,19 @@ func (b ClientsetBinder) Bind(ctx context.Context, binding *corev1.Binding) erro
 // it there, the node and the devices in one write:
 //
 //  1. Only the leader binds; a replica that is not answers ErrNotLeader.
-//  2. A pod already bound to this node with its devices is a retry whose
+//  2. Only a pod that requests partita.dev/gpu-milli, is not gated, and may
+//     run on the node (admits checks what kube-scheduler's own filters
+//     would, as the caller chose the node) is bound; anything else is a
+//     RefusedError.
+//  3. A pod already bound to this node with its devices is a retry whose
 //     first attempt succeeded: nothing to do.
-//  3. Under the node's lock, the devices the ledger already holds for the
+//  4. Under the node's lock, the devices the ledger already holds for the
 //     pod on this node (a reservation, or an earlier attempt) are reused;
 //     otherwise gpu chooses them (binpack or spread) and the ledger records
 //     them at once, so a concurrent bind never gets the same slice.
-//  4. The Binding carries the allocation annotations (DESIGN §4); the API
+//  5. The Binding carries the allocation annotations (DESIGN §4); the API
 //     server copies them onto the pod with spec.nodeName.
-//  5. If the Binding fails, the pod is read from the API server: bound with
+//  6. If the Binding fails, the pod is read from the API server: bound with
 //     these devices means it went through after all; otherwise the decision
 //     is dropped from the ledger (rollback). If the pod cannot be read, the
 //     decision stays until the pod shows it or it expires (see Start).
@@ -118,9 +155,19 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if err != nil {
 		return fmt.Errorf("bind pod %s: %w", key, err)
 	}
+	refuse := func(reason string) error {
+		result = BindRefused
+		return &RefusedError{Pod: key.String(), Node: args.Node, Reason: reason}
+	}
+	if !requestsGPUMilli(pod) {
+		return refuse("it requests no " + string(v1alpha1.ResourceGPUMilli) + "; the extender binds only GPU pods, kube-scheduler binds the others itself")
+	}
 	req, errs := gpu.ParsePod(pod)
-	if len(errs) > 0 {
+	switch {
+	case len(errs) > 0:
 		return fmt.Errorf("bind pod %s: invalid GPU request: %w", key, errs.ToAggregate())
+	case req == nil:
+		return refuse("it requests " + string(v1alpha1.ResourceGPUMilli) + " without a GPU request the extender can read")
 	}
 	if pod.Spec.NodeName != "" {
 		if err := alreadyBound(pod, req, args.Node); err != nil {
@@ -129,18 +176,14 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 		result = BindAlreadyBound
 		return nil
 	}
+	if reason, err := e.admits(ctx, pod, args.Node); err != nil {
+		return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
+	} else if reason != "" {
+		return refuse(reason)
+	}
 	binding := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{Kind: "Node", Name: args.Node},
-	}
-	if req == nil {
-		// Not a GPU pod after all (kube-scheduler routes by resource name):
-		// bind it as kube-scheduler would.
-		if err := e.binder.Bind(ctx, binding); err != nil {
-			return fmt.Errorf("bind pod %s to node %s: %w", key, args.Node, err)
-		}
-		result = BindBound
-		return nil
 	}
 	a, err := e.decide(pod, req, args.Node)
 	if err != nil {
@@ -163,6 +206,70 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	result = BindBound
 	log.V(2).Info("Bound pod", "devices", describeAllocation(a), "took", e.clock.Since(start), "bindingTook", e.clock.Since(apiStart))
 	return nil
+}
+
+// requestsGPUMilli reports whether any container of the pod requests or
+// limits partita.dev/gpu-milli: the pods kube-scheduler sends to the
+// extender (managedResources), and the only ones it binds.
+func requestsGPUMilli(pod *corev1.Pod) bool {
+	for _, cs := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
+		for i := range cs {
+			if _, ok := cs[i].Resources.Requests[v1alpha1.ResourceGPUMilli]; ok {
+				return true
+			}
+			if _, ok := cs[i].Resources.Limits[v1alpha1.ResourceGPUMilli]; ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// admits returns why the pod may not be bound to node, "" when it may: the
+// checks of kube-scheduler's own filters that decide where a pod may run
+// (NodeName existence, NodeAffinity, TaintToleration, NodeUnschedulable),
+// the scheduling gates, and the pin of the admission loop. kube-scheduler
+// made the same checks when it chose the node; they are made again
+// because bind acts on the node the request names, and a Binding is
+// accepted by the API server for any node name. err is for a node that
+// could not be read.
+func (e *Extender) admits(ctx context.Context, pod *corev1.Pod, node string) (string, error) {
+	if len(pod.Spec.SchedulingGates) > 0 {
+		gates := make([]string, len(pod.Spec.SchedulingGates))
+		for i, g := range pod.Spec.SchedulingGates {
+			gates[i] = g.Name
+		}
+		return "it is still held by the scheduling gates " + strings.Join(gates, ", "), nil
+	}
+	if pin := pod.Annotations[v1alpha1.AnnotationNode]; pin != "" && pin != node {
+		return "it is pinned to node " + pin + " (" + v1alpha1.AnnotationNode + ")", nil
+	}
+	n := &corev1.Node{}
+	if err := e.nodes.Get(ctx, client.ObjectKey{Name: node}, n); err != nil {
+		if apierrors.IsNotFound(err) {
+			return "there is no such node", nil
+		}
+		return "", fmt.Errorf("read node: %w", err)
+	}
+	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
+		return "the pod's nodeSelector or required node affinity does not match the node", nil
+	}
+	if t, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Spec.Taints, pod.Spec.Tolerations, schedulingTaint, false); untolerated {
+		return fmt.Sprintf("the node has the taint %s that the pod does not tolerate", t.ToString()), nil
+	}
+	// A cordoned node counts as tainted for pods that tolerate that
+	// (kube-scheduler's NodeUnschedulable).
+	cordon := corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule}
+	if n.Spec.Unschedulable && !corev1helpers.TolerationsTolerateTaint(logr.Discard(), pod.Spec.Tolerations, &cordon, false) {
+		return "the node is cordoned (spec.unschedulable)", nil
+	}
+	return "", nil
+}
+
+// schedulingTaint selects the taints that keep pods off a node at
+// scheduling, as kube-scheduler's TaintToleration filter does.
+func schedulingTaint(t *corev1.Taint) bool {
+	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 }
 
 // getPod reads the pod from the cache, or from the API server when the

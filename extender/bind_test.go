@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -38,9 +39,13 @@ func TestBind(t *testing.T) {
 	onGPU0 := bound(t, fractionPod("a", "0.5", "500"), "n1", 0)
 	n1Full := []*corev1.Pod{bound(t, wholePod("a", 1, "1000"), "n1", 0), bound(t, wholePod("b", 1, "1000"), "n1", 1)}
 	isConflict := func(err error) bool { return errors.As(err, new(*ConflictError)) }
+	refused := func(reason string) func(error) bool {
+		return func(err error) bool { return IsRefused(err) && strings.Contains(err.Error(), reason) }
+	}
 	cases := map[string]struct {
-		pods      []*corev1.Pod // in the API
-		held      []*corev1.Pod // in the ledger
+		pods      []*corev1.Pod  // in the API
+		nodes     []*corev1.Node // in the API instead of the plain n1, n2, n3
+		held      []*corev1.Pod  // in the ledger
 		reserve   *gpu.PodAllocation
 		args      *extenderv1.ExtenderBindingArgs
 		notLeader bool
@@ -156,10 +161,70 @@ func TestBind(t *testing.T) {
 				return err != nil && !isConflict(err)
 			},
 		},
-		"a pod without GPUs is bound plainly": {
-			pods:         []*corev1.Pod{pt.MakePod("p", "ns").Obj()},
+		// Whoever asks, bind binds only GPU pods, and only to a node they
+		// may run on.
+		"a pod without GPUs is refused": {
+			pods:    []*corev1.Pod{pt.MakePod("p", "ns").Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("it requests no partita.dev/gpu-milli"),
+		},
+		"a pod without GPUs whose selector matches no node is refused": {
+			pods:    []*corev1.Pod{pt.MakePod("p", "ns").NodeSelector("pool", "nowhere").Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("it requests no partita.dev/gpu-milli"),
+		},
+		"a gated pod is refused": {
+			pods:    []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("still held by the scheduling gates " + v1alpha1.SchedulingGateAdmission),
+		},
+		"a node that does not exist is refused": {
+			pods:    []*corev1.Pod{half.Obj()},
+			args:    bindArgs("p", "n9"),
+			wantErr: refused("there is no such node"),
+		},
+		"a node the selector does not match is refused": {
+			pods:    []*corev1.Pod{half.Clone().NodeSelector(corev1.LabelHostname, "n2").Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("nodeSelector or required node affinity does not match"),
+		},
+		"a node the selector matches binds": {
+			pods:         []*corev1.Pod{half.Clone().NodeSelector(corev1.LabelHostname, "n1").Obj()},
 			args:         bindArgs("p", "n1"),
-			wantBindings: []map[string]string{nil},
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+		},
+		"a node the required affinity excludes is refused": {
+			pods: []*corev1.Pod{half.Clone().RequiredNodeAffinity(corev1.NodeSelectorRequirement{
+				Key: corev1.LabelHostname, Operator: corev1.NodeSelectorOpNotIn, Values: []string{"n1"}}).Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("nodeSelector or required node affinity does not match"),
+		},
+		"a node pinned by the admission loop elsewhere is refused": {
+			pods:    []*corev1.Pod{half.Clone().Annotation(v1alpha1.AnnotationNode, "n2").Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("it is pinned to node n2"),
+		},
+		"a tainted node is refused": {
+			pods:    []*corev1.Pod{half.Obj()},
+			nodes:   []*corev1.Node{pt.MakeNode("n1").Taint("dedicated", "team-b").Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("the node has the taint dedicated=team-b:NoSchedule that the pod does not tolerate"),
+		},
+		"a tainted node the pod tolerates binds": {
+			pods:         []*corev1.Pod{half.Clone().Toleration("dedicated", "team-b").Obj()},
+			nodes:        []*corev1.Node{pt.MakeNode("n1").Taint("dedicated", "team-b").Obj()},
+			args:         bindArgs("p", "n1"),
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+		},
+		"a cordoned node is refused": {
+			pods:    []*corev1.Pod{half.Obj()},
+			nodes:   []*corev1.Node{pt.MakeNode("n1").Unschedulable().Obj()},
+			args:    bindArgs("p", "n1"),
+			wantErr: refused("the node is cordoned"),
 		},
 		"no node is a bad request": {
 			args:    &extenderv1.ExtenderBindingArgs{PodName: "p", PodNamespace: "ns"},
@@ -178,6 +243,16 @@ func TestBind(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ctx := testCtx(t)
 			c := fakeClient(tc.pods...)
+			if tc.nodes != nil {
+				objs := []client.Object{}
+				for _, p := range tc.pods {
+					objs = append(objs, p)
+				}
+				for _, n := range tc.nodes {
+					objs = append(objs, n)
+				}
+				c = fakeClientWith(objs...)
+			}
 			l := newLedger(nodes, tc.held...)
 			if tc.reserve != nil {
 				if err := l.Assume(tc.reserve); err != nil {

@@ -54,13 +54,15 @@ type Extender struct {
 	// pods reads pods from the informer cache; live reads them from the API
 	// server, for bind's checks of what a failed Binding did.
 	pods, live client.Reader
-	binder     Binder
-	synced     func() bool
-	isLeader   func() bool
-	placement  gpu.Placement
-	metrics    *Metrics
-	clock      clock.WithTicker
-	assumeTTL  time.Duration
+	// nodes reads Nodes, for bind's checks of the node it is asked for.
+	nodes     client.Reader
+	binder    Binder
+	synced    func() bool
+	isLeader  func() bool
+	placement gpu.Placement
+	metrics   *Metrics
+	clock     clock.WithTicker
+	assumeTTL time.Duration
 	// parallelNodes is the candidate count from which filter and prioritize
 	// check nodes in parallel.
 	parallelNodes int
@@ -91,6 +93,10 @@ type Option func(*Extender)
 // WithLiveReader reads pods from the API server when bind must know what a
 // failed Binding did; by default the informer cache is asked.
 func WithLiveReader(r client.Reader) Option { return func(e *Extender) { e.live = r } }
+
+// WithNodeReader reads Nodes from r for bind's checks; by default the pod
+// reader is asked.
+func WithNodeReader(r client.Reader) Option { return func(e *Extender) { e.nodes = r } }
 
 // WithSynced makes every verb answer ErrNotSynced while synced returns false.
 func WithSynced(synced func() bool) Option { return func(e *Extender) { e.synced = synced } }
@@ -125,6 +131,7 @@ func New(ledger *gpu.Ledger, pods client.Reader, binder Binder, opts ...Option) 
 		ledger:        ledger,
 		pods:          pods,
 		live:          pods,
+		nodes:         pods,
 		binder:        binder,
 		synced:        func() bool { return true },
 		isLeader:      func() bool { return true },

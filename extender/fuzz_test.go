@@ -40,11 +40,14 @@ func FuzzServer(f *testing.F) {
 		}
 	}
 	h := testServer{synced: true, leader: true}.handlerLogging(f, logr.Discard())
+	conn := schedulerConn(f)
 	paths := []string{"/filter", "/prioritize", "/bind", "/preempt"}
 	f.Fuzz(func(t *testing.T, verb uint8, body string) {
 		path := paths[int(verb)%len(paths)]
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, path, strings.NewReader(body)))
+		req := httptest.NewRequest(http.MethodPost, path, strings.NewReader(body))
+		req.TLS = conn
+		h.ServeHTTP(rec, req)
 		switch rec.Code {
 		case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
 			return

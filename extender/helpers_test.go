@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -83,11 +84,24 @@ func testScheme() *runtime.Scheme {
 	return s
 }
 
-// fakeClient is a pod store with the UID index preempt uses.
+// fakeClient is a pod store with the UID index preempt uses, and the plain
+// Nodes n1, n2 and n3 that bind checks.
 func fakeClient(pods ...*corev1.Pod) client.WithWatch {
-	b := fake.NewClientBuilder().WithScheme(testScheme()).WithIndex(&corev1.Pod{}, IndexPodUID, podUIDIndex)
+	objs := make([]client.Object, 0, len(pods)+3)
 	for _, p := range pods {
-		b = b.WithObjects(p.DeepCopy())
+		objs = append(objs, p)
+	}
+	for _, n := range []string{"n1", "n2", "n3"} {
+		objs = append(objs, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{corev1.LabelHostname: n}}})
+	}
+	return fakeClientWith(objs...)
+}
+
+// fakeClientWith is a store of exactly objs, with the pod UID index.
+func fakeClientWith(objs ...client.Object) client.WithWatch {
+	b := fake.NewClientBuilder().WithScheme(testScheme()).WithIndex(&corev1.Pod{}, IndexPodUID, podUIDIndex)
+	for _, o := range objs {
+		b = b.WithObjects(o.DeepCopyObject().(client.Object))
 	}
 	return b.Build()
 }

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"net/http"
 	"strconv"
 	"time"
 
@@ -18,6 +19,7 @@ type Metrics struct {
 	conflicts   prometheus.Counter
 	rollbacks   prometheus.Counter
 	pending     prometheus.Gauge
+	refused     *prometheus.CounterVec
 }
 
 // NewMetrics creates the extender's metrics and registers them on reg, with
@@ -36,7 +38,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 		}, []string{"reason"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_extender_binds_total",
-			Help: "Bind requests answered, by result: Bound, AlreadyBound, NotLeader, Conflict, Failed.",
+			Help: "Bind requests answered, by result: Bound, AlreadyBound, NotLeader, Conflict, Refused, Failed.",
 		}, []string{"result"}),
 		conflicts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "partita_extender_bind_conflicts_total",
@@ -50,14 +52,21 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 			Name: "partita_extender_pending_binds",
 			Help: "GPU assignments recorded by bind that the pod does not show yet.",
 		}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "partita_extender_unauthenticated_requests_total",
+			Help: "Requests to the verbs or /debug/* refused because they did not come with kube-scheduler's client certificate, by reason: Unauthenticated (none, or expired), Forbidden (another name).",
+		}, []string{"reason"}),
 	}
 	for _, r := range []string{ReasonFits, ReasonInsufficientGPU, ReasonNeverFits, ReasonNoGPUInventory, ReasonReservedElsewhere, ReasonInvalidRequest} {
 		m.filterNodes.WithLabelValues(r)
 	}
-	for _, r := range []string{BindBound, BindAlreadyBound, BindNotLeader, BindConflict, BindFailed} {
+	for _, r := range []string{BindBound, BindAlreadyBound, BindNotLeader, BindConflict, BindRefused, BindFailed} {
 		m.binds.WithLabelValues(r)
 	}
-	reg.MustRegister(m.duration, m.filterNodes, m.binds, m.conflicts, m.rollbacks, m.pending)
+	for _, r := range []string{refusedUnauthenticated, refusedForbidden} {
+		m.refused.WithLabelValues(r)
+	}
+	reg.MustRegister(m.duration, m.filterNodes, m.binds, m.conflicts, m.rollbacks, m.pending, m.refused)
 	if ledger != nil {
 		reg.MustRegister(&ledgerCollector{ledger: ledger})
 	}
@@ -110,6 +119,24 @@ func (m *Metrics) rollback() {
 		return
 	}
 	m.rollbacks.Inc()
+}
+
+// Reasons of partita_extender_unauthenticated_requests_total.
+const (
+	refusedUnauthenticated = "Unauthenticated"
+	refusedForbidden       = "Forbidden"
+)
+
+// refusedRequest counts a request refused with status (401 or 403).
+func (m *Metrics) refusedRequest(status int) {
+	if m == nil {
+		return
+	}
+	reason := refusedUnauthenticated
+	if status == http.StatusForbidden {
+		reason = refusedForbidden
+	}
+	m.refused.WithLabelValues(reason).Inc()
 }
 
 func (m *Metrics) setPending(n int) {

@@ -45,13 +45,14 @@ partita_extender_bind_conflicts_total 1
 # HELP partita_extender_bind_rollbacks_total GPU assignments dropped from the ledger because their Binding failed or never showed on the pod.
 # TYPE partita_extender_bind_rollbacks_total counter
 partita_extender_bind_rollbacks_total 1
-# HELP partita_extender_binds_total Bind requests answered, by result: Bound, AlreadyBound, NotLeader, Conflict, Failed.
+# HELP partita_extender_binds_total Bind requests answered, by result: Bound, AlreadyBound, NotLeader, Conflict, Refused, Failed.
 # TYPE partita_extender_binds_total counter
 partita_extender_binds_total{result="AlreadyBound"} 0
 partita_extender_binds_total{result="Bound"} 1
 partita_extender_binds_total{result="Conflict"} 1
 partita_extender_binds_total{result="Failed"} 1
 partita_extender_binds_total{result="NotLeader"} 0
+partita_extender_binds_total{result="Refused"} 0
 # HELP partita_extender_filter_nodes_total Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest.
 # TYPE partita_extender_filter_nodes_total counter
 partita_extender_filter_nodes_total{reason="Fits"} 1

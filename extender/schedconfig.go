@@ -14,7 +14,8 @@ import (
 // SchedulerConfigOptions describe the kube-scheduler configuration that wires
 // the extender in (DESIGN §9).
 type SchedulerConfigOptions struct {
-	// URL is the extender's base URL, http on loopback or https.
+	// URL is the extender's base URL; https, as the extender serves
+	// nothing else.
 	URL string
 	// Weight multiplies the extender's 0–10 scores; kube-scheduler scales them
 	// to its 0–100 plugin scale, so 5 weighs as much as five plugins at their
@@ -31,9 +32,19 @@ type SchedulerConfigOptions struct {
 	// costs kube-scheduler an event and status writes.
 	QPS   float32
 	Burst int32
-	// CAFile verifies the extender's certificate when the URL is https; empty
-	// skips verification (only sensible on loopback).
+	// CAFile verifies the extender's serving certificate.
 	CAFile string
+	// ClientCertFile and ClientKeyFile are kube-scheduler's client
+	// certificate, which the extender requires of every call to its verbs
+	// (signed by the CA of its --client-ca-file, named in its
+	// --client-allowed-names). kube-scheduler re-reads them when they
+	// change.
+	ClientCertFile string
+	ClientKeyFile  string
+	// ServerName, when set, is the name kube-scheduler verifies the
+	// serving certificate for, when the URL's host is not one of its names
+	// (an IP address, a load balancer).
+	ServerName string
 	// SchedulerName, when set, names the one profile: a kube-scheduler run
 	// beside the cluster's default one (the chart's scheduler.mode=second)
 	// schedules only the pods that name it. Empty keeps the default profile
@@ -55,6 +66,12 @@ func DefaultSchedulerConfigOptions() SchedulerConfigOptions {
 		HTTPTimeout: 5 * time.Second,
 		QPS:         100,
 		Burst:       200,
+		// Where docs/operations.md puts them on a control plane node for
+		// the cluster's own kube-scheduler (the chart's
+		// scheduler.mode=default).
+		CAFile:         "/etc/kubernetes/partita/ca.crt",
+		ClientCertFile: "/etc/kubernetes/partita/client.crt",
+		ClientKeyFile:  "/etc/kubernetes/partita/client.key",
 	}
 }
 
@@ -84,14 +101,13 @@ extenders:
   preemptVerb: {{.Preempt}}
   weight: {{.Weight}}
   httpTimeout: {{.HTTPTimeout}}
-  enableHTTPS: {{.HTTPS}}
-{{- if .HTTPS}}
+  enableHTTPS: true
   tlsConfig:
-{{- if .CAFile}}
     caFile: {{.CAFile}}
-{{- else}}
-    insecure: true
-{{- end}}
+    certFile: {{.ClientCertFile}}
+    keyFile: {{.ClientKeyFile}}
+{{- if .ServerName}}
+    serverName: {{.ServerName}}
 {{- end}}
   nodeCacheCapable: true
   ignorable: false
@@ -105,13 +121,31 @@ extenders:
 // node names, the extender has its own ledger), partita.dev/gpu-milli as the
 // managed resource that kube-scheduler still accounts for itself
 // (ignoredByScheduler false), not ignorable (a GPU pod must never be bound
-// without its devices), and raised client QPS.
+// without its devices), raised client QPS, and HTTPS both ways: the
+// extender's certificate verified against CAFile, kube-scheduler's client
+// certificate presented from ClientCertFile and ClientKeyFile.
 func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
 	// The URL is checked loosely: the dev cluster renders it with a
 	// {port:extender} placeholder that url.Parse would refuse.
 	scheme, rest, ok := strings.Cut(o.URL, "://")
 	if !ok || (scheme != "http" && scheme != "https") || rest == "" || strings.ContainsAny(o.URL, " \n\t") {
-		return nil, fmt.Errorf("render scheduler configuration: extender URL %q is not an http(s) URL", o.URL)
+		return nil, fmt.Errorf("render scheduler configuration: extender URL %q is not an https URL", o.URL)
+	}
+	if scheme != "https" {
+		return nil, fmt.Errorf("render scheduler configuration: extender URL %q is plain HTTP; the extender serves HTTPS only, to kube-scheduler's client certificate", o.URL)
+	}
+	var missing []string
+	for _, f := range []struct{ name, value string }{
+		{"the extender's CA (--extender-ca-file)", o.CAFile},
+		{"kube-scheduler's client certificate (--extender-client-cert-file)", o.ClientCertFile},
+		{"its key (--extender-client-key-file)", o.ClientKeyFile},
+	} {
+		if f.value == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("render scheduler configuration: missing %s: the extender answers only kube-scheduler's client certificate (docs/operations.md)", strings.Join(missing, ", "))
 	}
 	if (o.LeaseName == "") != (o.LeaseNamespace == "") {
 		return nil, fmt.Errorf("render scheduler configuration: lease name %q and namespace %q must be set together", o.LeaseName, o.LeaseNamespace)
@@ -122,7 +156,8 @@ func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
 	quote := func(s string) string { b, _ := json.Marshal(s); return string(b) }
 	data := map[string]any{
 		"URL": quote(o.URL), "Weight": o.Weight, "HTTPTimeout": quote(o.HTTPTimeout.String()),
-		"QPS": o.QPS, "Burst": o.Burst, "HTTPS": scheme == "https", "CAFile": "",
+		"QPS": o.QPS, "Burst": o.Burst, "CAFile": quote(o.CAFile),
+		"ClientCertFile": quote(o.ClientCertFile), "ClientKeyFile": quote(o.ClientKeyFile), "ServerName": "",
 		"Filter": VerbFilter, "Prioritize": VerbPrioritize, "Bind": VerbBind, "Preempt": VerbPreempt,
 		"Resource":      string(v1alpha1.ResourceGPUMilli),
 		"SchedulerName": "", "LeaseName": "", "LeaseNamespace": "",
@@ -133,8 +168,8 @@ func SchedulerConfig(o SchedulerConfigOptions) ([]byte, error) {
 	if o.LeaseName != "" {
 		data["LeaseName"], data["LeaseNamespace"] = quote(o.LeaseName), quote(o.LeaseNamespace)
 	}
-	if o.CAFile != "" {
-		data["CAFile"] = quote(o.CAFile)
+	if o.ServerName != "" {
+		data["ServerName"] = quote(o.ServerName)
 	}
 	var b bytes.Buffer
 	if err := schedulerConfigTemplate.Execute(&b, data); err != nil {

@@ -12,34 +12,42 @@ import (
 )
 
 func TestSchedulerConfig(t *testing.T) {
-	extenderWant := func(url string, https bool, tls *configv1.ExtenderTLSConfig) configv1.Extender {
+	extenderWant := func(url string, tls *configv1.ExtenderTLSConfig) configv1.Extender {
 		return configv1.Extender{
 			URLPrefix: url, FilterVerb: "filter", PrioritizeVerb: "prioritize", BindVerb: "bind", PreemptVerb: "preempt",
-			Weight: 5, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}, EnableHTTPS: https, TLSConfig: tls,
+			Weight: 5, HTTPTimeout: metav1.Duration{Duration: 5 * time.Second}, EnableHTTPS: true, TLSConfig: tls,
 			NodeCacheCapable: true,
 			ManagedResources: []configv1.ExtenderManagedResource{{Name: "partita.dev/gpu-milli", IgnoredByScheduler: false}},
 		}
 	}
-	withURL := func(url, ca string) SchedulerConfigOptions {
+	withURL := func(url, ca, cert, key, serverName string) SchedulerConfigOptions {
 		o := DefaultSchedulerConfigOptions()
-		o.URL, o.CAFile = url, ca
+		o.URL, o.CAFile, o.ClientCertFile, o.ClientKeyFile, o.ServerName = url, ca, cert, key, serverName
 		return o
 	}
 	cases := map[string]struct {
 		opts SchedulerConfigOptions
 		want configv1.Extender
 	}{
-		"in a cluster, https verified by the CA": {
-			opts: withURL("https://partita-extender.partita-system.svc:443", "/etc/partita/ca.crt"),
-			want: extenderWant("https://partita-extender.partita-system.svc:443", true, &configv1.ExtenderTLSConfig{CAFile: "/etc/partita/ca.crt"}),
+		"the defaults, for a control plane's scheduler": {
+			opts: DefaultSchedulerConfigOptions(),
+			want: extenderWant("https://partita-extender.partita-system.svc:443", &configv1.ExtenderTLSConfig{
+				CAFile: "/etc/kubernetes/partita/ca.crt", CertFile: "/etc/kubernetes/partita/client.crt", KeyFile: "/etc/kubernetes/partita/client.key"}),
 		},
-		"https without a CA skips verification": {
-			opts: withURL("https://127.0.0.1:8443", ""),
-			want: extenderWant("https://127.0.0.1:8443", true, &configv1.ExtenderTLSConfig{Insecure: true}),
+		"in a cluster, both ways verified": {
+			opts: withURL("https://partita-extender.partita-system.svc:443", "/etc/partita/ca.crt", "/etc/partita/client/tls.crt", "/etc/partita/client/tls.key", ""),
+			want: extenderWant("https://partita-extender.partita-system.svc:443", &configv1.ExtenderTLSConfig{
+				CAFile: "/etc/partita/ca.crt", CertFile: "/etc/partita/client/tls.crt", KeyFile: "/etc/partita/client/tls.key"}),
 		},
-		"dev cluster, plain HTTP on loopback with a port placeholder": {
-			opts: withURL("http://127.0.0.1:{port:extender}", ""),
-			want: extenderWant("http://127.0.0.1:{port:extender}", false, nil),
+		"an address with the certificate's name": {
+			opts: withURL("https://10.0.0.7:8443", "/ca.crt", "/c.crt", "/c.key", "partita-extender.partita-system.svc"),
+			want: extenderWant("https://10.0.0.7:8443", &configv1.ExtenderTLSConfig{
+				CAFile: "/ca.crt", CertFile: "/c.crt", KeyFile: "/c.key", ServerName: "partita-extender.partita-system.svc"}),
+		},
+		"dev cluster, loopback with a port placeholder": {
+			opts: withURL("https://127.0.0.1:{port:extender}", "{state}/extender-certs/ca.crt", "{state}/extender-certs/client.crt", "{state}/extender-certs/client.key", ""),
+			want: extenderWant("https://127.0.0.1:{port:extender}", &configv1.ExtenderTLSConfig{
+				CAFile: "{state}/extender-certs/ca.crt", CertFile: "{state}/extender-certs/client.crt", KeyFile: "{state}/extender-certs/client.key"}),
 		},
 	}
 	for name, tc := range cases {
@@ -101,6 +109,11 @@ func TestSchedulerConfigRefuses(t *testing.T) {
 		"negative QPS":                 func(o *SchedulerConfigOptions) { o.QPS = -1 },
 		"burst of zero":                func(o *SchedulerConfigOptions) { o.Burst = 0 },
 		"lease name without namespace": func(o *SchedulerConfigOptions) { o.LeaseName = "x" },
+		// The extender serves HTTPS to kube-scheduler's certificate only.
+		"plain HTTP":     func(o *SchedulerConfigOptions) { o.URL = "http://127.0.0.1:8080" },
+		"no CA":          func(o *SchedulerConfigOptions) { o.CAFile = "" },
+		"no client cert": func(o *SchedulerConfigOptions) { o.ClientCertFile = "" },
+		"no client key":  func(o *SchedulerConfigOptions) { o.ClientKeyFile = "" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -41,6 +41,8 @@ type Server struct {
 	ready          func() error
 	maxBytes       int64
 	profiling      bool
+	debug          bool
+	auth           ClientAuth
 	clock          clock.PassiveClock
 }
 
@@ -57,8 +59,19 @@ func WithReady(ready func() error) ServerOption { return func(s *Server) { s.rea
 // WithMaxRequestBytes bounds a request's body (DefaultMaxRequestBytes).
 func WithMaxRequestBytes(n int64) ServerOption { return func(s *Server) { s.maxBytes = n } }
 
-// WithProfiling serves Go's profiler at /debug/pprof/.
+// WithProfiling serves Go's profiler at /debug/pprof/, to kube-scheduler's
+// client certificate only, like the verbs.
 func WithProfiling(on bool) ServerOption { return func(s *Server) { s.profiling = on } }
+
+// WithDebugEndpoints serves /debug/ledger, to kube-scheduler's client
+// certificate only, like the verbs. Off by default: the ledger names every
+// pod that holds a GPU.
+func WithDebugEndpoints(on bool) ServerOption { return func(s *Server) { s.debug = on } }
+
+// WithClientAuth sets who may call the verbs and the debug endpoints (by
+// default a client certificate named DefaultClientName, verified by the
+// TLS handshake; see TLSConfig).
+func WithClientAuth(a ClientAuth) ServerOption { return func(s *Server) { s.auth = a } }
 
 // WithServerClock sets the clock that times requests for the access log.
 func WithServerClock(c clock.PassiveClock) ServerOption { return func(s *Server) { s.clock = c } }
@@ -67,25 +80,31 @@ func WithServerClock(c clock.PassiveClock) ServerOption { return func(s *Server)
 // reaches the verbs through each request's context.
 func NewServer(log logr.Logger, ext *Extender, opts ...ServerOption) *Server {
 	s := &Server{ext: ext, log: log, maxBytes: DefaultMaxRequestBytes, clock: clock.RealClock{},
-		ready: func() error { return nil }}
+		ready: func() error { return nil }, auth: ClientAuth{AllowedNames: []string{DefaultClientName}}}
 	for _, o := range opts {
 		o(s)
 	}
 	return s
 }
 
-// Handler returns the gin engine. gin's mode is process-wide; cmd/partita
-// sets release mode once at start.
+// Handler returns the gin engine. /healthz, /readyz and /metrics answer
+// anyone (probes and Prometheus; the chart's NetworkPolicy limits who
+// reaches the port); the verbs and /debug/* answer kube-scheduler's client
+// certificate only. gin's mode is process-wide; cmd/partita sets release
+// mode once at start.
 func (s *Server) Handler() http.Handler {
 	// The access log at V(5): kube-scheduler calls for every pod.
 	r := httpserver.NewEngine(httpserver.EngineOptions{Log: s.log, AccessLogV: 5, Clock: s.clock, Ready: s.ready, Metrics: s.metricsHandler})
-	r.POST("/"+VerbFilter, s.filter)
-	r.POST("/"+VerbPrioritize, s.prioritize)
-	r.POST("/"+VerbBind, s.bind)
-	r.POST("/"+VerbPreempt, s.preempt)
-	r.GET(PathDebugLedger, s.debugLedger)
+	g := r.Group("/", s.requireClient)
+	g.POST("/"+VerbFilter, s.filter)
+	g.POST("/"+VerbPrioritize, s.prioritize)
+	g.POST("/"+VerbBind, s.bind)
+	g.POST("/"+VerbPreempt, s.preempt)
+	if s.debug {
+		g.GET(PathDebugLedger, s.debugLedger)
+	}
 	if s.profiling {
-		r.GET("/debug/pprof/*profile", gin.WrapF(func(w http.ResponseWriter, req *http.Request) {
+		g.GET("/debug/pprof/*profile", gin.WrapF(func(w http.ResponseWriter, req *http.Request) {
 			switch req.URL.Path {
 			case "/debug/pprof/profile":
 				pprof.Profile(w, req)
@@ -97,6 +116,26 @@ func (s *Server) Handler() http.Handler {
 		}))
 	}
 	return r
+}
+
+// requireClient refuses, with 401 or 403 and the reason, every request
+// that does not come from kube-scheduler, and counts it.
+func (s *Server) requireClient(c *gin.Context) {
+	err := s.auth.Check(c.Request)
+	if err == nil {
+		c.Next()
+		return
+	}
+	var ae *AuthError
+	if !errors.As(err, &ae) {
+		ae = &AuthError{Status: http.StatusUnauthorized, Reason: err.Error()}
+	}
+	s.ext.metrics.refusedRequest(ae.Status)
+	// V(1): whoever can reach the port could otherwise fill the log.
+	logr.FromContextOrDiscard(c.Request.Context()).V(1).Info("Refused a request without kube-scheduler's certificate",
+		"path", c.Request.URL.Path, "remote", c.ClientIP(), "status", ae.Status, "reason", ae.Reason)
+	c.String(ae.Status, "%s\n", ae.Reason)
+	c.Abort()
 }
 
 // contentTypeJSON is what gin's c.JSON writes.
@@ -252,9 +291,10 @@ func (s *Server) debugLedger(c *gin.Context) {
 	c.JSON(http.StatusOK, &rep)
 }
 
-// Serve serves h on l until ctx ends: over TLS when getCertificate is set
-// (it is asked at each handshake, so a renewed certificate is served
-// without a restart), else plain HTTP.
-func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
-	return httpserver.Serve(ctx, l, h, getCertificate, "the scheduler extender")
+// Serve serves h over TLS with cfg (TLSConfig) on l until ctx ends.
+func Serve(ctx context.Context, l net.Listener, h http.Handler, cfg *tls.Config) error {
+	if cfg == nil {
+		return errors.New("serve the scheduler extender: no TLS configuration; the extender serves HTTPS only")
+	}
+	return httpserver.ServeTLSConfig(ctx, l, h, cfg, "the scheduler extender")
 }

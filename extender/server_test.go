@@ -18,6 +18,7 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
 func TestMain(m *testing.M) {
@@ -37,8 +38,8 @@ func mustJSON(t *testing.T, v any) string {
 // testServer is a server over a ledger of one node n1 with two GPUs and one
 // pending 0.5 pod p.
 type testServer struct {
-	synced, leader, profiling bool
-	maxBytes                  int64
+	synced, leader, profiling, debug bool
+	maxBytes                         int64
 }
 
 func (ts testServer) handler(t *testing.T) http.Handler {
@@ -49,7 +50,7 @@ func (ts testServer) handler(t *testing.T) http.Handler {
 func (ts testServer) handlerLogging(t testing.TB, log logr.Logger) http.Handler {
 	t.Helper()
 	pod := fractionPod("p", "0.5", "500").Obj()
-	c := fakeClient(pod)
+	c := fakeClient(pod, pt.MakePod("plain", "ns").Obj())
 	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
 	reg := prometheus.NewRegistry()
 	isLeader := func() bool { return ts.leader }
@@ -68,6 +69,9 @@ func (ts testServer) handlerLogging(t testing.TB, log logr.Logger) http.Handler 
 	if ts.profiling {
 		opts = append(opts, WithProfiling(true))
 	}
+	if ts.debug {
+		opts = append(opts, WithDebugEndpoints(true))
+	}
 	return NewServer(log, e, opts...).Handler()
 }
 
@@ -78,10 +82,13 @@ func TestServer(t *testing.T) {
 	preemptBody := mustJSON(t, &extenderv1.ExtenderPreemptionArgs{Pod: pod, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}})
 	ready := testServer{synced: true, leader: true}
 	cases := map[string]struct {
-		server     testServer
-		method     string
-		path       string
-		body       string
+		server testServer
+		method string
+		path   string
+		body   string
+		// anonymous sends the request without kube-scheduler's client
+		// certificate.
+		anonymous  bool
 		wantStatus int
 		// wantBody is a substring of the body, or (wantJSON) the JSON value.
 		wantBody string
@@ -120,7 +127,21 @@ func TestServer(t *testing.T) {
 		"metrics":                    {server: ready, method: "GET", path: "/metrics", wantStatus: 200, wantBody: `partita_gpu_node_capacity_milli{node="n1"} 2000`},
 		"profiler off":               {server: ready, method: "GET", path: "/debug/pprof/", wantStatus: 404},
 		"profiler on":                {server: testServer{profiling: true}, method: "GET", path: "/debug/pprof/", wantStatus: 200, wantBody: "goroutine"},
-		"debug ledger":               {server: ready, method: "GET", path: "/debug/ledger", wantStatus: 200, wantJSON: &ledgerReport{Nodes: 1, Violations: []string{}, Stranded: []string{}}},
+		"debug ledger off":           {server: ready, method: "GET", path: "/debug/ledger", wantStatus: 404},
+		"debug ledger":               {server: testServer{synced: true, leader: true, debug: true}, method: "GET", path: "/debug/ledger", wantStatus: 200, wantJSON: &ledgerReport{Nodes: 1, Violations: []string{}, Stranded: []string{}}},
+		"bind, a pod without GPUs":   {server: ready, path: "/bind", body: mustJSON(t, bindArgs("plain", "n1")), wantStatus: 200, wantBody: `"Error":"refuse to bind pod ns/plain to node n1: it requests no partita.dev/gpu-milli`},
+
+		// Without kube-scheduler's certificate only the probes and the
+		// metrics answer.
+		"anonymous filter":       {server: ready, anonymous: true, path: "/filter", body: filterBody, wantStatus: 401, wantBody: "only kube-scheduler may call the extender"},
+		"anonymous prioritize":   {server: ready, anonymous: true, path: "/prioritize", body: filterBody, wantStatus: 401, wantBody: "only kube-scheduler may call the extender"},
+		"anonymous bind":         {server: ready, anonymous: true, path: "/bind", body: bindBody, wantStatus: 401, wantBody: "only kube-scheduler may call the extender"},
+		"anonymous preempt":      {server: ready, anonymous: true, path: "/preempt", body: preemptBody, wantStatus: 401, wantBody: "only kube-scheduler may call the extender"},
+		"anonymous debug ledger": {server: testServer{synced: true, leader: true, debug: true}, anonymous: true, method: "GET", path: "/debug/ledger", wantStatus: 401},
+		"anonymous profiler":     {server: testServer{profiling: true}, anonymous: true, method: "GET", path: "/debug/pprof/", wantStatus: 401},
+		"anonymous healthz":      {server: ready, anonymous: true, method: "GET", path: "/healthz", wantStatus: 200, wantBody: "ok"},
+		"anonymous readyz":       {server: ready, anonymous: true, method: "GET", path: "/readyz", wantStatus: 200, wantBody: "ok"},
+		"anonymous metrics":      {server: ready, anonymous: true, method: "GET", path: "/metrics", wantStatus: 200, wantBody: `partita_extender_unauthenticated_requests_total{reason="Unauthenticated"} 0`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -130,6 +151,9 @@ func TestServer(t *testing.T) {
 			}
 			req := httptest.NewRequestWithContext(testCtx(t), method, tc.path, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
+			if !tc.anonymous {
+				req.TLS = schedulerConn(t)
+			}
 			rec := httptest.NewRecorder()
 			tc.server.handler(t).ServeHTTP(rec, req)
 			body := rec.Body.String()
@@ -188,7 +212,9 @@ func TestServerBindsOnce(t *testing.T) {
 	body := mustJSON(t, bindArgs("p", "n1"))
 	for i := range 2 {
 		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/bind", strings.NewReader(body)))
+		req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/bind", strings.NewReader(body))
+		req.TLS = schedulerConn(t)
+		h.ServeHTTP(rec, req)
 		if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"Error":""}` {
 			t.Fatalf("bind %d: %d %s", i+1, rec.Code, rec.Body.String())
 		}

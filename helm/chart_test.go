@@ -10,13 +10,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
@@ -48,6 +52,9 @@ var goldenCases = map[string][]string{
 	"mps-kill":               {"--set", "agent.isolation=mps", "--set", "agent.enforce=kill"},
 	"monitoring":             {"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.dashboard.enabled=true"},
 	"simulated-no-policy-cm": {"--set", "agent.simulate=8xH100-80GB", "--set", "policy.defaultConfigMap=false", "--set", "webhook.excludeNamespaces={monitoring}"},
+	"network-policy-peers": {"--set", "scheduler.mode=default", "--set", "extender.networkPolicy.schedulerFrom[0].ipBlock.cidr=10.0.0.0/24",
+		"--set", "extender.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
+		"--set", "extender.debugEndpoints=true"},
 }
 
 func render(t *testing.T, args ...string) []byte {
@@ -111,6 +118,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"unknown cert mode":        "certs.mode=vault",
 		"a typo in a key":          "webhook.replica=3",
 		"failure policy":           "webhook.failurePolicy=Never",
+		"plain HTTP extender URL":  "scheduler.extenderURL=http://10.0.0.7:8080",
+		"no client certificate":    "scheduler.extenderClientCertFile=",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -179,11 +188,16 @@ func TestChartSchedulerConfig(t *testing.T) {
 	second := extender.DefaultSchedulerConfigOptions()
 	second.URL = "https://partita-extender.partita-system.svc:443"
 	second.CAFile = "/etc/partita/extender-ca/ca.crt"
+	second.ClientCertFile, second.ClientKeyFile = "/etc/partita/scheduler-client/tls.crt", "/etc/partita/scheduler-client/tls.key"
 	second.SchedulerName, second.LeaseName, second.LeaseNamespace = "partita", "partita-scheduler", "partita-system"
 	def := extender.DefaultSchedulerConfigOptions()
-	def.CAFile = "/etc/kubernetes/partita/ca.crt"
 	custom := def
-	custom.URL, custom.CAFile, custom.Weight, custom.HTTPTimeout, custom.QPS, custom.Burst = "https://10.0.0.7:8443", "", 3, 2*time.Second, 150, 300
+	custom.URL, custom.CAFile, custom.Weight, custom.HTTPTimeout, custom.QPS, custom.Burst = "https://10.0.0.7:8443", "/srv/ca.pem", 3, 2*time.Second, 150, 300
+	custom.ClientCertFile, custom.ClientKeyFile = "/srv/client.pem", "/srv/client-key.pem"
+	// The serving certificate names the Service, not the address.
+	custom.ServerName = "partita-extender.partita-system.svc"
+	named := custom
+	named.ServerName = "extender.example.com"
 	cases := map[string]struct {
 		args []string
 		want extender.SchedulerConfigOptions
@@ -191,8 +205,13 @@ func TestChartSchedulerConfig(t *testing.T) {
 		"second scheduler":  {want: second},
 		"default scheduler": {args: []string{"--set", "scheduler.mode=default"}, want: def},
 		"default scheduler, custom": {args: []string{"--set", "scheduler.mode=default", "--set", "scheduler.extenderURL=https://10.0.0.7:8443",
-			"--set", "scheduler.extenderCAFile=", "--set", "scheduler.weight=3", "--set", "scheduler.httpTimeout=2s",
+			"--set", "scheduler.extenderCAFile=/srv/ca.pem", "--set", "scheduler.extenderClientCertFile=/srv/client.pem",
+			"--set", "scheduler.extenderClientKeyFile=/srv/client-key.pem", "--set", "scheduler.weight=3", "--set", "scheduler.httpTimeout=2s",
 			"--set", "scheduler.qps=150", "--set", "scheduler.burst=300"}, want: custom},
+		"default scheduler, custom, server name": {args: []string{"--set", "scheduler.mode=default", "--set", "scheduler.extenderURL=https://10.0.0.7:8443",
+			"--set", "scheduler.extenderCAFile=/srv/ca.pem", "--set", "scheduler.extenderClientCertFile=/srv/client.pem",
+			"--set", "scheduler.extenderClientKeyFile=/srv/client-key.pem", "--set", "scheduler.weight=3", "--set", "scheduler.httpTimeout=2s",
+			"--set", "scheduler.qps=150", "--set", "scheduler.burst=300", "--set", "scheduler.extenderServerName=extender.example.com"}, want: named},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -274,5 +293,152 @@ func TestEmbeddedChart(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("embedded chart lacks %s: %v", f, err)
 		}
+	}
+}
+
+// find decodes the manifest's object of kind and name into out, and reports
+// whether there is one.
+func find(t *testing.T, manifest []byte, kind, name string, out any) bool {
+	t.Helper()
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return false
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var meta struct {
+			Kind     string
+			Metadata struct{ Name string }
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind != kind || meta.Metadata.Name != name {
+			continue
+		}
+		if err := yaml.Unmarshal(doc, out); err != nil {
+			t.Fatalf("decode %s %s: %v", kind, name, err)
+		}
+		return true
+	}
+}
+
+func container(t *testing.T, d *appsv1.Deployment, name string) *corev1.Container {
+	t.Helper()
+	for i := range d.Spec.Template.Spec.Containers {
+		if d.Spec.Template.Spec.Containers[i].Name == name {
+			return &d.Spec.Template.Spec.Containers[i]
+		}
+	}
+	t.Fatalf("deployment %s has no container %s", d.Name, name)
+	return nil
+}
+
+// secretVolume returns the Secret and keys a volume mounted at path in c
+// comes from (nil keys: the whole Secret).
+func secretVolume(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path string) (string, []string) {
+	t.Helper()
+	for _, m := range c.VolumeMounts {
+		if m.MountPath != path {
+			continue
+		}
+		for _, v := range d.Spec.Template.Spec.Volumes {
+			if v.Name == m.Name && v.Secret != nil {
+				var keys []string
+				for _, it := range v.Secret.Items {
+					keys = append(keys, it.Key)
+				}
+				return v.Secret.SecretName, keys
+			}
+		}
+	}
+	t.Fatalf("container %s mounts no Secret at %s", c.Name, path)
+	return "", nil
+}
+
+// TestChartExtenderTrust: only kube-scheduler reaches the extender. The
+// extender requires its client certificate (the CA of a Secret of its own,
+// without the CA's key), the scheduler beside it presents that certificate,
+// the webhook rotates it (or cert-manager issues it), and a NetworkPolicy
+// lets only the scheduler's pods reach the port.
+func TestChartExtenderTrust(t *testing.T) {
+	const clientSecret = "partita-scheduler-client-cert"
+	manifest := render(t)
+	var ext, wh appsv1.Deployment
+	if !find(t, manifest, "Deployment", "partita-extender", &ext) || !find(t, manifest, "Deployment", "partita-webhook", &wh) {
+		t.Fatal("no extender or webhook Deployment")
+	}
+	e := container(t, &ext, "extender")
+	for _, want := range []string{"--client-ca-file=/etc/partita/client-ca/ca.crt", "--client-allowed-names=partita-scheduler"} {
+		if !slices.Contains(e.Args, want) {
+			t.Errorf("extender args %v lack %s", e.Args, want)
+		}
+	}
+	if slices.Contains(e.Args, "--debug-endpoints") {
+		t.Errorf("extender serves /debug/* by default: %v", e.Args)
+	}
+	if s, keys := secretVolume(t, &ext, e, "/etc/partita/client-ca"); s != clientSecret || !slices.Equal(keys, []string{"ca.crt"}) {
+		t.Errorf("extender's client CA from %s %v, want %s [ca.crt]", s, keys, clientSecret)
+	}
+	ks := container(t, &ext, "kube-scheduler")
+	if s, keys := secretVolume(t, &ext, ks, "/etc/partita/scheduler-client"); s != clientSecret || !slices.Equal(keys, []string{"tls.crt", "tls.key"}) {
+		t.Errorf("scheduler's client certificate from %s %v, want %s [tls.crt tls.key]", s, keys, clientSecret)
+	}
+	w := container(t, &wh, "webhook")
+	for _, want := range []string{"--client-cert-secret-name=" + clientSecret, "--client-cert-common-name=partita-scheduler"} {
+		if !slices.Contains(w.Args, want) {
+			t.Errorf("webhook args %v lack %s", w.Args, want)
+		}
+	}
+	if s, keys := secretVolume(t, &wh, w, "/etc/partita/scheduler-client"); s != clientSecret || keys != nil {
+		t.Errorf("webhook mounts %s %v at its client-cert dir, want the whole %s", s, keys, clientSecret)
+	}
+	var secret corev1.Secret
+	if !find(t, manifest, "Secret", clientSecret, &secret) {
+		t.Errorf("no Secret %s for the webhook to fill", clientSecret)
+	}
+	var role rbacv1.Role
+	if !find(t, manifest, "Role", "partita-webhook", &role) {
+		t.Fatal("no webhook Role")
+	}
+	named := false
+	for _, r := range role.Rules {
+		named = named || (slices.Contains(r.Resources, "secrets") && slices.Contains(r.ResourceNames, clientSecret) && slices.Contains(r.Verbs, "update"))
+	}
+	if !named {
+		t.Errorf("the webhook's Role does not let it update %s: %+v", clientSecret, role.Rules)
+	}
+
+	var np networkingv1.NetworkPolicy
+	if !find(t, manifest, "NetworkPolicy", "partita-extender", &np) {
+		t.Fatal("no NetworkPolicy for the extender")
+	}
+	extenderPods := map[string]string{"app.kubernetes.io/name": "partita", "app.kubernetes.io/instance": "partita", "app.kubernetes.io/component": "extender"}
+	if diff := cmp.Diff(extenderPods, np.Spec.PodSelector.MatchLabels); diff != "" {
+		t.Errorf("NetworkPolicy selects (-extender pods,+got):\n%s", diff)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil ||
+		!cmp.Equal(extenderPods, np.Spec.Ingress[0].From[0].PodSelector.MatchLabels) || len(np.Spec.Ingress[0].Ports) != 1 {
+		t.Errorf("NetworkPolicy ingress = %+v, want the extender's pods (where kube-scheduler runs) on one port", np.Spec.Ingress)
+	}
+
+	// The cluster's own scheduler: no policy unless told where it is.
+	if find(t, render(t, "--set", "scheduler.mode=default"), "NetworkPolicy", "partita-extender", &np) {
+		t.Error("scheduler.mode=default without schedulerFrom renders a NetworkPolicy that would cut the scheduler off")
+	}
+
+	// cert-manager issues the client certificate instead.
+	var cert struct {
+		Spec struct {
+			SecretName string   `json:"secretName"`
+			CommonName string   `json:"commonName"`
+			Usages     []string `json:"usages"`
+		} `json:"spec"`
+	}
+	if !find(t, render(t, "--set", "certs.mode=cert-manager"), "Certificate", clientSecret, &cert) {
+		t.Fatal("cert-manager mode has no Certificate for the scheduler's client certificate")
+	}
+	if cert.Spec.SecretName != clientSecret || cert.Spec.CommonName != "partita-scheduler" || !slices.Contains(cert.Spec.Usages, "client auth") {
+		t.Errorf("client Certificate = %+v", cert.Spec)
 	}
 }

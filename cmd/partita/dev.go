@@ -32,6 +32,7 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 	}
 	opts.PartitaBinary = bin
 	opts.SchedulerConfig = devSchedulerConfig()
+	opts.Prepare = devPrepare
 	if opts.HostProcesses, err = devHostProcesses(); err != nil {
 		return nil, err
 	}

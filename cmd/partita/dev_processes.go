@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"net"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
@@ -49,18 +53,32 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 	ext := devcluster.HostProcess{
 		Name: "extender",
 		// kube-scheduler reaches it at the same {port:extender} the
-		// scheduler configuration names (devSchedulerConfig), plain HTTP on
-		// loopback. Its Lease is in Partita's namespace, where the chart's
-		// Role lets it elect itself.
+		// scheduler configuration names (devSchedulerConfig), over HTTPS
+		// with the client certificate of devExtenderCertDir, which
+		// devPrepare writes before kube-scheduler starts. Its Lease is in
+		// Partita's namespace, where the chart's Role lets it elect itself.
 		Args: []string{"extender", "--kubeconfig", "{kubeconfig}", "--addr", "127.0.0.1:{port:extender}",
+			"--cert-dir", devExtenderCertDir, "--client-ca-file", devExtenderCertDir + "/" + extender.DevCAFile,
 			"--leader-election-namespace", devcluster.PartitaNamespace,
 			// A short shelter from eviction keeps the demo and the tests
 			// quick; production keeps the default minute.
 			"--preempt-min-runtime", "5s", "--v", "2"},
-		ReadyURL:       "http://127.0.0.1:{port:extender}/readyz",
+		ReadyURL:       "https://127.0.0.1:{port:extender}/readyz",
 		ServiceAccount: extenderSA,
 	}
 	return []devcluster.HostProcess{agent, wh, ext}, nil
+}
+
+// devPrepare runs before the dev cluster starts or repairs anything: it
+// writes the extender's serving certificate, kube-scheduler's client
+// certificate and their CA into the cluster's state directory (kept while
+// valid, renewed a month before they end), where kube-scheduler, started by
+// kwokctl, and the extender read them.
+func devPrepare(stateDir string) error {
+	return extender.EnsureDevCertificates(extender.DevCertificateOptions{
+		Dir: strings.ReplaceAll(devExtenderCertDir, "{state}", stateDir),
+		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Now: time.Now(),
+	})
 }
 
 // selfBinary is the path of the running partita binary.

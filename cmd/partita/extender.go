@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -44,6 +44,9 @@ type extenderFlags struct {
 	impersonateGroups []string
 	addr              string
 	certDir           string
+	clientCAFile      string
+	clientNames       []string
+	debugEndpoints    bool
 	leaderElect       bool
 	leaseNamespace    string
 	leaseName         string
@@ -74,17 +77,28 @@ func newExtenderCommand() *cobra.Command {
 		Use:   "extender",
 		Short: "Serve the kube-scheduler extender: device-level filter, prioritize, bind and preempt for GPU pods",
 		Long: `Serve kube-scheduler's HTTP extender verbs (/filter, /prioritize, /bind,
-/preempt) with /metrics, /healthz, /readyz and /debug/ledger. The GPU ledger is
-built from GPUNodes and pods through informers, so a restarted extender picks
-up where the last one stopped. Every replica answers filter and prioritize;
-only the elected leader binds (others answer bind with an error, and
-kube-scheduler retries).
+/preempt) with /metrics, /healthz and /readyz. The GPU ledger is built from
+GPUNodes and pods through informers, so a restarted extender picks up where
+the last one stopped. Every replica answers filter and prioritize; only the
+elected leader binds (others answer bind with an error, and kube-scheduler
+retries).
+
+HTTPS only. --cert-dir holds the serving certificate (tls.crt, tls.key),
+reloaded when it changes. The verbs (and /debug/*) answer only kube-scheduler:
+a client certificate signed by the CA in --client-ca-file (re-read when it
+changes) whose common name is in --client-allowed-names; a caller without one
+gets 401, one of another name 403, and one of another CA fails the
+handshake. /healthz, /readyz and /metrics answer without a certificate.
+/debug/ledger is served only with --debug-endpoints, /debug/pprof/ only with
+--profiling.
+
+Bind binds only pods that request partita.dev/gpu-milli, and only to a node
+they may run on (it exists, matches their nodeSelector and required node
+affinity, has no taint they do not tolerate, is not cordoned, is the node the
+admission loop pinned them to), whoever asks.
 
 --print-scheduler-config prints the KubeSchedulerConfiguration that wires the
-extender in (kube-scheduler --config) and exits.
-
-Plain HTTP is allowed on a loopback address only; elsewhere --cert-dir must
-hold tls.crt and tls.key, which are reloaded when they change.`,
+extender in (kube-scheduler --config) and exits.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if f.printConfig {
@@ -103,7 +117,10 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 	fl.StringVar(&f.impersonateUser, "as", "", "user to impersonate for every API request (the dev cluster binds as Partita's service account)")
 	fl.StringSliceVar(&f.impersonateGroups, "as-group", nil, "groups to impersonate, with --as")
 	fl.StringVar(&f.addr, "addr", ":8443", "address to serve the extender on")
-	fl.StringVar(&f.certDir, "cert-dir", "", "directory with tls.crt and tls.key to serve HTTPS; empty serves plain HTTP, allowed on a loopback --addr only")
+	fl.StringVar(&f.certDir, "cert-dir", "", "directory with the serving certificate, tls.crt and tls.key (required)")
+	fl.StringVar(&f.clientCAFile, "client-ca-file", "", "CA bundle that kube-scheduler's client certificate must be signed by (required); only callers with such a certificate reach the verbs")
+	fl.StringSliceVar(&f.clientNames, "client-allowed-names", []string{extender.DefaultClientName}, "common names of the client certificates accepted; empty accepts any certificate the --client-ca-file CA signed")
+	fl.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve /debug/ledger (the ledger checked against its invariants), to kube-scheduler's client certificate only")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader among replicas; only the leader binds")
 	fl.StringVar(&f.leaseNamespace, "leader-election-namespace", f.leaseNamespace, "namespace of the leader election Lease (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
 	fl.StringVar(&f.leaseName, "leader-election-id", "partita-extender", "name of the leader election Lease")
@@ -112,7 +129,7 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", extender.DefaultMaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
-	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr")
+	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr, to kube-scheduler's client certificate only")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
 	fl.BoolVar(&f.admission, "admission", true, "run the queue and gang admission loop on the leader: it admits pods gated with "+v1alpha1.SchedulingGateAdmission)
 	fl.DurationVar(&f.admitter.ScheduleTimeout, "schedule-timeout", f.admitter.ScheduleTimeout, "how long an admitted gang may take to bind fully when its PodGroup sets no scheduleTimeoutSeconds")
@@ -124,7 +141,10 @@ hold tls.crt and tls.key, which are reloaded when they change.`,
 
 	fl.BoolVar(&f.printConfig, "print-scheduler-config", false, "print the kube-scheduler configuration for this extender and exit")
 	fl.StringVar(&f.config.URL, "extender-url", def.URL, "with --print-scheduler-config: the URL kube-scheduler reaches the extender at")
-	fl.StringVar(&f.config.CAFile, "extender-ca-file", "", "with --print-scheduler-config: CA file kube-scheduler verifies an https extender with (empty: no verification)")
+	fl.StringVar(&f.config.CAFile, "extender-ca-file", def.CAFile, "with --print-scheduler-config: CA file kube-scheduler verifies the extender's serving certificate with")
+	fl.StringVar(&f.config.ClientCertFile, "extender-client-cert-file", def.ClientCertFile, "with --print-scheduler-config: kube-scheduler's client certificate, signed by the extender's --client-ca-file")
+	fl.StringVar(&f.config.ClientKeyFile, "extender-client-key-file", def.ClientKeyFile, "with --print-scheduler-config: the key of that certificate")
+	fl.StringVar(&f.config.ServerName, "extender-server-name", "", "with --print-scheduler-config: the name to verify the serving certificate for, when --extender-url's host is not one of its names (an IP address)")
 	fl.Int64Var(&f.config.Weight, "scheduler-weight", def.Weight, "with --print-scheduler-config: weight of the extender's scores")
 	fl.DurationVar(&f.config.HTTPTimeout, "scheduler-http-timeout", def.HTTPTimeout, "with --print-scheduler-config: kube-scheduler's timeout for each call")
 	fl.Float32Var(&f.config.QPS, "scheduler-qps", def.QPS, "with --print-scheduler-config: kube-scheduler's client QPS")
@@ -146,13 +166,16 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if placement != gpu.PlacementBinpack && placement != gpu.PlacementSpread {
 		return fmt.Errorf("--placement %q: want binpack or spread", f.placement)
 	}
+	if f.certDir == "" || f.clientCAFile == "" {
+		return errors.New("the extender serves HTTPS to kube-scheduler's client certificate only: set --cert-dir (tls.crt, tls.key) and --client-ca-file (the CA of kube-scheduler's client certificate); the chart and partita dev up set both, docs/operations.md says how")
+	}
+	clientCAs, err := extender.NewClientCAs(f.clientCAFile, clock.RealClock{})
+	if err != nil {
+		return fmt.Errorf("--client-ca-file: %w", err)
+	}
 	l, err := net.Listen("tcp", f.addr)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.addr, err)
-	}
-	if f.certDir == "" && !isLoopback(l.Addr()) {
-		_ = l.Close()
-		return fmt.Errorf("--addr %s is not a loopback address: serve HTTPS with --cert-dir, or listen on 127.0.0.1", f.addr)
 	}
 
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
@@ -194,6 +217,11 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if err := extender.IndexPodsByUID(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
+	// Bind reads the node it is asked for; the informer starts with the
+	// others rather than on the first bind.
+	if _, err := mgr.GetCache().GetInformer(ctx, &corev1.Node{}); err != nil {
+		return fmt.Errorf("get node informer: %w", err)
+	}
 	ledger := gpu.NewLedger()
 	feed := extender.NewLedgerFeed(ledger)
 	if err := feed.Watch(ctx, mgr.GetCache()); err != nil {
@@ -227,6 +255,8 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		extender.WithMetricsHandler(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})),
 		extender.WithMaxRequestBytes(f.maxRequestBytes),
 		extender.WithProfiling(f.profiling),
+		extender.WithDebugEndpoints(f.debugEndpoints),
+		extender.WithClientAuth(extender.ClientAuth{AllowedNames: f.clientNames}),
 		extender.WithReady(func() error {
 			if !feed.Synced() {
 				return extender.ErrNotSynced
@@ -237,15 +267,11 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return mgr.Start(gctx) })
 	g.Go(func() error {
-		var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-		if f.certDir != "" {
-			cw, err := watchCertificates(gctx, f.certDir)
-			if err != nil {
-				return err
-			}
-			getCert = cw.GetCertificate
+		cw, err := watchCertificates(gctx, f.certDir)
+		if err != nil {
+			return err
 		}
-		return extender.Serve(gctx, l, srv.Handler(), getCert)
+		return extender.Serve(gctx, l, srv.Handler(), extender.TLSConfig(cw.GetCertificate, clientCAs, log.WithName("tls")))
 	})
 	return g.Wait()
 }
@@ -265,22 +291,25 @@ func watchCertificates(ctx context.Context, dir string) (*certwatcher.CertWatche
 	return cw, nil
 }
 
-func isLoopback(a net.Addr) bool {
-	tcp, ok := a.(*net.TCPAddr)
-	return ok && tcp.IP.IsLoopback()
-}
+// devExtenderCertDir is where `partita dev up` keeps the extender's dev
+// certificates (extender.EnsureDevCertificates): the serving certificate,
+// kube-scheduler's client certificate, and the CA of both.
+const devExtenderCertDir = "{state}/extender-certs"
 
 // devExtenderURL is where the dev cluster's kube-scheduler reaches the
 // extender: a loopback port chosen once per cluster.
-const devExtenderURL = "http://127.0.0.1:{port:extender}"
+const devExtenderURL = "https://127.0.0.1:{port:extender}"
 
 // devSchedulerConfig is the kube-scheduler configuration of the dev cluster,
-// rendered as --print-scheduler-config does, with the {port:extender}
-// placeholder the dev cluster fills in. Its options are constants, so an
-// error is a bug (TestDevSchedulerConfig).
+// rendered as --print-scheduler-config does, with the {port:extender} and
+// {state} placeholders the dev cluster fills in. Its options are constants,
+// so an error is a bug (TestDevSchedulerConfig).
 func devSchedulerConfig() string {
 	o := extender.DefaultSchedulerConfigOptions()
 	o.URL = devExtenderURL
+	o.CAFile = devExtenderCertDir + "/" + extender.DevCAFile
+	o.ClientCertFile = devExtenderCertDir + "/" + extender.DevClientCertFile
+	o.ClientKeyFile = devExtenderCertDir + "/" + extender.DevClientKeyFile
 	b, err := extender.SchedulerConfig(o)
 	if err != nil {
 		panic(err)

@@ -9,8 +9,12 @@ import (
 // TestDevSchedulerConfig renders the dev cluster's scheduler configuration,
 // which must name the extender's port placeholder.
 func TestDevSchedulerConfig(t *testing.T) {
-	if got := devSchedulerConfig(); !strings.Contains(got, `urlPrefix: "http://127.0.0.1:{port:extender}"`) {
-		t.Errorf("dev scheduler configuration does not name the extender's port:\n%s", got)
+	got := devSchedulerConfig()
+	for _, want := range []string{`urlPrefix: "https://127.0.0.1:{port:extender}"`, `caFile: "{state}/extender-certs/ca.crt"`,
+		`certFile: "{state}/extender-certs/client.crt"`, `keyFile: "{state}/extender-certs/client.key"`} {
+		if !strings.Contains(got, want) {
+			t.Errorf("dev scheduler configuration lacks %s:\n%s", want, got)
+		}
 	}
 }
 

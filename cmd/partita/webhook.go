@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
@@ -73,6 +74,7 @@ type webhookFlags struct {
 	qps             float32
 	burst           int
 	verbosity       int
+	clientCert      clientCertFlags
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -128,6 +130,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
 	fl.IntVar(&f.burst, "kube-api-burst", 40, "the most API requests in a burst")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every admission decision, 3 the access log)")
+	f.clientCert.register(fl)
 	return cmd
 }
 
@@ -205,6 +208,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		return fmt.Errorf("load kubeconfig: %w", err)
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
+	unscoped := rest.CopyConfig(cfg)
 	if f.certRotation == "self" && !f.devRegister {
 		// cert-controller would list every Secret of the namespace; its
 		// RBAC names the certificate Secret only.
@@ -302,6 +306,11 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		})
 		if err != nil {
 			return fmt.Errorf("set up certificate rotation: %w", err)
+		}
+		if f.clientCert.secretName != "" {
+			if err := addClientCertRotator(mgr, unscoped, f.namespace, &f.clientCert); err != nil {
+				return err
+			}
 		}
 	default:
 		close(certsReady)

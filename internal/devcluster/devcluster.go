@@ -52,6 +52,11 @@ type Options struct {
 	// path), optional. It takes the placeholders of HostProcess.Args, so it can
 	// name the extender's {port:NAME}. It is used when the cluster is created.
 	SchedulerConfig string
+	// Prepare, when set, runs at the start of every Up with the cluster's
+	// state directory (the {state} placeholder), before any component
+	// starts: it writes what SchedulerConfig and HostProcesses name there
+	// (certificates). It must be idempotent.
+	Prepare func(stateDir string) error
 	// PartitaBinary is the partita binary that runs HostProcesses.
 	PartitaBinary string
 	// HostProcesses are Partita's own processes to run on the host once the
@@ -193,6 +198,14 @@ func (c *Cluster) Up(ctx context.Context) error {
 		return err
 	}
 	start := time.Now()
+	if c.opts.Prepare != nil {
+		if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", c.stateDir(), err)
+		}
+		if err := c.opts.Prepare(c.stateDir()); err != nil {
+			return fmt.Errorf("prepare cluster %q: %w", c.opts.Name, err)
+		}
+	}
 	if c.exists() {
 		if err := c.healthy(ctx); err != nil {
 			c.printf("Cluster %q exists but does not answer (%v); starting its components again", c.opts.Name, err)

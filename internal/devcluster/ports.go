@@ -19,6 +19,11 @@ func (c *Cluster) stateDir() string {
 	return filepath.Join(c.opts.WorkDir, "partita", c.opts.Name)
 }
 
+// StateDir is Partita's state directory for the cluster, the {state}
+// placeholder of HostProcess.Args (the extender's dev certificates live
+// there).
+func (c *Cluster) StateDir() string { return c.stateDir() }
+
 var portPlaceholder = regexp.MustCompile(`\{port:([a-z0-9-]+)\}`)
 
 // ports returns the cluster's named loopback ports, choosing and saving a free

@@ -131,6 +131,17 @@ func ReadBody(c *gin.Context, limit int64) ([]byte, error) {
 // without a restart), else plain HTTP. what names the server in logs and
 // errors.
 func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), what string) error {
+	var cfg *tls.Config
+	if getCertificate != nil {
+		cfg = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
+	}
+	return ServeTLSConfig(ctx, l, h, cfg, what)
+}
+
+// ServeTLSConfig serves h on l until ctx ends, over TLS with cfg (which
+// must give the serving certificate, directly or through
+// GetConfigForClient), or plain HTTP when cfg is nil.
+func ServeTLSConfig(ctx context.Context, l net.Listener, h http.Handler, cfg *tls.Config, what string) error {
 	logger := logr.FromContextOrDiscard(ctx)
 	srv := &http.Server{
 		Handler:           h,
@@ -139,9 +150,7 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate f
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          log.New(logWriter{logger.V(3)}, "", 0),
-	}
-	if getCertificate != nil {
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate}
+		TLSConfig:         cfg,
 	}
 	done := make(chan struct{})
 	go func() {
@@ -151,9 +160,9 @@ func Serve(ctx context.Context, l net.Listener, h http.Handler, getCertificate f
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	logger.Info("Serving "+what, "addr", l.Addr().String(), "tls", getCertificate != nil)
+	logger.Info("Serving "+what, "addr", l.Addr().String(), "tls", cfg != nil)
 	var err error
-	if getCertificate != nil {
+	if cfg != nil {
 		err = srv.ServeTLS(l, "", "")
 	} else {
 		err = srv.Serve(l)

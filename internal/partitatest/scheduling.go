@@ -38,6 +38,24 @@ func (w *PodWrapper) NodeSelector(key, value string) *PodWrapper {
 	return w
 }
 
+// RequiredNodeAffinity adds a term of required node affinity with one
+// requirement (terms are ORed).
+func (w *PodWrapper) RequiredNodeAffinity(req corev1.NodeSelectorRequirement) *PodWrapper {
+	if w.Spec.Affinity == nil {
+		w.Spec.Affinity = &corev1.Affinity{}
+	}
+	if w.Spec.Affinity.NodeAffinity == nil {
+		w.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := w.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{}
+	}
+	rs := na.RequiredDuringSchedulingIgnoredDuringExecution
+	rs.NodeSelectorTerms = append(rs.NodeSelectorTerms, corev1.NodeSelectorTerm{MatchExpressions: []corev1.NodeSelectorRequirement{req}})
+	return w
+}
+
 // Toleration adds a toleration of key=value for every effect.
 func (w *PodWrapper) Toleration(key, value string) *PodWrapper {
 	w.Spec.Tolerations = append(w.Spec.Tolerations, corev1.Toleration{Key: key, Operator: corev1.TolerationOpEqual, Value: value})

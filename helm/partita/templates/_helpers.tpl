@@ -50,6 +50,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
 {{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
 {{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}
+{{/* kube-scheduler's client certificate for the extender, with its own CA. */}}
+{{- define "partita.schedulerClientSecret" -}}{{ include "partita.fullname" . }}-scheduler-client-cert{{- end -}}
+{{/* The client certificate's common name, which the extender accepts. */}}
+{{- define "partita.schedulerClientName" -}}{{ include "partita.schedulerName" . }}{{- end -}}
 
 {{/* The extender's in-cluster URL, as kube-scheduler calls it. */}}
 {{- define "partita.extenderURL" -}}
@@ -58,6 +62,8 @@ https://{{ include "partita.extenderName" . }}.{{ .Release.Namespace }}.svc:443
 
 {{/* Where the extender's CA lies inside the scheduler container. */}}
 {{- define "partita.schedulerCADir" -}}/etc/partita/extender-ca{{- end -}}
+{{/* Where its client certificate lies inside the scheduler container. */}}
+{{- define "partita.schedulerClientDir" -}}/etc/partita/scheduler-client{{- end -}}
 
 {{/*
 The KubeSchedulerConfiguration that wires the extender in. It must equal
@@ -68,9 +74,19 @@ JSON-quoted strings, the same keys in the same order.
 {{- $s := .Values.scheduler -}}
 {{- $url := include "partita.extenderURL" . -}}
 {{- $ca := printf "%s/ca.crt" (include "partita.schedulerCADir" .) -}}
+{{- $cert := printf "%s/tls.crt" (include "partita.schedulerClientDir" .) -}}
+{{- $key := printf "%s/tls.key" (include "partita.schedulerClientDir" .) -}}
+{{- $serverName := "" -}}
 {{- if eq $s.mode "default" -}}
 {{- $url = default $url $s.extenderURL -}}
 {{- $ca = $s.extenderCAFile -}}
+{{- $cert = $s.extenderClientCertFile -}}
+{{- $key = $s.extenderClientKeyFile -}}
+{{- if $s.extenderServerName -}}
+{{- $serverName = $s.extenderServerName -}}
+{{- else if $s.extenderURL -}}
+{{- $serverName = printf "%s.%s.svc" (include "partita.extenderName" .) .Release.Namespace -}}
+{{- end -}}
 {{- end -}}
 # kube-scheduler configuration for Partita's extender; written by
 # partita extender --print-scheduler-config. kube-scheduler calls the extender
@@ -96,14 +112,13 @@ extenders:
   preemptVerb: preempt
   weight: {{ $s.weight }}
   httpTimeout: {{ $s.httpTimeout | toJson }}
-  enableHTTPS: {{ hasPrefix "https://" $url }}
-{{- if hasPrefix "https://" $url }}
+  enableHTTPS: true
   tlsConfig:
-{{- if $ca }}
     caFile: {{ $ca | toJson }}
-{{- else }}
-    insecure: true
-{{- end }}
+    certFile: {{ $cert | toJson }}
+    keyFile: {{ $key | toJson }}
+{{- with $serverName }}
+    serverName: {{ . | toJson }}
 {{- end }}
   nodeCacheCapable: true
   ignorable: false

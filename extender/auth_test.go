@@ -1,0 +1,295 @@
+package extender
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// testCA is a certificate authority for tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t testing.TB, name string) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue signs a leaf for cn with the given extended key usage, valid
+// from notBefore to notAfter; DNS names and IPs make it a serving one.
+func (ca *testCA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time, ips ...net.IP) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
+		NotBefore: notBefore, NotAfter: notAfter, IPAddresses: ips,
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
+}
+
+// client issues a client certificate for cn, valid for a day.
+func (ca *testCA) client(t testing.TB, cn string) tls.Certificate {
+	return ca.issue(t, cn, x509.ExtKeyUsageClientAuth, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+}
+
+// schedulerConn is the TLS state of a connection from kube-scheduler, as
+// crypto/tls leaves it after verifying its certificate: tests of the
+// handlers put it on their requests.
+func schedulerConn(t testing.TB) *tls.ConnectionState {
+	t.Helper()
+	ca := newTestCA(t, "scheduler-ca")
+	c := ca.client(t, DefaultClientName)
+	return &tls.ConnectionState{HandshakeComplete: true, PeerCertificates: []*x509.Certificate{c.Leaf},
+		VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.cert}}}
+}
+
+func TestClientAuthCheck(t *testing.T) {
+	ca := newTestCA(t, "scheduler-ca")
+	now := time.Now()
+	conn := func(c tls.Certificate) *tls.ConnectionState {
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c.Leaf}, VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.cert}}}
+	}
+	cases := map[string]struct {
+		auth       ClientAuth
+		tls        *tls.ConnectionState
+		wantStatus int // 0: allowed
+		wantReason string
+	}{
+		"kube-scheduler": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.client(t, DefaultClientName))},
+		"plain HTTP": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}},
+			wantStatus: 401, wantReason: "not over TLS"},
+		"no certificate": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: &tls.ConnectionState{},
+			wantStatus: 401, wantReason: "no client certificate; only kube-scheduler may call the extender"},
+		"a certificate the handshake did not verify": {auth: ClientAuth{}, tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.client(t, DefaultClientName).Leaf}},
+			wantStatus: 401, wantReason: "no client certificate"},
+		"another name": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.client(t, "mallory")),
+			wantStatus: 403, wantReason: `client certificate "mallory" is not one of the allowed names (partita-scheduler; --client-allowed-names)`},
+		"any name when none is set": {auth: ClientAuth{}, tls: conn(ca.client(t, "whoever"))},
+		"expired since the handshake": {
+			auth:       ClientAuth{AllowedNames: []string{DefaultClientName}, Clock: clocktesting.NewFakePassiveClock(now.Add(48 * time.Hour))},
+			tls:        conn(ca.client(t, DefaultClientName)),
+			wantStatus: 401, wantReason: `client certificate "partita-scheduler" is valid from`,
+		},
+		"not yet valid": {
+			auth:       ClientAuth{AllowedNames: []string{DefaultClientName}},
+			tls:        conn(ca.issue(t, DefaultClientName, x509.ExtKeyUsageClientAuth, now.Add(time.Hour), now.Add(2*time.Hour))),
+			wantStatus: 401, wantReason: "not now",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest(http.MethodPost, "/bind", nil)
+			r.TLS = tc.tls
+			err := tc.auth.Check(r)
+			if tc.wantStatus == 0 {
+				if err != nil {
+					t.Fatalf("Check() = %v, want allowed", err)
+				}
+				return
+			}
+			var ae *AuthError
+			if !IsAuthError(err) {
+				t.Fatalf("Check() = %v, want an *AuthError", err)
+			}
+			ae = err.(*AuthError)
+			if ae.Status != tc.wantStatus || !strings.Contains(ae.Reason, tc.wantReason) {
+				t.Errorf("Check() = %d %q, want %d containing %q", ae.Status, ae.Reason, tc.wantStatus, tc.wantReason)
+			}
+		})
+	}
+}
+
+// tlsServer serves the extender's handler with TLSConfig over a real
+// listener, with the serving certificate from servingCA and client
+// certificates verified against the CA file it returns.
+func tlsServer(t *testing.T, servingCA, clientCA *testCA, clk *clocktesting.FakeClock) (*httptest.Server, string) {
+	t.Helper()
+	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
+	if err := os.WriteFile(caFile, clientCA.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cas, err := NewClientCAs(caFile, clk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving := servingCA.issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
+	srv := httptest.NewUnstartedServer(testServer{synced: true, leader: true}.handler(t))
+	srv.TLS = TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, cas, testr.New(t))
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	return srv, caFile
+}
+
+// call GETs or POSTs path with the client certificate cert (none when nil)
+// and returns the status, or the error of the connection.
+func call(t *testing.T, srv *httptest.Server, servingCA *testCA, cert *tls.Certificate, method, path string) (int, string, error) {
+	t.Helper()
+	roots := x509.NewCertPool()
+	roots.AddCert(servingCA.cert)
+	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	if cert != nil {
+		// Sent whatever CAs the server names: Go's client would otherwise
+		// send none that the server's CA did not sign, and a hostile
+		// client sends what it likes.
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return cert, nil }
+	}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}, Timeout: 5 * time.Second}
+	req, err := http.NewRequestWithContext(t.Context(), method, srv.URL+path, strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), nil
+}
+
+// TestTLSClientCertificates plays the callers over real TLS connections:
+// probes reach /healthz without a certificate, nobody reaches a verb
+// without kube-scheduler's, and a certificate of another CA, or a serving
+// certificate of the right CA, does not even complete the handshake.
+func TestTLSClientCertificates(t *testing.T) {
+	servingCA, clientCA, otherCA := newTestCA(t, "serving-ca"), newTestCA(t, "client-ca"), newTestCA(t, "other-ca")
+	clk := clocktesting.NewFakeClock(time.Now())
+	srv, caFile := tlsServer(t, servingCA, clientCA, clk)
+	scheduler := clientCA.client(t, DefaultClientName)
+	otherName := clientCA.client(t, "someone")
+	foreign := otherCA.client(t, DefaultClientName)
+	servingAsClient := clientCA.issue(t, DefaultClientName, x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	cases := map[string]struct {
+		cert         *tls.Certificate
+		method, path string
+		wantStatus   int
+		wantBody     string
+		wantConnErr  bool
+	}{
+		"probe without a certificate":   {method: http.MethodGet, path: "/healthz", wantStatus: 200},
+		"readiness without certificate": {method: http.MethodGet, path: "/readyz", wantStatus: 200},
+		"bind without a certificate":    {method: http.MethodPost, path: "/bind", wantStatus: 401, wantBody: "no client certificate"},
+		"filter without a certificate":  {method: http.MethodPost, path: "/filter", wantStatus: 401, wantBody: "no client certificate"},
+		"bind as someone else":          {cert: &otherName, method: http.MethodPost, path: "/bind", wantStatus: 403, wantBody: `"someone" is not one of the allowed names`},
+		"bind with another CA's cert":   {cert: &foreign, method: http.MethodPost, path: "/bind", wantConnErr: true},
+		"bind with a serving cert":      {cert: &servingAsClient, method: http.MethodPost, path: "/bind", wantConnErr: true},
+		// Past authentication, the body "{}" is read as a request
+		// without a pod.
+		"bind as kube-scheduler":   {cert: &scheduler, method: http.MethodPost, path: "/bind", wantStatus: 400, wantBody: "PodName and PodNamespace are required"},
+		"filter as kube-scheduler": {cert: &scheduler, method: http.MethodPost, path: "/filter", wantStatus: 400, wantBody: "no pod"},
+		"debug is off":             {cert: &scheduler, method: http.MethodGet, path: PathDebugLedger, wantStatus: 404},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, body, err := call(t, srv, servingCA, tc.cert, tc.method, tc.path)
+			if tc.wantConnErr {
+				if err == nil {
+					t.Fatalf("%s %s answered %d %q, want the handshake to fail", tc.method, tc.path, status, body)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%s %s: %v", tc.method, tc.path, err)
+			}
+			if status != tc.wantStatus || !strings.Contains(body, tc.wantBody) {
+				t.Errorf("%s %s = %d %q, want %d containing %q", tc.method, tc.path, status, body, tc.wantStatus, tc.wantBody)
+			}
+		})
+	}
+
+	// The CA rotates: the file changes, and once the check interval has
+	// passed the new CA's certificates are accepted and the old one's not.
+	rotated := newTestCA(t, "client-ca-2")
+	if err := os.WriteFile(caFile, rotated.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A Secret's files change with a new modification time; make sure it
+	// differs even on a coarse file system clock.
+	if err := os.Chtimes(caFile, time.Now().Add(time.Minute), time.Now().Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(clientCACheckInterval)
+	renewed := rotated.client(t, DefaultClientName)
+	if status, body, err := call(t, srv, servingCA, &renewed, http.MethodPost, "/filter"); err != nil || status != 400 {
+		t.Errorf("after the rotation, the new CA's certificate: %d %q %v, want through to the verb (400)", status, body, err)
+	}
+	if _, _, err := call(t, srv, servingCA, &scheduler, http.MethodPost, "/filter"); err == nil {
+		t.Errorf("after the rotation, the old CA's certificate was accepted")
+	}
+
+	// A file that stops reading keeps the last good CA.
+	if err := os.WriteFile(caFile, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(caFile, time.Now().Add(2*time.Minute), time.Now().Add(2*time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(clientCACheckInterval)
+	if status, body, err := call(t, srv, servingCA, &renewed, http.MethodPost, "/filter"); err != nil || status != 400 {
+		t.Errorf("with a broken CA file, the last good CA's certificate: %d %q %v, want through to the verb (400)", status, body, err)
+	}
+}
+
+func TestNewClientCAsRefusesAnEmptyFile(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "ca.crt")
+	if err := os.WriteFile(empty, []byte("# nothing\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, path := range map[string]string{"no PEM certificate": empty, "no file": filepath.Join(dir, "missing.crt")} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := NewClientCAs(path, nil); err == nil || !strings.Contains(err.Error(), path) {
+				t.Errorf("NewClientCAs(%s) = %v, want an error naming the file", path, err)
+			}
+		})
+	}
+}

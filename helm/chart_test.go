@@ -442,3 +442,42 @@ func TestChartExtenderTrust(t *testing.T) {
 		t.Errorf("client Certificate = %+v", cert.Spec)
 	}
 }
+
+// TestChartAgentPolicy: the policy that ties agents to their nodes ships
+// by default, for the agent's ServiceAccount only, and lets a token that
+// names no node through only with agent.simulatedFleet (partita dev up).
+func TestChartAgentPolicy(t *testing.T) {
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"by default":      {want: "variables.node != '' && variables.target == variables.node"},
+		"simulated fleet": {args: []string{"--set", "agent.simulatedFleet=true"}, want: "variables.node == '' || variables.target == variables.node"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			manifest := render(t, tc.args...)
+			var vap admissionregistrationv1.ValidatingAdmissionPolicy
+			var binding admissionregistrationv1.ValidatingAdmissionPolicyBinding
+			if !find(t, manifest, "ValidatingAdmissionPolicy", "partita-agent-own-node", &vap) ||
+				!find(t, manifest, "ValidatingAdmissionPolicyBinding", "partita-agent-own-node", &binding) {
+				t.Fatal("no agent policy and binding")
+			}
+			if len(vap.Spec.Validations) != 1 || vap.Spec.Validations[0].Expression != tc.want {
+				t.Errorf("validations = %+v, want the expression %q", vap.Spec.Validations, tc.want)
+			}
+			if len(vap.Spec.MatchConditions) != 1 || !strings.Contains(vap.Spec.MatchConditions[0].Expression, `"system:serviceaccount:partita-system:partita-agent"`) {
+				t.Errorf("match conditions = %+v, want the agent's ServiceAccount alone", vap.Spec.MatchConditions)
+			}
+			if fp := vap.Spec.FailurePolicy; fp == nil || *fp != admissionregistrationv1.Fail {
+				t.Errorf("failurePolicy = %v, want Fail", fp)
+			}
+			if binding.Spec.PolicyName != vap.Name || !slices.Equal(binding.Spec.ValidationActions, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}) {
+				t.Errorf("binding = %+v, want Deny for %s", binding.Spec, vap.Name)
+			}
+		})
+	}
+	if find(t, render(t, "--set", "agent.enabled=false"), "ValidatingAdmissionPolicy", "partita-agent-own-node", &admissionregistrationv1.ValidatingAdmissionPolicy{}) {
+		t.Error("the agent policy is rendered without an agent")
+	}
+}

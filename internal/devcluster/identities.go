@@ -97,12 +97,17 @@ func (c *Cluster) tokenFile(sa string) string {
 }
 
 // RBACManifest renders the chart's ServiceAccounts and RBAC for the dev
-// cluster with the cached helm binary. The scheduler's are left out: the
-// dev cluster's kube-scheduler is kwokctl's, with its own credentials.
+// cluster with the cached helm binary, and the policy that ties each
+// agent's writes to its own node. The scheduler's are left out: the dev
+// cluster's kube-scheduler is kwokctl's, with its own credentials. The one
+// agent serves every simulated node with a token bound to no node, which
+// the policy allows only with agent.simulatedFleet (a token bound to a
+// node, such as a real node's agent pod has, still writes only its own).
 func (c *Cluster) RBACManifest(ctx context.Context) ([]byte, error) {
 	return helm.Template(ctx, helm.TemplateOptions{
 		Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
-		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/rbac.yaml", "--set", "scheduler.mode=default"},
+		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/rbac.yaml", "--show-only", "templates/agent-policy.yaml",
+			"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true"},
 	})
 }
 

@@ -87,7 +87,9 @@ func TestTrustPolicyCannotCallOut(t *testing.T) {
 	if _, err := cms.Create(ctx, cm, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the good policy: %v", err)
 	}
-	t.Cleanup(func() { _ = clientset.CoreV1().ConfigMaps(partitaNamespace).Delete(context.WithoutCancel(ctx), cm.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = clientset.CoreV1().ConfigMaps(partitaNamespace).Delete(context.WithoutCancel(ctx), cm.Name, metav1.DeleteOptions{})
+	})
 	pod := gpuPod(f.ns, "", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}, map[string]string{v1alpha1.LabelQueue: f.queue})
 	pod.GenerateName = "p-"
 	eventually(ctx, t, 10*time.Second, func() error {

@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"io"
 	"math/big"
 	"net"
@@ -137,10 +138,9 @@ func TestClientAuthCheck(t *testing.T) {
 				return
 			}
 			var ae *AuthError
-			if !IsAuthError(err) {
+			if !errors.As(err, &ae) || !IsAuthError(err) {
 				t.Fatalf("Check() = %v, want an *AuthError", err)
 			}
-			ae = err.(*AuthError)
 			if ae.Status != tc.wantStatus || !strings.Contains(ae.Reason, tc.wantReason) {
 				t.Errorf("Check() = %d %q, want %d containing %q", ae.Status, ae.Reason, tc.wantStatus, tc.wantReason)
 			}

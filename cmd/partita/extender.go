@@ -177,6 +177,8 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", f.addr, err)
 	}
+	log.Info("Answering the verbs to client certificates of this CA only", "clientCAFile", f.clientCAFile,
+		"allowedNames", f.clientNames, "debugEndpoints", f.debugEndpoints, "profiling", f.profiling)
 
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = f.kubeconfig

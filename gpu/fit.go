@@ -206,6 +206,22 @@ func (v *view) charge(n *nodeState, e *podEntry, sign int64) {
 	}
 }
 
+// held is what e holds on n's devices, in milli-GPUs, as charge counts it.
+func (v *view) held(n *nodeState, e *podEntry) int64 {
+	devs := v.devs(n)
+	var sum int64
+	for i := range e.containers {
+		c := &e.containers[i]
+		for _, u := range c.uuids {
+			if j := n.inv.position(u); j >= 0 {
+				milli, _, _ := c.charge(devs[j].memoryMiB)
+				sum += milli
+			}
+		}
+	}
+	return sum
+}
+
 // scratchDevices sizes the scratch buffers of a placement: enough for the
 // usual 8- or 16-GPU node without touching the heap. Bigger nodes (the CRD
 // allows 64 devices) get heap buffers.

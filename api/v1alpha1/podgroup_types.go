@@ -41,6 +41,10 @@ const (
 	ReasonScheduleTimeout = "ScheduleTimeout"
 	// ReasonPreempted: the gang was evicted for another workload.
 	ReasonPreempted = "Preempted"
+	// ReasonQueueConflict: the gang's pods name different queues, or
+	// another queue than their PodGroup; it is not admitted until they
+	// agree.
+	ReasonQueueConflict = "QueueConflict"
 )
 
 // PodGroupSpec describes a gang: pods that start all together or not at all.

@@ -111,6 +111,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"unknown cert mode":        "certs.mode=vault",
 		"a typo in a key":          "webhook.replica=3",
 		"failure policy":           "webhook.failurePolicy=Never",
+		"no default queue":         "webhook.defaultQueue=",
+		"a default queue's name":   "webhook.defaultQueue=Team_A",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -208,13 +208,13 @@ func (c *Cache) State() *State {
 	}
 	clear(c.dirty)
 	st := &State{
-		Queues:      make(map[string]*Queue, len(c.queues)),
-		Pending:     make(map[string][]*Workload, len(c.pending)),
-		Active:      make(map[string][]*Workload, len(c.active)),
-		Gangs:       make([]*Workload, 0, len(c.gangs)),
-		Terminating: make([]*Workload, 0, len(c.terminating)),
-		Nodes:       make(map[string]*Node, len(c.nodes)),
-		Generation:  c.generation,
+		Queues:       make(map[string]*Queue, len(c.queues)),
+		Pending:      make(map[string][]*Workload, len(c.pending)),
+		Active:       make(map[string][]*Workload, len(c.active)),
+		Gangs:        make([]*Workload, 0, len(c.gangs)),
+		Terminating:  make([]*Workload, 0, len(c.terminating)),
+		Nodes:        make(map[string]*Node, len(c.nodes)),
+		Generation:   c.generation,
 		DefaultQueue: c.defaultQueue,
 	}
 	for name, q := range c.queues {

@@ -161,6 +161,9 @@ type view struct {
 	// nodeIdx maps node names to positions in nodes. It may be shared with
 	// snapshots: whoever writes it must own it (see Ledger.ownNodeIdx).
 	nodeIdx map[string]int32
+	// inventoryEpoch counts the changes of any node's inventory (see
+	// Snapshot.InventoryEpoch).
+	inventoryEpoch uint64
 }
 
 func (v *view) slot(name string) (int32, bool) {

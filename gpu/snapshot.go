@@ -131,6 +131,12 @@ func (s *Snapshot) HeldMilli(uid types.UID, node string) (int64, bool) {
 	return s.v.held(n, e), true
 }
 
+// InventoryEpoch changes whenever a node's inventory in the ledger changes
+// (a GPUNode added, removed, or its devices changed). What a pod that shows
+// its devices holds (HeldMilli) depends only on those devices and the
+// inventory, so a caller may keep it while the epoch stays.
+func (s *Snapshot) InventoryEpoch() uint64 { return s.v.inventoryEpoch }
+
 func entryOn(n *nodeState, uid types.UID) *podEntry {
 	for _, e := range n.pods {
 		if e.uid == uid {

@@ -185,8 +185,9 @@ type cycle struct {
 	evictableByQueue map[string][]*Workload
 	clusterMilli     int64
 	// held memoises activeCharge of device-charged workloads, computed
-	// before the cycle changes the snapshot.
-	held map[WorkloadKey]int64
+	// before the cycle changes the snapshot. Keyed by the workload itself:
+	// hashing a pointer costs a fraction of hashing a WorkloadKey.
+	held map[*Workload]int64
 
 	admissions []Admission
 	waiting    []Wait
@@ -224,7 +225,7 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 	// fractions and whole GPUs; what a memory request holds depends on its
 	// devices and is read from the ledger.
 	held := map[string]int64{}
-	c.held = make(map[WorkloadKey]int64, len(st.DeviceCharged))
+	c.held = map[*Workload]int64{}
 	for _, w := range st.DeviceCharged {
 		held[w.Queue] += c.activeCharge(w) - w.ActiveMilli()
 	}
@@ -317,37 +318,51 @@ func compareKeys(a, b WorkloadKey) int {
 // is charged for them: for members that ask for GPU memory, the share of
 // each device they hold in the ledger snapshot (gpu.Snapshot.HeldMilli),
 // else their partita.dev/gpu-milli.
+//
+// A workload whose members are all bound and shown in the ledger keeps the
+// sum until a node's inventory changes (Workload.held): a cycle over 40,000
+// running memory slices then reads the ledger for none of them. Otherwise
+// the sum is kept for the cycle only, since the cycle changes its snapshot
+// as it simulates evictions.
 func (c *cycle) activeCharge(w *Workload) int64 {
 	if !w.deviceCharged {
 		return w.activeMilli
 	}
-	if v, ok := c.held[w.Key]; ok {
+	epoch := c.snap.InventoryEpoch()
+	if w.heldValid && w.heldEpoch == epoch {
+		return w.held
+	}
+	if v, ok := c.held[w]; ok {
 		return v
 	}
 	var sum int64
+	stable := true
 	for _, m := range w.Active {
-		sum += c.memberCharge(m)
+		v, shown := c.memberCharge(m)
+		sum += v
+		stable = stable && shown && m.Bound
 	}
-	c.held[w.Key] = sum
+	if stable {
+		w.held, w.heldEpoch, w.heldValid = sum, epoch, true
+	} else {
+		c.held[w] = sum
+	}
 	return sum
 }
 
 // memberCharge is what one active member holds: the ledger's share of its
-// devices, looked for on its node (or its reservation's); a member the
-// ledger does not show holding anything (ungated, its hold lapsed, not
-// bound yet) counts its partita.dev/gpu-milli.
-func (c *cycle) memberCharge(m *Member) int64 {
-	if !memoryRequest(m.Request) {
-		return m.GPUMilli
+// devices, looked for on its node (or its reservation's), and whether the
+// ledger shows it; a member the ledger does not show holding anything
+// (ungated, its hold lapsed, not bound yet) counts its
+// partita.dev/gpu-milli.
+func (c *cycle) memberCharge(m *Member) (int64, bool) {
+	if !m.memory {
+		return m.GPUMilli, true
 	}
-	node := m.Pod.Spec.NodeName
-	if node == "" {
-		node = m.Pod.Annotations[v1alpha1.AnnotationNode]
+	if v, ok := c.snap.HeldMilli(m.uid, m.node); ok {
+		return v, true
 	}
-	if v, ok := c.snap.HeldMilli(m.Pod.UID, node); ok {
-		return v
-	}
-	return m.GPUMilli
+	return m.GPUMilli, false
 }
 
 // admitOrWait tries one workload; it reports whether it was admitted.

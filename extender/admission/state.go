@@ -32,6 +32,14 @@ type Member struct {
 	// sig and shape memoise constraintSig and requestShape: a member is
 	// immutable, and only the loop's goroutine reads it.
 	sig, shape string
+	// memory: the request asks for GPU memory, so what the member holds
+	// depends on its devices (memoryRequest, read once).
+	memory bool
+	// node is where the ledger holds the member's devices: its node, or
+	// the node of its reservation (partita.dev/node) while unbound; uid is
+	// the pod's. Kept here so that charging members never reads their pods.
+	node string
+	uid  types.UID
 }
 
 // Workload is a gang or a single pod, as one cycle sees it.
@@ -78,6 +86,14 @@ type Workload struct {
 	// deviceCharged: a member asks for GPU memory, whose share depends on
 	// the device it gets, so its charge is read from the ledger.
 	deviceCharged bool
+	// held memoises what the active members hold when every one of them is
+	// bound and shows its devices in the ledger: that changes only with a
+	// node's inventory (heldEpoch, gpu.Snapshot.InventoryEpoch) or with the
+	// members, which make a new Workload. Only the loop's goroutine touches
+	// it.
+	held      int64
+	heldEpoch uint64
+	heldValid bool
 	// placeKey and placeGroups memoise the placement question of the
 	// pending members, the same every cycle.
 	placeKey    string
@@ -103,11 +119,11 @@ func (w *Workload) Terminating() bool { return w.terminating }
 func (w *Workload) summarise() {
 	for _, m := range w.Pending {
 		w.pendingMilli += m.GPUMilli
-		w.deviceCharged = w.deviceCharged || memoryRequest(m.Request)
+		w.deviceCharged = w.deviceCharged || m.memory
 	}
 	for _, m := range w.Active {
 		w.activeMilli += m.GPUMilli
-		w.deviceCharged = w.deviceCharged || memoryRequest(m.Request)
+		w.deviceCharged = w.deviceCharged || m.memory
 		at := m.Admitted
 		if at.IsZero() {
 			at = m.Pod.CreationTimestamp.Time
@@ -422,7 +438,12 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 }
 
 func member(p *podInfo) *Member {
-	return &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != ""}
+	m := &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != "",
+		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID}
+	if m.node == "" {
+		m.node = p.pod.Annotations[v1alpha1.AnnotationNode]
+	}
+	return m
 }
 
 func queueFromSpec(name string, q *queueInfo) *Queue {

@@ -260,3 +260,33 @@ func (r *recordingQuota) CheckQuota(_ context.Context, q *QuotaRequest) (*QuotaV
 	r.asked = append(r.asked, fmt.Sprintf("%s: allocated %d, workload %d", q.Workload.Key, q.Queue.AllocatedMilli, q.GPUMilli))
 	return &QuotaVerdict{Allowed: true}, nil
 }
+
+// TestHeldChargeFollowsTheInventory: what a bound slice holds is kept from
+// cycle to cycle, and read again when its node's inventory changes.
+func TestHeldChargeFollowsTheInventory(t *testing.T) {
+	cache := NewCache()
+	cache.UpsertNode(MakeNode("n").Obj())
+	cache.UpsertQueue(MakeQueue("a").Obj())
+	held := canonical(t, MakePod("held", "ns").Queue("a").GPUMemory("20Gi").Node("n").Created(t0).
+		Annotation(v1alpha1.AnnotationDevicesPrefix+DefaultContainer, DeviceUUID("n", 0)).Obj(), h200MiB)
+	cache.UpsertPod(held)
+	ledger := gpu.BuildLedger(nil, []corev1.Pod{*held})
+	allocated := func() int64 {
+		t.Helper()
+		res := Run(t.Context(), cache.State(), ledger.Snapshot(), nil, Options{Now: t0.Add(time.Hour)})
+		return res.Queues[0].AllocatedMilli
+	}
+	if got := allocated(); got != 142 {
+		t.Errorf("with no GPUNode yet: allocated %d, want its partita.dev/gpu-milli 142", got)
+	}
+	ledger.UpsertNode(MakeGPUNode("n").Devices(1, "NVIDIA L4", l4MiB).Obj())
+	for range 2 {
+		if got := allocated(); got != 890 {
+			t.Errorf("on an L4: allocated %d, want 890", got)
+		}
+	}
+	ledger.UpsertNode(MakeGPUNode("n").Devices(1, "NVIDIA H200", h200MiB).Obj())
+	if got := allocated(); got != 143 {
+		t.Errorf("after the node's device changed to an H200: allocated %d, want 143", got)
+	}
+}

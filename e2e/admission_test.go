@@ -37,7 +37,18 @@ const devPreemptMinRuntime = 5 * time.Second
 // by the agent like the others, and removes it when the test ends.
 func addGPUNode(ctx context.Context, t *testing.T, name string, gpus int, labels map[string]string) {
 	t.Helper()
-	node := devcluster.SimulatedGPUNode(0, gpus, devcluster.GPUModels["H100-80GB"])
+	addGPUNodeOf(ctx, t, name, gpus, "H100-80GB", labels)
+}
+
+// addGPUNodeOf is addGPUNode with gpus devices of model (a key of
+// devcluster.GPUModels), so that a test can mix GPU models.
+func addGPUNodeOf(ctx context.Context, t *testing.T, name string, gpus int, model string, labels map[string]string) {
+	t.Helper()
+	m, ok := devcluster.GPUModels[model]
+	if !ok {
+		t.Fatalf("no simulated GPU model %q", model)
+	}
+	node := devcluster.SimulatedGPUNode(0, gpus, m)
 	node.Name = name
 	node.Labels["kubernetes.io/hostname"] = name
 	for k, v := range labels {

@@ -59,6 +59,9 @@ func runHelm(ctx context.Context, t *testing.T, args ...string) string {
 var chartValues = []string{
 	"--set", "agent.simulate=8xH100-80GB",
 	"--set", "webhook.namespaceSelector.matchLabels.e2e\\.partita\\.dev/chart-webhook=nowhere",
+	// The dev cluster already has its default Queue (cluster-scoped, one
+	// per cluster), which `partita dev up` created from the same template.
+	"--set", "webhook.createDefaultQueue=false",
 }
 
 func TestChartInstallUpgradeUninstall(t *testing.T) {

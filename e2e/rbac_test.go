@@ -106,6 +106,9 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "watch", resource: "secrets", namespace: ns, name: clientCert},
 				{verb: "watch", group: "admissionregistration.k8s.io", resource: "mutatingwebhookconfigurations"},
 				{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "partita"},
+				// A member's PodGroup, a PodGroup's PriorityClass.
+				{verb: "watch", group: "partita.dev", resource: "podgroups"}, {verb: "get", group: "partita.dev", resource: "podgroups", namespace: "default"},
+				{verb: "list", group: "scheduling.k8s.io", resource: "priorityclasses"},
 			},
 			mayNot: []access{
 				{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "someone-elses"},
@@ -113,6 +116,10 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "create", resource: "pods", subresource: "binding", namespace: "default"},
 				{verb: "patch", resource: "configmaps", namespace: "kube-system"},
 				{verb: "update", group: "partita.dev", resource: "queues", subresource: "status"},
+				{verb: "update", group: "partita.dev", resource: "podgroups", namespace: "default"},
+				{verb: "patch", group: "partita.dev", resource: "podgroups", subresource: "status", namespace: "default"},
+				{verb: "create", group: "scheduling.k8s.io", resource: "priorityclasses"},
+				{verb: "get", resource: "pods", namespace: "default"},
 			},
 		},
 		"partita-extender": {

@@ -72,6 +72,10 @@ type AdmitterOptions struct {
 	// ImplicitJobGangs makes the pods of a Job that name no pod group a
 	// gang of the Job's parallelism.
 	ImplicitJobGangs bool
+	// DefaultQueue is the queue of workloads whose pods and PodGroup name
+	// none (pods the webhook never gave a queue); empty leaves them
+	// outside every queue.
+	DefaultQueue string
 	// StatusClient writes pod conditions and Queue and PodGroup status;
 	// nil means the main client. A client of its own keeps those writes
 	// from queueing pins and ungating behind them at the client's QPS.
@@ -83,6 +87,7 @@ func DefaultAdmitterOptions() AdmitterOptions {
 	return AdmitterOptions{
 		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout,
 		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultAssumeTTL,
+		DefaultQueue: v1alpha1.DefaultQueueName,
 	}
 }
 
@@ -128,6 +133,9 @@ type Admitter struct {
 type inflightPod struct {
 	alloc    *gpu.PodAllocation
 	deadline time.Time
+	// held: the ledger holds alloc for the pod (Admission.Hold) until the
+	// pod binds, goes, or the deadline passes.
+	held bool
 }
 
 type timeout struct {
@@ -148,7 +156,7 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		clk = clock.RealClock{}
 	}
 	a := &Admitter{
-		cache: admission.NewCache(admission.WithImplicitJobGangs(opts.ImplicitJobGangs)), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
+		cache: admission.NewCache(admission.WithImplicitJobGangs(opts.ImplicitJobGangs), admission.WithDefaultQueue(opts.DefaultQueue)), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
@@ -260,6 +268,12 @@ func (a *Admitter) expire(now time.Time) {
 		present, bound := a.cache.PodState(uid)
 		if bound || !present || now.After(p.deadline) {
 			delete(a.inflight, uid)
+			if p.held && !bound {
+				// Unbound after the deadline, or gone: the hold lapses and
+				// kube-scheduler may place the pod anywhere. (A bound pod
+				// shows its devices; Forget drops only what it does not.)
+				a.ledger.Forget(uid)
+			}
 		}
 	}
 	for uid := range a.reserved {
@@ -291,7 +305,7 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 	var jobs []func() error
 	for _, adm := range ready {
 		for _, m := range adm.Members {
-			jobs = append(jobs, func() error { return a.release(ctx, m, adm.Pin, adm.Workload.Key, stamp) })
+			jobs = append(jobs, func() error { return a.release(ctx, m, adm, stamp) })
 		}
 	}
 	errs = append(errs, parallel(patchWorkers, jobs)...)
@@ -303,7 +317,7 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 			if adm.Pin {
 				a.reserved[uid] = now
 			} else {
-				a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL)}
+				a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL), held: adm.Hold}
 			}
 			note := "admitted by queue " + w.Queue
 			if adm.Pin {
@@ -321,9 +335,10 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 }
 
 // reserve records a gang's devices in the ledger, all or none, so that the
-// extender's filter and bind keep them for its members.
+// extender's filter and bind keep them for its members; and a held single
+// pod's, so that it binds where its queue was charged.
 func (a *Admitter) reserve(adm admission.Admission) error {
-	if !adm.Pin {
+	if !adm.Pin && !adm.Hold {
 		return nil
 	}
 	for i, m := range adm.Members {
@@ -359,7 +374,8 @@ func parallel(n int, jobs []func() error) []error {
 
 // release pins one member to its node (gangs) and removes the admission
 // gate, in one write.
-func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, pin bool, key admission.WorkloadKey, stamp string) error {
+func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm admission.Admission, stamp string) error {
+	pin, key := adm.Pin, adm.Workload.Key
 	orig := m.Member.Pod
 	pod := orig.DeepCopy()
 	if pod.Annotations == nil {
@@ -379,7 +395,7 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, pin
 	}
 	pod.Spec.SchedulingGates = gates
 	if err := a.client.Patch(ctx, pod, client.StrategicMergeFrom(orig)); err != nil {
-		if pin {
+		if pin || adm.Hold {
 			a.ledger.Forget(orig.UID)
 		}
 		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)

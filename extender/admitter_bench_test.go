@@ -22,6 +22,27 @@ import (
 // policy is the real default Rego bundle. One op is what the loop does per
 // cycle: copy the state, refresh the ledger snapshot, decide.
 func BenchmarkAdmissionCycle(b *testing.B) {
+	benchmarkAdmissionCycle(b, func(name, q, node string, device int32, created time.Time) *corev1.Pod {
+		return partitatest.MakePod(name, "bench").Queue(q).GPUCount(1).Node(node).Created(created).
+			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
+	})
+}
+
+// BenchmarkMemorySliceCycle is BenchmarkAdmissionCycle with every running
+// pod a 79Gi memory slice, one per device, so that the cluster is as full:
+// each cycle reads what the 40,000 slices hold from the ledger snapshot
+// (gpu.Snapshot.HeldMilli), the worst case of charging queues what pods
+// hold.
+func BenchmarkMemorySliceCycle(b *testing.B) {
+	benchmarkAdmissionCycle(b, func(name, q, node string, device int32, created time.Time) *corev1.Pod {
+		p := partitatest.MakePod(name, "bench").Queue(q).GPUMemory("79Gi").Node(node).Created(created).
+			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
+		r, _ := gpu.ParsePod(p)
+		return gpu.ApplyCanonical(p, r, 81559)
+	})
+}
+
+func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string, device int32, created time.Time) *corev1.Pod) {
 	const (
 		nodes, perNode     = 5000, 8
 		parents, leaves    = 10, 100
@@ -56,9 +77,7 @@ func BenchmarkAdmissionCycle(b *testing.B) {
 	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 	for i := range nodes * perNode {
 		q := queues[i%len(queues)]
-		p := partitatest.MakePod(fmt.Sprintf("run-%05d", i), "bench").Queue(q).GPUCount(1).
-			Node(fmt.Sprintf("node-%04d", i/perNode)).Created(created).
-			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(fmt.Sprintf("node-%04d", i/perNode), int32(i%perNode))).Obj()
+		p := runningPod(fmt.Sprintf("run-%05d", i), q, fmt.Sprintf("node-%04d", i/perNode), int32(i%perNode), created)
 		running = append(running, *p)
 		cache.UpsertPod(p)
 	}

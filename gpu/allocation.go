@@ -69,6 +69,19 @@ func (a *PodAllocation) Clone() *PodAllocation {
 	return &out
 }
 
+// Milli is what the allocation holds, in milli-GPUs: each container's
+// share of each of its devices (ContainerAllocation.Milli, 1000 for a whole
+// device, the memory's share of the device for a memory request), summed.
+// For an allocation Choose made it equals what the ledger charges its
+// devices, and what the admission loop charges the pod's queue.
+func (a *PodAllocation) Milli() int64 {
+	var sum int64
+	for _, c := range a.Containers {
+		sum += int64(len(c.DeviceUUIDs)) * c.Milli
+	}
+	return sum
+}
+
 // ErrNotAllocated says a pod carries no allocation annotations.
 var ErrNotAllocated = errors.New("pod has no GPU allocation")
 

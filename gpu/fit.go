@@ -161,6 +161,9 @@ type view struct {
 	// nodeIdx maps node names to positions in nodes. It may be shared with
 	// snapshots: whoever writes it must own it (see Ledger.ownNodeIdx).
 	nodeIdx map[string]int32
+	// inventoryEpoch counts the changes of any node's inventory (see
+	// Snapshot.InventoryEpoch).
+	inventoryEpoch uint64
 }
 
 func (v *view) slot(name string) (int32, bool) {
@@ -204,6 +207,22 @@ func (v *view) charge(n *nodeState, e *podEntry, sign int64) {
 			}
 		}
 	}
+}
+
+// held is what e holds on n's devices, in milli-GPUs, as charge counts it.
+func (v *view) held(n *nodeState, e *podEntry) int64 {
+	devs := v.devs(n)
+	var sum int64
+	for i := range e.containers {
+		c := &e.containers[i]
+		for _, u := range c.uuids {
+			if j := n.inv.position(u); j >= 0 {
+				milli, _, _ := c.charge(devs[j].memoryMiB)
+				sum += milli
+			}
+		}
+	}
+	return sum
 }
 
 // scratchDevices sizes the scratch buffers of a placement: enough for the

@@ -81,6 +81,7 @@ func (l *Ledger) DeleteNode(name string) {
 		return
 	}
 	n := &l.v.nodes[slot]
+	l.v.inventoryEpoch++
 	l.garbage += int(n.capacity) + 1
 	n.inv, n.first, n.n, n.capacity = nil, 0, 0, 0
 	l.maybeCompact()
@@ -187,9 +188,10 @@ func (l *Ledger) Refresh(s *Snapshot) {
 	l.nodeIdxShared.Store(true)
 	clear(s.v.nodes)
 	*s = Snapshot{v: view{
-		nodes:   append(s.v.nodes[:0], l.v.nodes...),
-		devices: append(s.v.devices[:0], l.v.devices...),
-		nodeIdx: l.v.nodeIdx,
+		nodes:          append(s.v.nodes[:0], l.v.nodes...),
+		devices:        append(s.v.devices[:0], l.v.devices...),
+		nodeIdx:        l.v.nodeIdx,
+		inventoryEpoch: l.v.inventoryEpoch,
 	}}
 }
 
@@ -247,6 +249,7 @@ func (l *Ledger) upsertNode(inv *NodeInventory) {
 	if n.present() && inventoryEqual(n.inv, inv) {
 		return
 	}
+	l.v.inventoryEpoch++
 	want := int32(len(inv.Devices))
 	if want > n.capacity {
 		l.garbage += int(n.capacity)
@@ -362,7 +365,7 @@ func (l *Ledger) maybeCompact() {
 		idx[n.name] = int32(len(nodes))
 		nodes = append(nodes, n)
 	}
-	l.v = view{nodes: nodes, devices: devices, nodeIdx: idx}
+	l.v = view{nodes: nodes, devices: devices, nodeIdx: idx, inventoryEpoch: l.v.inventoryEpoch}
 	l.nodeIdxShared.Store(false)
 	l.garbage = 0
 }

@@ -98,6 +98,45 @@ func (s *Snapshot) find(uid types.UID, node string) *podEntry {
 	return nil
 }
 
+// HeldMilli is what the pod holds on the snapshot, in milli-GPUs: the share
+// the ledger charges each device the pod holds, summed. That share is a
+// fraction's milli, 1000 for a whole device, and for a memory request
+// ceil(1000 × memory / the device's memory), at most 1000: a 20Gi slice
+// holds 890 of a 23034 MiB L4 and 143 of a 143771 MiB H200. Devices the
+// node's inventory no longer lists hold nothing, as in the ledger. node is
+// where to look for a pod not assumed on the snapshot (its spec.nodeName,
+// or the node of its reservation); false when the pod holds nothing there
+// or the node has no inventory.
+func (s *Snapshot) HeldMilli(uid types.UID, node string) (int64, bool) {
+	var n *nodeState
+	switch slot, ok := s.assumed[uid]; {
+	case ok:
+		n = &s.v.nodes[slot]
+	case s.index != nil:
+		if slot, ok := s.index[uid]; ok {
+			n = &s.v.nodes[slot]
+		}
+	default:
+		if slot, ok := s.v.slot(node); ok {
+			n = &s.v.nodes[slot]
+		}
+	}
+	if n == nil || !n.present() {
+		return 0, false
+	}
+	e := entryOn(n, uid)
+	if e == nil {
+		return 0, false
+	}
+	return s.v.held(n, e), true
+}
+
+// InventoryEpoch changes whenever a node's inventory in the ledger changes
+// (a GPUNode added, removed, or its devices changed). What a pod that shows
+// its devices holds (HeldMilli) depends only on those devices and the
+// inventory, so a caller may keep it while the epoch stays.
+func (s *Snapshot) InventoryEpoch() uint64 { return s.v.inventoryEpoch }
+
 func entryOn(n *nodeState, uid types.UID) *podEntry {
 	for _, e := range n.pods {
 		if e.uid == uid {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
@@ -221,5 +222,53 @@ func TestPlaceGangReason(t *testing.T) {
 	}
 	if !gpu.IsInsufficient(err) {
 		t.Errorf("PlaceGang error does not wrap an *InsufficientError")
+	}
+}
+
+// TestSnapshotHeldMilli: what a pod holds is the share the ledger charges
+// each of its devices, so a memory slice holds more of a small device than
+// of a large one; an allocation's Milli agrees with it.
+func TestSnapshotHeldMilli(t *testing.T) {
+	l4 := pt.MakeGPUNode("l4").Devices(2, "NVIDIA L4", 23034).Obj()
+	h200 := pt.MakeGPUNode("h200").Devices(1, "NVIDIA H200", 143771).Obj()
+	l := ledgerWith([]*v1alpha1.GPUNode{l4, h200}, []*corev1.Pod{
+		held("slice-l4", "l4", "20Gi", 0),
+		held("slice-h200", "h200", "20Gi", 0),
+		held("half", "l4", "0.5", 1),
+		pt.Held("two", "l4", "1", 0, pt.DeviceUUID("l4", 0), pt.DeviceUUID("l4", 1)),
+	})
+	s := l.Snapshot()
+	cases := map[string]struct {
+		uid, node string
+		want      int64
+		ok        bool
+	}{
+		"20Gi of a 23034 MiB L4":     {uid: "uid-ns-slice-l4", node: "l4", want: 890, ok: true},
+		"20Gi of a 143771 MiB H200":  {uid: "uid-ns-slice-h200", node: "h200", want: 143, ok: true},
+		"half a GPU":                 {uid: "uid-ns-half", node: "l4", want: 500, ok: true},
+		"two whole GPUs":             {uid: "uid-ns-two", node: "l4", want: 2000, ok: true},
+		"looked for on another node": {uid: "uid-ns-slice-l4", node: "h200"},
+		"unknown pod":                {uid: "uid-ns-none", node: "l4"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, ok := s.HeldMilli(types.UID(tc.uid), tc.node)
+			if got != tc.want || ok != tc.ok {
+				t.Errorf("HeldMilli(%s, %s) = %d, %v; want %d, %v", tc.uid, tc.node, got, ok, tc.want, tc.ok)
+			}
+		})
+	}
+	// A placement assumed on the snapshot is found wherever it went, and
+	// holds what its allocation says.
+	r := parse(t, pt.MakePod("new", "ns").GPUMemory("20Gi").Obj())
+	a, err := s.Choose("h200", r, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Assume(a); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.HeldMilli(r.UID, ""); got != 143 || !ok || a.Milli() != 143 {
+		t.Errorf("assumed: HeldMilli = %d, %v, allocation Milli = %d; want 143", got, ok, a.Milli())
 	}
 }

@@ -120,6 +120,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"failure policy":           "webhook.failurePolicy=Never",
 		"plain HTTP extender URL":  "scheduler.extenderURL=http://10.0.0.7:8080",
 		"no client certificate":    "scheduler.extenderClientCertFile=",
+		"no default queue":         "webhook.defaultQueue=",
+		"a default queue's name":   "webhook.defaultQueue=Team_A",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {

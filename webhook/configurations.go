@@ -21,9 +21,10 @@ import (
 
 // Names of the webhooks inside the configurations.
 const (
-	WebhookMutatePods       = "pods.mutate.partita.dev"
-	WebhookValidatePods     = "pods.validate.partita.dev"
-	WebhookValidatePolicies = "policies.validate.partita.dev"
+	WebhookMutatePods        = "pods.mutate.partita.dev"
+	WebhookValidatePods      = "pods.validate.partita.dev"
+	WebhookValidatePolicies  = "policies.validate.partita.dev"
+	WebhookValidatePodGroups = "podgroups.validate.partita.dev"
 )
 
 // DefaultConfigurationName names both webhook configurations.
@@ -140,9 +141,10 @@ func MutatingConfiguration(o ConfigurationOptions) *admissionregistrationv1.Muta
 }
 
 // ValidatingConfiguration is the ValidatingWebhookConfiguration: pods
-// (CREATE, UPDATE, ephemeral containers, bindings) failing closed outside
-// the excluded namespaces, and policy ConfigMaps in Partita's namespace
-// failing open (the loader refuses a bad policy anyway).
+// (CREATE, UPDATE, ephemeral containers, bindings) and PodGroups (CREATE,
+// UPDATE) failing closed outside the excluded namespaces, and policy
+// ConfigMaps in Partita's namespace failing open (the loader refuses a bad
+// policy anyway).
 func ValidatingConfiguration(o ConfigurationOptions) *admissionregistrationv1.ValidatingWebhookConfiguration {
 	return &admissionregistrationv1.ValidatingWebhookConfiguration{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingWebhookConfiguration"},
@@ -180,7 +182,33 @@ func ValidatingConfiguration(o ConfigurationOptions) *admissionregistrationv1.Va
 				TimeoutSeconds:          ptr.To[int32](3),
 				AdmissionReviewVersions: []string{"v1"},
 			},
+			podGroupWebhook(o),
 		},
+	}
+}
+
+// podGroupWebhook validates PodGroups (CREATE, UPDATE) where the pod
+// webhooks manage pods, failing closed as they do: a PodGroup moves its
+// members' queue and priority, so it is checked against the same policy.
+// Its status (the admission loop's) is a subresource and never sent.
+func podGroupWebhook(o ConfigurationOptions) admissionregistrationv1.ValidatingWebhook {
+	return admissionregistrationv1.ValidatingWebhook{
+		Name:         WebhookValidatePodGroups,
+		ClientConfig: o.client(PathValidatePodGroups),
+		Rules: []admissionregistrationv1.RuleWithOperations{{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule: admissionregistrationv1.Rule{
+				APIGroups: []string{v1alpha1.GroupVersion.Group}, APIVersions: []string{v1alpha1.GroupVersion.Version}, Resources: []string{"podgroups"},
+				Scope: ptr.To(admissionregistrationv1.NamespacedScope),
+			},
+		}},
+		FailurePolicy:           ptr.To(admissionregistrationv1.Fail),
+		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
+		NamespaceSelector:       o.podNamespaceSelector(),
+		ObjectSelector:          &metav1.LabelSelector{},
+		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		TimeoutSeconds:          ptr.To[int32](3),
+		AdmissionReviewVersions: []string{"v1"},
 	}
 }
 

@@ -73,8 +73,8 @@ func TestRegister(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(v.Webhooks) != 2 {
-		t.Errorf("validating webhooks = %d, want 2", len(v.Webhooks))
+	if len(v.Webhooks) != 3 {
+		t.Errorf("validating webhooks = %d, want 3 (pods, policies, podgroups)", len(v.Webhooks))
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "partita-system", metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace not created: %v", err)

@@ -34,6 +34,11 @@ const (
 	ReasonInvalidPolicy DenialReason = "InvalidPolicy"
 	// ReasonMalformed: the object in the request does not decode.
 	ReasonMalformed DenialReason = "Malformed"
+	// ReasonNotFound: the object names one that does not exist (a
+	// PodGroup's PriorityClass).
+	ReasonNotFound DenialReason = "NotFound"
+	// ReasonQueueConflict: a pod names one queue and its PodGroup another.
+	ReasonQueueConflict DenialReason = "QueueConflict"
 )
 
 // DenialError is a refused admission request. Its message is what the user
@@ -90,7 +95,7 @@ func asDenial(err error) (*DenialError, bool) {
 func (e *DenialError) status() *metav1.Status {
 	st := &metav1.Status{Status: metav1.StatusFailure, Message: e.Error()}
 	switch e.Reason {
-	case ReasonInvalidRequest, ReasonMalformed, ReasonInvalidPolicy:
+	case ReasonInvalidRequest, ReasonMalformed, ReasonInvalidPolicy, ReasonNotFound:
 		st.Code, st.Reason = http.StatusUnprocessableEntity, metav1.StatusReasonInvalid
 	case ReasonPolicyError:
 		st.Code, st.Reason = http.StatusInternalServerError, metav1.StatusReasonInternalError

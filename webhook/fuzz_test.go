@@ -44,7 +44,7 @@ func FuzzAdmissionReview(f *testing.F) {
 	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"kind":{"kind":"Binding"},"subResource":"binding","operation":"CREATE","object":{"metadata":{"annotations":7}}}}`))
 	h := newTestServer(f, testOptions{}, WithMaxRequestBytes(1<<20))
 	f.Fuzz(func(t *testing.T, body []byte) {
-		for _, path := range []string{PathMutatePods, PathValidatePods, PathValidatePolicies} {
+		for _, path := range []string{PathMutatePods, PathValidatePods, PathValidatePolicies, PathValidatePodGroups} {
 			rec := do(h, http.MethodPost, path, bytes.NewReader(body))
 			switch rec.Code {
 			case http.StatusOK:

@@ -21,15 +21,18 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/internal/partitatest"
 	"github.com/partita-dev/partita/policy"
 )
@@ -51,14 +54,16 @@ func testUsers() map[string]authenticationv1.UserInfo {
 }
 
 // testState is the cluster the cases run against: research (limit 16) with
-// leaves team-a (namespace team-a, limit 8) and team-b (namespace team-b);
-// namespace team-a defaults to queue team-a.
+// leaves team-a (namespace team-a, limit 8) and team-b (namespace team-b),
+// and the open queue default; namespace team-a defaults to queue team-a.
 func testState(t testing.TB) policy.State {
 	t.Helper()
 	queues := []v1alpha1.Queue{
 		*partitatest.MakeQueue("research").GPU("8", "16", 1).Obj(),
 		*partitatest.MakeQueue("team-a").Parent("research").Namespaces("team-a").GPU("4", "8", 1).Obj(),
 		*partitatest.MakeQueue("team-b").Parent("research").Namespaces("team-b").GPU("4", "-1", 1).Obj(),
+		// The cluster's default queue, as the chart creates it.
+		*partitatest.MakeQueue(v1alpha1.DefaultQueueName).Priority(0).GPU("0", "-1", 1).Obj(),
 	}
 	st, err := policy.BuildState(queues, []policy.NamespaceInfo{
 		{Name: "team-a", Labels: map[string]string{v1alpha1.LabelDefaultQueue: "team-a"}},
@@ -76,11 +81,60 @@ type testOptions struct {
 	gate          bool
 	modes         []v1alpha1.IsolationMode
 	schedulerName string
+	// requireQueue gives the webhook no default queue (--require-queue).
+	requireQueue bool
+	// defaultQueue replaces the cluster's default queue.
+	defaultQueue string
+}
+
+// testObjects are the objects pods and PodGroups name: in team-a, PodGroup
+// train-a of queue team-a and PodGroup loose of no queue; PriorityClasses
+// train (1000) and batch (10).
+func testObjects(t testing.TB) client.Reader {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(
+		partitatest.MakePodGroup("train-a", "team-a").MinMember(2).Queue("team-a").Obj(),
+		partitatest.MakePodGroup("loose", "team-a").MinMember(2).Obj(),
+		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "train"}, Value: 1000},
+		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Value: 10},
+	).Build()
 }
 
 // newTestServer returns a server with a real policy engine over testState,
 // on an H100 80GB cluster in time-slicing mode unless opts say otherwise.
 func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) http.Handler {
+	t.Helper()
+	engine := newTestEngine(t)
+	modes := opts.modes
+	if modes == nil {
+		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
+	}
+	refs := NewReferences(testObjects(t), nil)
+	defaultQueue := v1alpha1.DefaultQueueName
+	if opts.defaultQueue != "" {
+		defaultQueue = opts.defaultQueue
+	}
+	if opts.requireQueue {
+		defaultQueue = ""
+	}
+	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
+		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(DefaultIdentities(partitaNamespace)),
+		WithReferences(refs), WithDefaultQueue(defaultQueue))
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	cl := fake.NewClientBuilder().WithScheme(scheme).Build()
+	loader := policy.NewConfigMapLoader(cl, cl, engine, nil, partitaNamespace, policy.DefaultBatchInterval, clock.RealClock{})
+	opt := append([]ServerOption{
+		WithPolicyAdmission(NewPolicyAdmission(loader, partitaNamespace)),
+		WithPodGroupAdmission(NewPodGroupAdmission(engine, refs)),
+	}, serverOpts...)
+	return NewServer(logr.Discard(), pods, opt...).Handler()
+}
+
+// newTestEngine is the default policy over testState.
+func newTestEngine(t testing.TB) *policy.Engine {
 	t.Helper()
 	ctx := context.Background()
 	engine, err := policy.NewEngine(ctx)
@@ -90,20 +144,7 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 	if err := engine.SetState(ctx, testState(t)); err != nil {
 		t.Fatal(err)
 	}
-	modes := opts.modes
-	if modes == nil {
-		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
-	}
-	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
-		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(DefaultIdentities(partitaNamespace)))
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	cl := fake.NewClientBuilder().WithScheme(scheme).Build()
-	loader := policy.NewConfigMapLoader(cl, cl, engine, nil, partitaNamespace, policy.DefaultBatchInterval, clock.RealClock{})
-	opt := append([]ServerOption{WithPolicyAdmission(NewPolicyAdmission(loader, partitaNamespace))}, serverOpts...)
-	return NewServer(logr.Discard(), pods, opt...).Handler()
+	return engine
 }
 
 // caseFile is a readable AdmissionRequest: testdata/admission/<name>.yaml.
@@ -135,9 +176,14 @@ func readCase(t testing.TB, name string) *admissionv1.AdmissionRequest {
 	if kind == "" {
 		kind = "Pod"
 	}
-	resource := "pods"
-	if kind == "ConfigMap" {
-		resource = "configmaps"
+	gvk := metav1.GroupVersionKind{Version: "v1", Kind: kind}
+	gvr := metav1.GroupVersionResource{Version: "v1", Resource: "pods"}
+	switch kind {
+	case "ConfigMap":
+		gvr.Resource = "configmaps"
+	case "PodGroup":
+		gvk.Group, gvk.Version = v1alpha1.GroupVersion.Group, v1alpha1.GroupVersion.Version
+		gvr = metav1.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: "podgroups"}
 	}
 	var meta struct {
 		Metadata metav1.ObjectMeta `json:"metadata"`
@@ -145,8 +191,8 @@ func readCase(t testing.TB, name string) *admissionv1.AdmissionRequest {
 	_ = json.Unmarshal(cf.Object, &meta)
 	req := &admissionv1.AdmissionRequest{
 		UID:         types.UID("uid-" + name),
-		Kind:        metav1.GroupVersionKind{Version: "v1", Kind: kind},
-		Resource:    metav1.GroupVersionResource{Version: "v1", Resource: resource},
+		Kind:        gvk,
+		Resource:    gvr,
 		SubResource: cf.SubResource,
 		Name:        meta.Metadata.Name,
 		Namespace:   cf.Namespace,

@@ -33,7 +33,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "partita_webhook_admission_duration_seconds",
-			Help:    "Time to answer one AdmissionReview, by webhook (mutate-pods, validate-pods, validate-policies) and operation (CREATE, UPDATE), decoding and encoding included.",
+			Help:    "Time to answer one AdmissionReview, by webhook (mutate-pods, validate-pods, validate-policies, validate-podgroups) and operation (CREATE, UPDATE), decoding and encoding included.",
 			Buckets: []float64{100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 100e-3, 500e-3, 1, 3},
 		}, []string{"webhook", "operation"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"webhook", "operation", "result"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_webhook_denials_total",
-			Help: "Refused requests by webhook and reason: InvalidRequest, SystemKey, Policy, PolicyError, Immutable, NotCanonical, InvalidPolicy, Malformed.",
+			Help: "Refused requests by webhook and reason: InvalidRequest, SystemKey, Policy, PolicyError, Immutable, NotCanonical, InvalidPolicy, Malformed, NotFound, QueueConflict.",
 		}, []string{"webhook", "reason"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_webhook_bad_requests_total",

@@ -45,6 +45,11 @@ type PodAdmission struct {
 	schedulerName string
 	// mpsDir is the agent's --mps-dir; see WithMPSDir.
 	mpsDir string
+	// refs reads members' PodGroups; see WithReferences.
+	refs *References
+	// defaultQueue is the queue of GPU pods that name none; see
+	// WithDefaultQueue.
+	defaultQueue string
 }
 
 // PodOption configures a PodAdmission.
@@ -78,6 +83,17 @@ func WithSchedulerName(name string) PodOption {
 	return func(a *PodAdmission) { a.schedulerName = name }
 }
 
+// WithReferences reads the PodGroups that pods name through refs: a member
+// that names no queue takes its PodGroup's, and one that names another is
+// refused (see pod_queue.go). Without it PodGroups are not read.
+func WithReferences(refs *References) PodOption { return func(a *PodAdmission) { a.refs = refs } }
+
+// WithDefaultQueue sets the queue of GPU pods that name none, whose
+// namespace has no default and whose PodGroup names none
+// (v1alpha1.DefaultQueueName unless set); empty refuses such pods, as
+// --require-queue does.
+func WithDefaultQueue(name string) PodOption { return func(a *PodAdmission) { a.defaultQueue = name } }
+
 // WithTrusted sets the identities that may write system annotations and
 // device env.
 func WithTrusted(id Identities) PodOption { return func(a *PodAdmission) { a.trusted = id } }
@@ -85,7 +101,7 @@ func WithTrusted(id Identities) PodOption { return func(a *PodAdmission) { a.tru
 // NewPodAdmission returns the pod handlers. With no options no one is
 // trusted and there is no admission gate.
 func NewPodAdmission(p PolicyEvaluator, cv ClusterView, opts ...PodOption) *PodAdmission {
-	a := &PodAdmission{policy: p, cluster: cv, mpsDir: DefaultMPSDir}
+	a := &PodAdmission{policy: p, cluster: cv, mpsDir: DefaultMPSDir, defaultQueue: v1alpha1.DefaultQueueName}
 	for _, o := range opts {
 		o(a)
 	}

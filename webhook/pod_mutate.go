@@ -58,7 +58,7 @@ func (a *PodAdmission) mutateCreate(ctx context.Context, ar *admissionv1.Admissi
 	}
 	base := pod
 	if req != nil {
-		patched, preq, err := a.applyPolicy(ctx, ar, pod, req)
+		patched, preq, err := a.resolveQueue(ctx, ar, pod, req)
 		if err != nil {
 			return Result{Err: err, Dialect: req.Dialect}
 		}

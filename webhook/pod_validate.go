@@ -21,14 +21,14 @@ const subresourceBinding = "binding"
 // Validate answers the validating webhook, which sees each object after
 // every mutation: new pods, pod updates, ephemeral containers and
 // bindings.
-func (a *PodAdmission) Validate(_ context.Context, ar *admissionv1.AdmissionRequest) Result {
+func (a *PodAdmission) Validate(ctx context.Context, ar *admissionv1.AdmissionRequest) Result {
 	switch {
 	case ar.SubResource == subresourceBinding && ar.Operation == admissionv1.Create:
 		return a.validateBinding(ar)
 	case !isPod(ar):
 		return Result{}
 	case ar.SubResource == "" && ar.Operation == admissionv1.Create:
-		return a.validateCreate(ar)
+		return a.validateCreate(ctx, ar)
 	case ar.SubResource == "" && ar.Operation == admissionv1.Update:
 		return a.validateUpdate(ar)
 	case ar.SubResource == subresourceEphemeral && ar.Operation == admissionv1.Update:
@@ -47,7 +47,7 @@ func (a *PodAdmission) Validate(_ context.Context, ar *admissionv1.AdmissionRequ
 // system keys, and that Partita's mutation ran (a pod that skipped it, say
 // because the mutating configuration is missing, would escape the queues
 // and see every GPU).
-func (a *PodAdmission) validateCreate(ar *admissionv1.AdmissionRequest) Result {
+func (a *PodAdmission) validateCreate(ctx context.Context, ar *admissionv1.AdmissionRequest) Result {
 	pod, err := decodePod(ar.Object, ar.Namespace, "pod")
 	if err != nil {
 		return Result{Err: err}
@@ -61,19 +61,40 @@ func (a *PodAdmission) validateCreate(ar *admissionv1.AdmissionRequest) Result {
 	}
 	want := a.canonical(pod, req)
 	tolerateDrift(pod, want, req)
-	if ownedFieldsEqual(pod, want) {
-		return Result{Dialect: dialectOf(req)}
+	if !ownedFieldsEqual(pod, want) {
+		ops, err := diffPaths(pod, want)
+		switch {
+		case err != nil:
+			return Result{Err: err, Dialect: dialectOf(req)}
+		case len(ops) > 0:
+			return Result{Dialect: dialectOf(req), Err: &DenialError{Reason: ReasonNotCanonical, Messages: []string{fmt.Sprintf(
+				"the pod did not pass Partita's mutating webhook (it lacks %s); check that the MutatingWebhookConfiguration is installed and selects namespace %s",
+				patchPaths(ops, 5), pod.Namespace)}}}
+		}
 	}
-	ops, err := diffPaths(pod, want)
-	switch {
-	case err != nil:
-		return Result{Err: err, Dialect: dialectOf(req)}
-	case len(ops) > 0:
-		return Result{Dialect: dialectOf(req), Err: &DenialError{Reason: ReasonNotCanonical, Messages: []string{fmt.Sprintf(
-			"the pod did not pass Partita's mutating webhook (it lacks %s); check that the MutatingWebhookConfiguration is installed and selects namespace %s",
-			patchPaths(ops, 5), pod.Namespace)}}}
+	return a.validateQueue(ctx, pod, req)
+}
+
+// validateQueue checks that a new GPU pod leaves admission with a queue,
+// and one its PodGroup agrees with (pod_queue.go).
+func (a *PodAdmission) validateQueue(ctx context.Context, pod *corev1.Pod, req *gpu.PodRequest) Result {
+	if req == nil {
+		return Result{}
 	}
-	return Result{Dialect: dialectOf(req)}
+	if req.Queue == "" {
+		// The mutation gives every GPU pod a queue; one without would be
+		// admitted on free room alone, ahead of every queue, and never
+		// reclaimed.
+		return Result{Dialect: req.Dialect, Err: &DenialError{Reason: ReasonNotCanonical, Messages: []string{fmt.Sprintf(
+			"the GPU pod has no queue: it did not pass Partita's mutating webhook, which gives every GPU pod one; check that the MutatingWebhookConfiguration is installed and selects namespace %s",
+			pod.Namespace)}}}
+	}
+	// The membership check again, against the cache only, in case a later
+	// mutation changed the queue label.
+	if _, _, err := a.joinPodGroup(ctx, pod, req, false); err != nil {
+		return Result{Dialect: req.Dialect, Err: err}
+	}
+	return Result{Dialect: req.Dialect}
 }
 
 // tolerateDrift makes want agree with pod where the answer depends on the

@@ -21,12 +21,13 @@ import (
 
 // Paths the webhook serves.
 const (
-	PathMutatePods       = "/mutate-pods"
-	PathValidatePods     = "/validate-pods"
-	PathValidatePolicies = "/validate-policies"
-	PathHealthz          = httpserver.PathHealthz
-	PathReadyz           = httpserver.PathReadyz
-	PathMetrics          = httpserver.PathMetrics
+	PathMutatePods        = "/mutate-pods"
+	PathValidatePods      = "/validate-pods"
+	PathValidatePolicies  = "/validate-policies"
+	PathValidatePodGroups = "/validate-podgroups"
+	PathHealthz           = httpserver.PathHealthz
+	PathReadyz            = httpserver.PathReadyz
+	PathMetrics           = httpserver.PathMetrics
 )
 
 // DefaultMaxRequestBytes bounds an AdmissionReview's body. The API server
@@ -39,6 +40,7 @@ const DefaultMaxRequestBytes int64 = 7 << 20
 type Server struct {
 	pods           *PodAdmission
 	policies       *PolicyAdmission
+	podGroups      *PodGroupAdmission
 	metrics        *Metrics
 	metricsHandler http.Handler
 	ready          func() error
@@ -67,6 +69,11 @@ func WithMaxRequestBytes(n int64) ServerOption { return func(s *Server) { s.maxB
 // WithPolicyAdmission serves the policy ConfigMap webhook.
 func WithPolicyAdmission(p *PolicyAdmission) ServerOption { return func(s *Server) { s.policies = p } }
 
+// WithPodGroupAdmission serves the PodGroup webhook.
+func WithPodGroupAdmission(p *PodGroupAdmission) ServerOption {
+	return func(s *Server) { s.podGroups = p }
+}
+
 // WithServerClock sets the clock that times requests.
 func WithServerClock(c clock.PassiveClock) ServerOption { return func(s *Server) { s.clock = c } }
 
@@ -89,6 +96,9 @@ func (s *Server) Handler() http.Handler {
 	r.POST(PathValidatePods, s.review("validate-pods", s.pods.Validate))
 	if s.policies != nil {
 		r.POST(PathValidatePolicies, s.review("validate-policies", s.policies.Validate))
+	}
+	if s.podGroups != nil {
+		r.POST(PathValidatePodGroups, s.review("validate-podgroups", s.podGroups.Validate))
 	}
 	return r
 }

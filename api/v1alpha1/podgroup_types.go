@@ -41,6 +41,10 @@ const (
 	ReasonScheduleTimeout = "ScheduleTimeout"
 	// ReasonPreempted: the gang was evicted for another workload.
 	ReasonPreempted = "Preempted"
+	// ReasonQueueConflict: the gang's pods name different queues, or
+	// another queue than their PodGroup; it is not admitted until they
+	// agree.
+	ReasonQueueConflict = "QueueConflict"
 )
 
 // PodGroupSpec describes a gang: pods that start all together or not at all.
@@ -50,12 +54,16 @@ type PodGroupSpec struct {
 	// +kubebuilder:validation:Maximum=100000
 	// +required
 	MinMember int32 `json:"minMember"`
-	// Queue is the leaf queue of the gang; empty means the members' queue label
-	// or the namespace's default queue.
+	// Queue is the leaf queue of the gang, checked like a pod's (the
+	// namespace may use it) and fixed once a member is admitted. Members
+	// that name no queue take it; members that name another are refused.
+	// Empty means the members' queue label or the namespace's default queue.
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	Queue string `json:"queue,omitempty"`
-	// PriorityClassName gives the gang's priority within its queue.
+	// PriorityClassName names an existing PriorityClass that can lower the
+	// gang's priority within its queue, never raise it above its members'
+	// own (the lowest of their pod priorities).
 	// +kubebuilder:validation:MaxLength=253
 	// +optional
 	PriorityClassName string `json:"priorityClassName,omitempty"`

@@ -16,6 +16,14 @@ const (
 // DefaultQueuePriority is the priority of a queue that sets none.
 const DefaultQueuePriority int32 = 100
 
+// DefaultQueueName is the queue of GPU pods that name none and whose
+// namespace has no default queue (the webhook's and the extender's
+// --default-queue), unless the operator requires a queue. The chart and
+// `partita dev up` create it: priority 0, quota 0 for every resource, no
+// limit, over-quota weight 1, so it only borrows and reclaim takes back
+// what it holds.
+const DefaultQueueName = "default"
+
 // ResourceQuota is a queue's share of one resource.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.quota) || quantity(string(self.quota)).compareTo(quantity('-1')) >= 0",message="quota must be -1 (the whole capacity) or at least 0"

@@ -136,6 +136,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.DurationVar(&f.admitter.PreemptMinRuntime, "preempt-min-runtime", f.admitter.PreemptMinRuntime, "a workload admitted less than this long ago is never evicted by reclaim or preemption")
 	fl.BoolVar(&f.admitter.DisablePreemption, "disable-preemption", false, "never evict workloads to reclaim fair share or for higher priority")
 	fl.BoolVar(&f.admitter.ImplicitJobGangs, "implicit-job-gangs", false, "admit the GPU pods of a Job that name no pod group as one gang of the Job's parallelism (capped by its completions)")
+	fl.StringVar(&f.admitter.DefaultQueue, "default-queue", f.admitter.DefaultQueue, "the queue of GPU workloads whose pods and PodGroup name none (pods the webhook never gave one, e.g. from before it did); the webhook's --default-queue; empty admits them on free room alone")
 	fl.DurationVar(&f.admitter.Interval, "admission-interval", f.admitter.Interval, "the longest wait between admission cycles while anything waits")
 	fl.StringVar(&f.policyNamespace, "policy-namespace", f.policyNamespace, "namespace of the ConfigMaps labelled "+v1alpha1.LabelPolicy+"=rego that override the quota policy (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
 

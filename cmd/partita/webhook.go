@@ -66,6 +66,7 @@ type webhookFlags struct {
 	maxGPUsPerPod   string
 	minGPUFraction  string
 	requireQueue    bool
+	defaultQueue    string
 	trustedUsers    []string
 	trustedGroups   []string
 	excluded        []string
@@ -87,9 +88,10 @@ func newWebhookCommand() *cobra.Command {
 		Use:   "webhook",
 		Short: "Serve the admission webhooks: canonicalise GPU pods, refuse bad or spoofed ones, apply the Rego policy",
 		Long: `Serve Partita's mutating and validating admission webhooks over TLS
-(/mutate-pods, /validate-pods, /validate-policies) with /healthz, /readyz and
-/metrics. Every pod in a namespace Partita manages is rewritten into canonical
-form, checked, and asked about by the Rego policy (data.partita.admission);
+(/mutate-pods, /validate-pods, /validate-policies, /validate-podgroups) with
+/healthz, /readyz and /metrics. Every pod in a namespace Partita manages is
+rewritten into canonical form, given a queue, checked, and asked about by the
+Rego policy (data.partita.admission), and so is every PodGroup's queue;
 operators override the policy with ConfigMaps labelled partita.dev/policy=rego
 in Partita's namespace, reloaded within seconds.
 
@@ -121,7 +123,8 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.Int64Var(&f.referenceMiB, "reference-gpu-memory-mib", 0, "device memory (MiB) against which memory requests are counted in partita.dev/gpu-milli while no GPUNode is known")
 	fl.StringVar(&f.maxGPUsPerPod, "max-gpus-per-pod", "", "policy: the most GPUs one pod may ask for (a number, fractions allowed); empty for no ceiling")
 	fl.StringVar(&f.minGPUFraction, "min-gpu-fraction", "", "policy: the smallest share of a GPU a container may ask for, e.g. 0.1; empty for none")
-	fl.BoolVar(&f.requireQueue, "require-queue", false, "policy: refuse GPU pods that name no queue when their namespace has no default queue")
+	fl.BoolVar(&f.requireQueue, "require-queue", false, "policy: refuse GPU pods that name no queue when their namespace has no default queue (instead of sending them to --default-queue)")
+	fl.StringVar(&f.defaultQueue, "default-queue", v1alpha1.DefaultQueueName, "the queue of GPU pods that name none, whose PodGroup names none and whose namespace has no default (ignored with --require-queue); the Queue must exist, or such pods are refused")
 	fl.StringSliceVar(&f.trustedUsers, "trusted-users", nil, "users that may write system annotations and device env, e.g. system:serviceaccount:<namespace>:partita-extender (besides --trusted-groups)")
 	fl.StringSliceVar(&f.trustedGroups, "trusted-groups", nil, "groups that may write system annotations and device env (default, when neither flag is set: system:serviceaccounts:<namespace>)")
 	fl.StringSliceVar(&f.excluded, "exclude-namespaces", nil, "namespaces the pod webhooks skip besides kube-system and --namespace (with --dev-register)")
@@ -197,6 +200,13 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 	if err != nil {
 		return err
 	}
+	defaultQueue := f.defaultQueue
+	switch {
+	case f.requireQueue:
+		defaultQueue = ""
+	case defaultQueue == "":
+		return errors.New("--default-queue is empty: name the queue of GPU pods that name none, or refuse them with --require-queue")
+	}
 	pinned, err := f.modes()
 	if err != nil {
 		return err
@@ -248,12 +258,13 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		return fmt.Errorf("create manager: %w", err)
 	}
 	view := webhook.NewGPUNodeView(f.referenceMiB, pinned)
+	refs := webhook.NewReferences(mgr.GetCache(), mgr.GetAPIReader())
 	stateSync := policy.NewStateSync(mgr.GetCache(), engine, policy.WithBatchInterval(f.batchInterval))
 	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder("partita-webhook"),
 		f.namespace, f.batchInterval, clock.RealClock{})
 	for _, w := range []interface {
 		Watch(context.Context, cache.Informers) error
-	}{view, stateSync, loader} {
+	}{view, stateSync, loader, refs} {
 		if err := w.Watch(ctx, mgr.GetCache()); err != nil {
 			return err
 		}
@@ -318,7 +329,8 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 
 	pods := webhook.NewPodAdmission(engine, view,
 		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
-		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()))
+		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()),
+		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue))
 	var registered atomic.Bool
 	ready := func() error {
 		switch {
@@ -326,6 +338,8 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 			return errors.New("the policy has not seen the cluster state yet")
 		case !loader.Synced():
 			return errors.New("the policy ConfigMaps have not been read yet")
+		case !refs.Synced():
+			return errors.New("the PodGroups and PriorityClasses have not been read yet")
 		case f.devRegister && !registered.Load():
 			return errors.New("the webhook configurations are not registered yet")
 		}
@@ -335,7 +349,8 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		webhook.WithMetrics(webhook.NewMetrics(reg), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
 		webhook.WithReady(ready),
 		webhook.WithMaxRequestBytes(f.maxRequestBytes),
-		webhook.WithPolicyAdmission(webhook.NewPolicyAdmission(loader, f.namespace)))
+		webhook.WithPolicyAdmission(webhook.NewPolicyAdmission(loader, f.namespace)),
+		webhook.WithPodGroupAdmission(webhook.NewPodGroupAdmission(engine, refs)))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return mgr.Start(gctx) })
@@ -356,7 +371,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 			// Register once the policy knows the cluster, so that the first
 			// pods are judged against real queues.
 			if err := wait.PollUntilContextCancel(gctx, 100*time.Millisecond, true, func(context.Context) (bool, error) {
-				return stateSync.Synced() && loader.Synced(), nil
+				return stateSync.Synced() && loader.Synced() && refs.Synced(), nil
 			}); err != nil {
 				return nil //nolint:nilerr // the context ended: shutting down
 			}

@@ -105,6 +105,12 @@ type Cache struct {
 	// priorityClasses are the values of PriorityClasses by name, for
 	// PodGroup.spec.priorityClassName.
 	priorityClasses map[string]int32
+	// defaultQueue is the queue of workloads that name none; see
+	// WithDefaultQueue.
+	defaultQueue string
+	// deviceCharged indexes the built workloads with active members whose
+	// charge depends on their devices (memory requests).
+	deviceCharged map[WorkloadKey]*Workload
 }
 
 // CacheOption configures a Cache.
@@ -113,6 +119,12 @@ type CacheOption func(*Cache)
 // WithImplicitJobGangs makes the pods of a Job that name no pod group a
 // gang whose size is the Job's parallelism (capped by its completions).
 func WithImplicitJobGangs(on bool) CacheOption { return func(c *Cache) { c.jobGangs = on } }
+
+// WithDefaultQueue makes name the queue of workloads whose pods and
+// PodGroup name none: pods from before the webhook gave every GPU pod a
+// queue, or that skipped it. Empty leaves them outside every queue,
+// admitted on room alone.
+func WithDefaultQueue(name string) CacheOption { return func(c *Cache) { c.defaultQueue = name } }
 
 type podGroupInfo struct {
 	minMember   int32
@@ -156,6 +168,7 @@ func NewCache(opts ...CacheOption) *Cache {
 		pendingSlices: map[string][]*Workload{},
 		activeSlices:  map[string][]*Workload{},
 		usage:         map[string]*[2]int64{},
+		deviceCharged: map[WorkloadKey]*Workload{},
 	}
 	for _, o := range opts {
 		o(c)

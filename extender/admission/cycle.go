@@ -80,6 +80,12 @@ type Admission struct {
 	// Pin is set for gangs: members are pinned to their nodes and the
 	// devices reserved; single pods are only ungated.
 	Pin bool
+	// Hold is set for single pods that ask for GPU memory: the devices
+	// simulated for them are held in the ledger for a while, so that the
+	// extender binds them where they were charged (a memory slice holds a
+	// larger share of a smaller device). No node affinity is written: once
+	// the hold lapses the pod may go anywhere, and is charged what it holds.
+	Hold bool
 }
 
 // MemberAdmission is one admitted member.
@@ -178,6 +184,10 @@ type cycle struct {
 	// evictableByQueue caches evictable.
 	evictableByQueue map[string][]*Workload
 	clusterMilli     int64
+	// held memoises activeCharge of device-charged workloads, computed
+	// before the cycle changes the snapshot. Keyed by the workload itself:
+	// hashing a pointer costs a fraction of hashing a WorkloadKey.
+	held map[*Workload]int64
 
 	admissions []Admission
 	waiting    []Wait
@@ -211,9 +221,18 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		q.parent = c.queues[q.Parent]
 	}
 	breakCycles(c.queues)
+	// The cache counts each member's partita.dev/gpu-milli, exact for
+	// fractions and whole GPUs; what a memory request holds depends on its
+	// devices and is read from the ledger.
+	held := map[string]int64{}
+	c.held = map[*Workload]int64{}
+	for _, w := range st.DeviceCharged {
+		held[w.Queue] += c.activeCharge(w) - w.ActiveMilli()
+	}
 	for _, q := range c.queues {
+		own := q.AllocatedMilli + held[q.Name]
 		for a := q; a != nil; a = a.parent {
-			a.allocated += q.AllocatedMilli
+			a.allocated += own
 			a.pending += q.PendingMilli
 		}
 	}
@@ -256,7 +275,11 @@ func (c *cycle) run() {
 			c.admitOrWait(nil, w)
 			continue
 		}
-		c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("queue %s does not exist: create the Queue, or name an existing leaf queue", w.Queue))
+		msg := fmt.Sprintf("queue %s does not exist: create the Queue, or name an existing leaf queue", w.Queue)
+		if w.Queue == c.st.DefaultQueue {
+			msg = fmt.Sprintf("queue %s, the cluster's default queue for pods that name none, does not exist: create it (the chart and `partita dev up` do), or name an existing leaf queue", w.Queue)
+		}
+		c.wait(w, v1alpha1.ReasonWaitingForQuota, msg)
 	}
 	for _, q := range c.queues {
 		if len(q.workloads) == 0 {
@@ -291,8 +314,63 @@ func compareKeys(a, b WorkloadKey) int {
 	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.PodGroup, b.PodGroup), strings.Compare(a.Pod, b.Pod))
 }
 
+// activeCharge is what w's active members hold, in milli-GPUs, as the queue
+// is charged for them: for members that ask for GPU memory, the share of
+// each device they hold in the ledger snapshot (gpu.Snapshot.HeldMilli),
+// else their partita.dev/gpu-milli.
+//
+// A workload whose members are all bound and shown in the ledger keeps the
+// sum until a node's inventory changes (Workload.held): a cycle over 40,000
+// running memory slices then reads the ledger for none of them. Otherwise
+// the sum is kept for the cycle only, since the cycle changes its snapshot
+// as it simulates evictions.
+func (c *cycle) activeCharge(w *Workload) int64 {
+	if !w.deviceCharged {
+		return w.activeMilli
+	}
+	epoch := c.snap.InventoryEpoch()
+	if w.heldValid && w.heldEpoch == epoch {
+		return w.held
+	}
+	if v, ok := c.held[w]; ok {
+		return v
+	}
+	var sum int64
+	stable := true
+	for _, m := range w.Active {
+		v, shown := c.memberCharge(m)
+		sum += v
+		stable = stable && shown && m.Bound
+	}
+	if stable {
+		w.held, w.heldEpoch, w.heldValid = sum, epoch, true
+	} else {
+		c.held[w] = sum
+	}
+	return sum
+}
+
+// memberCharge is what one active member holds: the ledger's share of its
+// devices, looked for on its node (or its reservation's), and whether the
+// ledger shows it; a member the ledger does not show holding anything
+// (ungated, its hold lapsed, not bound yet) counts its
+// partita.dev/gpu-milli.
+func (c *cycle) memberCharge(m *Member) (int64, bool) {
+	if !m.memory {
+		return m.GPUMilli, true
+	}
+	if v, ok := c.snap.HeldMilli(m.uid, m.node); ok {
+		return v, true
+	}
+	return m.GPUMilli, false
+}
+
 // admitOrWait tries one workload; it reports whether it was admitted.
 func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
+	if w.QueueConflict != "" {
+		c.wait(w, v1alpha1.ReasonQueueConflict, w.QueueConflict)
+		return false
+	}
 	if q != nil && len(q.Children) > 0 {
 		c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("queue %s is not a leaf (it has child queues %s); only leaf queues take work", q.Name, strings.Join(q.Children, ", ")))
 		return false
@@ -358,16 +436,38 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, capacityMessage(w, w.Pending[:1], errors.New("no node has room now")))
 		return false
 	}
-	var admitted int64
+	// The quota check above counted each member's partita.dev/gpu-milli, a
+	// lower bound for a memory request (its share of the largest device).
+	// What the members will hold is their share of the devices chosen
+	// now: ask again with that, and keep them waiting if it is too much.
+	var admitted, estimate int64
 	for _, ma := range placed {
-		admitted += ma.Member.GPUMilli
+		admitted += ma.Allocation.Milli()
+		estimate += ma.Member.GPUMilli
+	}
+	if q != nil && admitted > estimate {
+		v, err := c.checkQuota(q, w, len(placed), admitted)
+		if err != nil || !v.Allowed {
+			for _, ma := range placed {
+				c.snap.Forget(ma.Member.Pod.UID)
+			}
+			msg := fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v; check the policy ConfigMaps labelled %s=rego and the extender's log", err, v1alpha1.LabelPolicy)
+			if err == nil {
+				msg = strings.Join(v.Reasons, "; ") + fmt.Sprintf(" (a memory request is charged its share of the device chosen for it: %s GPUs)", gpu.FormatMilli(admitted))
+			}
+			c.wait(w, v1alpha1.ReasonWaitingForQuota, msg)
+			return false
+		}
+	}
+	for _, ma := range placed {
 		c.charge(ma.Allocation.Node, ma.Member)
 	}
 	for a := q; a != nil; a = a.parent {
 		a.allocated += admitted
-		a.pending -= admitted
+		a.pending -= estimate
 	}
-	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: w.Key.IsGang()})
+	gang := w.Key.IsGang()
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang, Hold: !gang && w.deviceCharged})
 	return true
 }
 

@@ -26,6 +26,10 @@ type world struct {
 	pods      []*corev1.Pod
 	jobs      []job
 	jobGangs  bool
+	// defaultQueue is the cache's WithDefaultQueue.
+	defaultQueue string
+	// priorityClasses are PriorityClass values by name.
+	priorityClasses map[string]int32
 }
 
 type job struct {
@@ -83,7 +87,10 @@ type outcome struct {
 
 func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	t.Helper()
-	cache := NewCache(WithImplicitJobGangs(w.jobGangs))
+	cache := NewCache(WithImplicitJobGangs(w.jobGangs), WithDefaultQueue(w.defaultQueue))
+	for name, v := range w.priorityClasses {
+		cache.UpsertPriorityClass(name, v)
+	}
 	for _, n := range w.nodes {
 		cache.UpsertNode(n)
 	}

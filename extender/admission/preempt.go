@@ -84,7 +84,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 			continue
 		}
 		release(v.w.Active)
-		taken[v.q] += v.w.ActiveMilli()
+		taken[v.q] += c.activeCharge(v.w)
 		chosen = append(chosen, v)
 		if fits() {
 			found = true

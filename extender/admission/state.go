@@ -2,7 +2,9 @@ package admission
 
 import (
 	"cmp"
+	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -30,14 +32,30 @@ type Member struct {
 	// sig and shape memoise constraintSig and requestShape: a member is
 	// immutable, and only the loop's goroutine reads it.
 	sig, shape string
+	// memory: the request asks for GPU memory, so what the member holds
+	// depends on its devices (memoryRequest, read once).
+	memory bool
+	// node is where the ledger holds the member's devices: its node, or
+	// the node of its reservation (partita.dev/node) while unbound; uid is
+	// the pod's. Kept here so that charging members never reads their pods.
+	node string
+	uid  types.UID
 }
 
 // Workload is a gang or a single pod, as one cycle sees it.
 type Workload struct {
 	Key WorkloadKey
-	// Queue is the leaf queue: the PodGroup's, else the members'.
+	// Queue is the leaf queue: the one its members' labels name (fixed at
+	// creation, checked by the webhook), else the PodGroup's, else the
+	// cache's default queue.
 	Queue string
-	// Priority is the highest priority among the members.
+	// QueueConflict says, when set, why the workload cannot be admitted:
+	// its members name different queues, or a queue other than their
+	// PodGroup's. The members stay charged to Queue.
+	QueueConflict string
+	// Priority is the lowest priority among the members, and never more
+	// than the PodGroup's PriorityClass: a PodGroup can lower its members'
+	// priority, never raise it.
 	Priority int32
 	// Created is the PodGroup's creation time, else its oldest member's.
 	Created time.Time
@@ -65,6 +83,17 @@ type Workload struct {
 	activeMilli, pendingMilli int64
 	started                   time.Time
 	terminating               bool
+	// deviceCharged: a member asks for GPU memory, whose share depends on
+	// the device it gets, so its charge is read from the ledger.
+	deviceCharged bool
+	// held memoises what the active members hold when every one of them is
+	// bound and shows its devices in the ledger: that changes only with a
+	// node's inventory (heldEpoch, gpu.Snapshot.InventoryEpoch) or with the
+	// members, which make a new Workload. Only the loop's goroutine touches
+	// it.
+	held      int64
+	heldEpoch uint64
+	heldValid bool
 	// placeKey and placeGroups memoise the placement question of the
 	// pending members, the same every cycle.
 	placeKey    string
@@ -90,9 +119,11 @@ func (w *Workload) Terminating() bool { return w.terminating }
 func (w *Workload) summarise() {
 	for _, m := range w.Pending {
 		w.pendingMilli += m.GPUMilli
+		w.deviceCharged = w.deviceCharged || m.memory
 	}
 	for _, m := range w.Active {
 		w.activeMilli += m.GPUMilli
+		w.deviceCharged = w.deviceCharged || m.memory
 		at := m.Admitted
 		if at.IsZero() {
 			at = m.Pod.CreationTimestamp.Time
@@ -104,6 +135,20 @@ func (w *Workload) summarise() {
 			w.terminating = true
 		}
 	}
+}
+
+// memoryRequest reports whether r asks for an amount of GPU memory, whose
+// share of a device depends on the device.
+func memoryRequest(r *gpu.PodRequest) bool {
+	if r == nil {
+		return false
+	}
+	for _, c := range r.Containers {
+		if c.MemoryMiB > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Queue is one queue as a cycle sees it, in GPU milli-units.
@@ -149,6 +194,12 @@ type State struct {
 	Gangs []*Workload
 	// Terminating are the workloads with an active member being deleted.
 	Terminating []*Workload
+	// DeviceCharged are the workloads with active members that ask for GPU
+	// memory: what they hold is read from the ledger snapshot, as it
+	// depends on the devices they got.
+	DeviceCharged []*Workload
+	// DefaultQueue is the queue of workloads that name none, "" for none.
+	DefaultQueue string
 	// Nodes by name.
 	Nodes map[string]*Node
 	// Generation is the cache's generation the state was taken at.
@@ -173,13 +224,14 @@ func (c *Cache) State() *State {
 	}
 	clear(c.dirty)
 	st := &State{
-		Queues:      make(map[string]*Queue, len(c.queues)),
-		Pending:     make(map[string][]*Workload, len(c.pending)),
-		Active:      make(map[string][]*Workload, len(c.active)),
-		Gangs:       make([]*Workload, 0, len(c.gangs)),
-		Terminating: make([]*Workload, 0, len(c.terminating)),
-		Nodes:       make(map[string]*Node, len(c.nodes)),
-		Generation:  c.generation,
+		Queues:       make(map[string]*Queue, len(c.queues)),
+		Pending:      make(map[string][]*Workload, len(c.pending)),
+		Active:       make(map[string][]*Workload, len(c.active)),
+		Gangs:        make([]*Workload, 0, len(c.gangs)),
+		Terminating:  make([]*Workload, 0, len(c.terminating)),
+		Nodes:        make(map[string]*Node, len(c.nodes)),
+		Generation:   c.generation,
+		DefaultQueue: c.defaultQueue,
 	}
 	for name, q := range c.queues {
 		out := queueFromSpec(name, q)
@@ -230,6 +282,9 @@ func (c *Cache) State() *State {
 	for _, w := range c.terminating {
 		st.Terminating = append(st.Terminating, w)
 	}
+	for _, w := range c.deviceCharged {
+		st.DeviceCharged = append(st.DeviceCharged, w)
+	}
 	return st
 }
 
@@ -255,6 +310,7 @@ func (c *Cache) index(w *Workload, sign int64) {
 	}
 	put(c.gangs, w.Key.IsGang())
 	put(c.terminating, w.terminating)
+	put(c.deviceCharged, w.deviceCharged && len(w.Active) > 0)
 	byQueue := func(m map[string]map[WorkloadKey]*Workload, cached map[string][]*Workload) {
 		set := m[w.Queue]
 		if set == nil {
@@ -295,6 +351,7 @@ func (c *Cache) PodState(uid types.UID) (present, bound bool) {
 func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload {
 	w := &Workload{Key: key, MinMember: 1}
 	var annMin int32
+	var queues []string
 	for _, p := range pods {
 		switch {
 		case p.done:
@@ -310,10 +367,10 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 		default:
 			w.Active = append(w.Active, member(p))
 		}
-		if w.Queue == "" {
-			w.Queue = p.queue
+		if p.queue != "" && !slices.Contains(queues, p.queue) {
+			queues = append(queues, p.queue)
 		}
-		if len(w.Pending)+len(w.Active) == 1 || p.priority > w.Priority {
+		if len(w.Pending)+len(w.Active) == 1 || p.priority < w.Priority {
 			w.Priority = p.priority
 		}
 		if t := p.pod.CreationTimestamp.Time; w.Created.IsZero() || t.Before(w.Created) {
@@ -323,6 +380,16 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	}
 	if len(w.Pending) == 0 && len(w.Active) == 0 {
 		return nil
+	}
+	// The members' labels are the truth: the webhook fixed and checked
+	// them at creation, so a PodGroup's queue never moves a member.
+	slices.Sort(queues)
+	if len(queues) > 0 {
+		w.Queue = queues[0]
+	}
+	if len(queues) > 1 {
+		w.QueueConflict = fmt.Sprintf("the pods of %s name different queues (%s); a workload goes to one queue: give its pods the same %s label",
+			key, strings.Join(queues, ", "), v1alpha1.LabelQueue)
 	}
 	if key.Job != "" {
 		// An implicit gang: the Job's parallelism, once the Job is seen.
@@ -336,17 +403,30 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 			w.MinMember = pg.minMember
 			w.TopologyKey = pg.topologyKey
 			w.TimeoutSeconds = pg.timeout
-			if pg.queue != "" {
+			switch {
+			case pg.queue == "" || pg.queue == w.Queue:
+			case w.Queue == "":
+				// Members from before the webhook gave every GPU pod a
+				// queue take their PodGroup's.
 				w.Queue = pg.queue
+			case w.QueueConflict == "":
+				w.QueueConflict = fmt.Sprintf("the pods of gang %s name queue %s but its PodGroup names queue %s; a gang's members go to their PodGroup's queue: "+
+					"create the pods again without a queue label (they then take the PodGroup's), or set the PodGroup's spec.queue to %s",
+					key, w.Queue, pg.queue, w.Queue)
 			}
-			if v, ok := c.priorityClasses[pg.priority]; ok && pg.priority != "" {
-				// The PodGroup's class sets the gang's priority.
+			if v, ok := c.priorityClasses[pg.priority]; ok && pg.priority != "" && v < w.Priority {
+				// The PodGroup's class lowers the gang's priority; it never
+				// raises it above what the members' own classes give them
+				// (which operators restrict with ResourceQuota scopes).
 				w.Priority = v
 			}
 			if !pg.created.IsZero() {
 				w.Created = pg.created
 			}
 		}
+	}
+	if w.Queue == "" {
+		w.Queue = c.defaultQueue
 	}
 	byAge := func(a, b *Member) int {
 		return cmp.Or(a.Pod.CreationTimestamp.Time.Compare(b.Pod.CreationTimestamp.Time), cmp.Compare(a.Pod.Name, b.Pod.Name))
@@ -358,7 +438,12 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 }
 
 func member(p *podInfo) *Member {
-	return &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != ""}
+	m := &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != "",
+		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID}
+	if m.node == "" {
+		m.node = p.pod.Annotations[v1alpha1.AnnotationNode]
+	}
+	return m
 }
 
 func queueFromSpec(name string, q *queueInfo) *Queue {

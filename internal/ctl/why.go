@@ -501,7 +501,7 @@ func (w *why) events() {
 		s := StatusInfo
 		switch e.Reason {
 		case v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity,
-			v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonPreempted, reasonFailedScheduling:
+			v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonPreempted, v1alpha1.ReasonQueueConflict, reasonFailedScheduling:
 			s = StatusBlocking
 		case v1alpha1.ReasonAdmitted:
 			s = StatusOK

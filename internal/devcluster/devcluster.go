@@ -261,6 +261,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := InstallCRDs(ctx, cfg); err != nil {
 		return err
 	}
+	if err := c.ensureDefaultQueue(ctx, cfg); err != nil {
+		return err
+	}
 	cs, err := c.Clientset()
 	if err != nil {
 		return err

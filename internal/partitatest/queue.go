@@ -112,3 +112,10 @@ func (w *PodGroupWrapper) TopologyKey(key string) *PodGroupWrapper {
 	w.Spec.TopologyKey = key
 	return w
 }
+
+// Admitted sets the status of a gang the admission loop admitted: phase
+// Admitted with n members admitted.
+func (w *PodGroupWrapper) Admitted(n int32) *PodGroupWrapper {
+	w.Status.Phase, w.Status.Admitted = v1alpha1.PodGroupAdmitted, n
+	return w
+}

@@ -6,16 +6,31 @@
 #   patch  defaults the webhook writes when the pod does not set them:
 #          {"labels": {...}, "annotations": {...}}.
 #
+# The webhook also asks about PodGroups (created, or with their spec
+# changed): input.kind is "PodGroup" and input.podGroup replaces input.pod;
+# request.queue is the PodGroup's spec.queue, so the queue rules below refuse
+# a gang whose namespace may not use its queue as they refuse a pod. A
+# PodGroup asks for no GPUs itself (its members do, and each is asked about),
+# so the rules on amounts do not apply to it, and no patch is written.
+#
 # input is the request (docs/policy.md); data.partita.state is the cluster
 # state (queues, their usage, namespaces) and data.partita.config the
 # operator's settings (webhook flags).
 package partita.admission
 
+# is_pod_group is true when the webhook asks about a PodGroup.
+is_pod_group if input.kind == "PodGroup"
+
 # The queue the pod goes to: the one it names, else its namespace's default
-# (label partita.dev/default-queue).
+# (label partita.dev/default-queue). A pod that names neither goes to the
+# cluster's default queue (the webhook's --default-queue), which the webhook
+# writes and then asks about again as if the pod had named it. A PodGroup's
+# is its spec.queue alone: empty leaves the queue to its members.
 queue_name := input.request.queue if {
 	input.request.queue != ""
-} else := object.get(namespace.labels, "partita.dev/default-queue", "")
+} else := object.get(namespace.labels, "partita.dev/default-queue", "") if {
+	not is_pod_group
+} else := ""
 
 # queue_from_default is true when the queue comes from the namespace label.
 queue_from_default if {
@@ -34,10 +49,13 @@ queue := data.partita.state.queues[queue_name]
 # Where the queue name came from, for messages.
 queue_source := sprintf("namespace %s's default queue (label partita.dev/default-queue)", [input.namespace]) if {
 	queue_from_default
+} else := sprintf("spec.queue of PodGroup %s", [input.podGroup.name]) if {
+	is_pod_group
 } else := "label partita.dev/queue"
 
 deny contains msg if {
 	data.partita.config.requireQueue
+	not is_pod_group
 	queue_name == ""
 	msg := sprintf("pod names no queue: set the label partita.dev/queue to a leaf queue, or give namespace %s a default with the label partita.dev/default-queue", [input.namespace])
 }

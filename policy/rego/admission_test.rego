@@ -155,3 +155,47 @@ test_namespace_unknown_to_the_state if {
 	count(decide(pod("brand-new", "open", 500)).deny) == 0
 	count(decide(pod("brand-new", "team-a", 500)).deny) == 1
 }
+
+pod_group(ns, queue) := {
+	"kind": "PodGroup",
+	"operation": "CREATE",
+	"namespace": ns,
+	"podGroup": {"name": "train", "labels": {}, "annotations": {}, "queue": queue, "minMember": 4, "priorityClassName": "", "priority": 0},
+	"request": {"queue": queue, "podGroup": "train", "minMember": 4},
+}
+
+test_pod_group_own_queue_allowed if {
+	d := decide(pod_group("team-a", "team-a"))
+	count(d.deny) == 0
+	d.patch == {}
+}
+
+test_pod_group_foreign_queue_denied if {
+	decide(pod_group("other", "team-a")).deny == {`namespace other may not submit to queue "team-a"; add other to the queue's spec.namespaces or match it with spec.namespaceSelector, or name another queue`}
+}
+
+test_pod_group_missing_queue_denied if {
+	decide(pod_group("team-a", "nope")).deny == {`queue "nope" (spec.queue of PodGroup train) does not exist; create the Queue or name an existing leaf queue`}
+}
+
+test_pod_group_parent_queue_denied if {
+	some msg in decide(pod_group("team-a", "research")).deny
+	startswith(msg, `queue "research" (spec.queue of PodGroup train) is not a leaf`)
+}
+
+test_pod_group_without_queue_leaves_it_to_members if {
+	# Neither the namespace's default nor requireQueue applies: the members
+	# bring their queue, and each is asked about.
+	d := decide(pod_group("ghost", ""))
+	count(d.deny) == 0
+	d.patch == {}
+	count(admission.deny) == 0 with input as pod_group("other", "")
+		with data.partita.state as state
+		with data.partita.config as object.union(config, {"requireQueue": true})
+}
+
+test_pod_group_default_label_does_not_lend_a_queue if {
+	# lent may use team-a for pods that name no queue (its default), but a
+	# PodGroup that names team-a is checked like a pod that names it.
+	count(decide(pod_group("lent", "team-a")).deny) == 1
+}

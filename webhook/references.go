@@ -1,0 +1,67 @@
+package webhook
+
+import (
+	"context"
+	"fmt"
+
+	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// References reads the objects a pod or a PodGroup names, to check them:
+// a pod's PodGroup (its queue) and a PodGroup's PriorityClass. It reads the
+// informer cache first and, when the cache does not have the object, the
+// API server: `kubectl apply` of a PodGroup and its pods in one file sends
+// the pods within milliseconds of the PodGroup, before any informer has it,
+// and a pod must not miss its PodGroup's queue for that. Only a miss costs
+// an API call, so gangs whose PodGroup exists never do.
+type References struct {
+	cache client.Reader
+	live  client.Reader
+	// synced reports whether the informers have their first lists.
+	synced []func() bool
+}
+
+// NewReferences reads through cache (the manager's informer cache) and,
+// on a miss, live (the manager's API reader); live may be nil.
+func NewReferences(cache, live client.Reader) *References {
+	return &References{cache: cache, live: live}
+}
+
+// Watch starts the PodGroup and PriorityClass informers at once, so that
+// the first requests need no API call.
+func (r *References) Watch(ctx context.Context, informers cache.Informers) error {
+	for _, obj := range []client.Object{&v1alpha1.PodGroup{}, &schedulingv1.PriorityClass{}} {
+		inf, err := informers.GetInformer(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("get %T informer: %w", obj, err)
+		}
+		r.synced = append(r.synced, inf.HasSynced)
+	}
+	return nil
+}
+
+// Synced reports whether the informers Watch started have their first
+// lists (true when Watch was not called: every read then asks live).
+func (r *References) Synced() bool {
+	for _, s := range r.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// Get reads key into obj: from the cache, else from the API server. A
+// NotFound error means neither has it.
+func (r *References) Get(ctx context.Context, key client.ObjectKey, obj client.Object) error {
+	err := r.cache.Get(ctx, key, obj)
+	if !apierrors.IsNotFound(err) || r.live == nil {
+		return err
+	}
+	return r.live.Get(ctx, key, obj)
+}

@@ -74,7 +74,8 @@ type killer struct {
 	fail   map[int32]bool
 }
 
-func (k *killer) Kill(_ context.Context, pid int32) error {
+func (k *killer) Kill(_ context.Context, p Process) error {
+	pid := p.PID
 	if k.fail[pid] {
 		return fmt.Errorf("kill process %d: %w", pid, ErrProcessNotFound)
 	}

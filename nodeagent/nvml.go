@@ -26,6 +26,9 @@ type NVML struct {
 	lib     nvml.Interface
 	cfg     NVMLConfig
 	ignored map[uint64]bool
+	// selfProcRoot is the agent's own /proc, where Kill checks a process
+	// before signalling it in the agent's PID namespace.
+	selfProcRoot string
 
 	// lock guards the fields below; NVML calls themselves are thread safe.
 	lock        sync.Mutex
@@ -57,7 +60,7 @@ func newNVMLWithLibrary(lib nvml.Interface, cfg NVMLConfig) *NVML {
 	for _, x := range cfg.IgnoredXIDs {
 		ignored[x] = true
 	}
-	return &NVML{lib: lib, cfg: cfg, ignored: ignored, unhealthy: map[string]string{}}
+	return &NVML{lib: lib, cfg: cfg, ignored: ignored, selfProcRoot: "/proc", unhealthy: map[string]string{}}
 }
 
 // initHint says what to check when NVML does not initialise.
@@ -207,6 +210,7 @@ func (b *NVML) Snapshot(ctx context.Context) (*Snapshot, error) {
 					log.V(4).Info("Could not map a GPU process to a pod", "pid", p.Pid, "err", err)
 				}
 				proc.PodUID, proc.ContainerID = uid, cid
+				proc.StartTicks = processStartTicks(b.cfg.ProcRoot, proc.PID)
 				snap.Processes = append(snap.Processes, proc)
 			}
 		}
@@ -349,4 +353,11 @@ func (b *NVML) Close() {
 		_ = b.lib.Shutdown()
 		b.initialized = false
 	}
+}
+
+// Kill ends a process that uses a GPU, once the agent's own /proc confirms
+// that its PID still names the process measured (see killHostProcess). The
+// PIDs NVML reports are host PIDs: the agent must run with hostPID: true.
+func (b *NVML) Kill(ctx context.Context, p Process) error {
+	return killHostProcess(ctx, b.selfProcRoot, p)
 }

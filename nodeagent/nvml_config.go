@@ -1,8 +1,6 @@
 package nodeagent
 
 import (
-	"context"
-
 	"k8s.io/utils/clock"
 )
 
@@ -45,7 +43,3 @@ func (c *NVMLConfig) defaults() {
 		c.OnError = func(string) {}
 	}
 }
-
-// Kill ends a process that uses a GPU. The PIDs NVML reports are host PIDs:
-// the agent must run with hostPID: true.
-func (b *NVML) Kill(ctx context.Context, pid int32) error { return killHostProcess(ctx, pid) }

@@ -17,7 +17,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -346,5 +348,79 @@ func TestNVMLProcessesMapToPods(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, snap.Processes); diff != "" {
 		t.Errorf("processes (-want,+got):\n%s", diff)
+	}
+}
+
+// TestWatchdogKillRechecksTheProcess runs the watchdog's kill on NVML with a
+// real process: between the snapshot that measured it and the kill, the
+// process's PID comes to name a process of another pod (its cgroup, in an
+// injected /proc, changes). The kill is refused and says why; once the PID
+// names the measured process again, it is killed.
+func TestWatchdogKillRechecksTheProcess(t *testing.T) {
+	const uid = "0c1d2e3f-1111-2222-3333-444455556666"
+	const other = "9f8e7d6c-1111-2222-3333-444455556666"
+	cid := strings.Repeat("ab", 32)
+	c := startChild(t)
+	procRoot := t.TempDir()
+	dir := filepath.Join(procRoot, fmt.Sprint(c.pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inPod := func(uid string) string {
+		return "0::/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
+	}
+	write("stat", string(stat))
+	write("cgroup", inPod(uid))
+
+	m := newMachine(t)
+	m.setProcs(0, nvml.ProcessInfo{Pid: uint32(c.pid), UsedGpuMemory: 30 << 30})
+	b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), ProcRoot: procRoot})
+	b.selfProcRoot = procRoot
+	snap, err := b.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.Processes[0]; got.StartTicks != c.start || got.PodUID != uid {
+		t.Fatalf("snapshot saw process %+v, want start tick %d in pod %s", got, c.start, uid)
+	}
+	clk := testingclock.NewFakeClock(time.Now())
+	rec := &recorder{}
+	metrics := NewMetrics()
+	w := newWatchdog("n1", EnforceKill, time.Minute, clk, rec, b, metrics)
+	held := heldOn("n1", h100(8), withUID(heldPod("hog", "n1", "20Gi", 0), uid))
+
+	// The PID now names a process of another pod.
+	write("cgroup", inPod(other))
+	w.check(t.Context(), held, snap.Processes)
+	events := rec.take()
+	if len(events) != 1 || !strings.Contains(events[0], "could not end a process") || !strings.Contains(events[0], "process changed") {
+		t.Errorf("events %q, want one saying the process changed and was not ended", events)
+	}
+	if !c.alive() {
+		t.Fatal("a process of another pod was killed")
+	}
+	if got := testutil.ToFloat64(metrics.killErrors.WithLabelValues("n1")); got != 1 {
+		t.Errorf("partita_gpu_overuse_kill_errors_total = %v, want 1", got)
+	}
+
+	// It is the measured process again: the next action kills it.
+	write("cgroup", inPod(uid))
+	clk.Step(time.Minute)
+	w.check(t.Context(), held, snap.Processes)
+	if events := rec.take(); len(events) != 1 || !strings.Contains(events[0], fmt.Sprintf("ended process %d", c.pid)) {
+		t.Errorf("events %q, want one saying process %d was ended", events, c.pid)
+	}
+	if err := c.waitExit(t); err == nil {
+		t.Error("the measured process exited cleanly; want it killed")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -362,6 +363,7 @@ func (a *Agent) addHandlers(ctx context.Context) error {
 			// need a look.
 			o, n := oldObj.(*v1alpha1.GPUNode), newObj.(*v1alpha1.GPUNode)
 			if o.Generation != n.Generation || len(o.OwnerReferences) != len(n.OwnerReferences) ||
+				o.Annotations[v1alpha1.AnnotationResetHealth] != n.Annotations[v1alpha1.AnnotationResetHealth] ||
 				(len(n.OwnerReferences) > 0 && o.OwnerReferences[0].UID != n.OwnerReferences[0].UID) {
 				enqueue(n.Name)
 			}
@@ -461,6 +463,9 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		gn = nil
 	}
 	gn = st.current(gn)
+	if gn, err = a.resetHealth(ctx, st, gn); err != nil {
+		return true, err
+	}
 	mode := a.effectiveMode(ctx, gn)
 
 	var podList corev1.PodList
@@ -489,6 +494,11 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		held, _ = allocationsOn(inventoryOf(name, mode, toStates(devices)), pods)
 		a.opts.Metrics.reportDevices(name, &Snapshot{Devices: toStates(devices)}, allocatedMilli(held), nil)
 	default:
+		var published []v1alpha1.GPUDevice
+		if gn != nil {
+			published = gn.Status.Devices
+		}
+		identifyDevices(snap.Devices, published)
 		devices = make([]v1alpha1.GPUDevice, len(snap.Devices))
 		for i, d := range snap.Devices {
 			devices[i] = d.GPUDevice
@@ -828,4 +838,64 @@ func (a *Agent) release(ctx context.Context, name string) error {
 	a.lock.Unlock()
 	logr.FromContextOrDiscard(ctx).V(2).Info("Stopped serving node")
 	return nil
+}
+
+// Event reasons of the agent on GPUNodes.
+const (
+	// ReasonHealthReset: the agent forgot the faults of devices an operator
+	// reset (partita.dev/reset-health).
+	ReasonHealthReset = "HealthReset"
+	// ReasonHealthResetRefused: the annotation did not read.
+	ReasonHealthResetRefused = "HealthResetRefused"
+)
+
+// resetHealth acts on the GPUNode's partita.dev/reset-health annotation: it
+// tells the backend to forget the faults of the devices it names, then
+// removes the annotation (only if it still says the same, so that a newer
+// request is never lost). It returns the GPUNode as it is now.
+func (a *Agent) resetHealth(ctx context.Context, st *nodeState, gn *v1alpha1.GPUNode) (*v1alpha1.GPUNode, error) {
+	if gn == nil {
+		return nil, nil
+	}
+	value, ok := gn.Annotations[v1alpha1.AnnotationResetHealth]
+	if !ok {
+		return gn, nil
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	sel, err := ParseDeviceSelector(value)
+	switch r, resets := st.backend.(HealthResetter); {
+	case err != nil:
+		log.Error(err, "Ignored a health reset that does not read")
+		a.recorder.Eventf(gn, nil, corev1.EventTypeWarning, ReasonHealthResetRefused, "ResetHealth", "%s; the annotation was removed", err.Error())
+	case !resets:
+		log.Info("Health reset asked of a backend that keeps no faults; nothing to forget", "value", value)
+	default:
+		cleared, err := r.ResetHealth(sel)
+		if err != nil {
+			return gn, err
+		}
+		log.Info("Forgot the faults of reset GPUs", "value", value, "cleared", cleared)
+		note := fmt.Sprintf("%s=%s: no device had a fault to forget", v1alpha1.AnnotationResetHealth, value)
+		if len(cleared) > 0 {
+			note = fmt.Sprintf("%s=%s: forgot the faults of %s; they take work again unless they fail again", v1alpha1.AnnotationResetHealth, value, strings.Join(cleared, ", "))
+		}
+		a.recorder.Eventf(gn, nil, corev1.EventTypeNormal, ReasonHealthReset, "ResetHealth", "%s", note)
+	}
+	// Remove the annotation with the resourceVersion it was read at, so that
+	// a newer request is never lost: on a conflict the informer brings the
+	// newer object and the next sync acts on it.
+	out := gn.DeepCopy()
+	delete(out.Annotations, v1alpha1.AnnotationResetHealth)
+	err = a.client.Update(ctx, out)
+	a.countWrite(writeGPUNode, err)
+	switch {
+	case err == nil:
+		st.written, st.writtenFrom = out, gn.ResourceVersion
+		return out.DeepCopy(), nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// The next sync, woken by the newer object, tries again.
+		return gn, nil
+	default:
+		return gn, fmt.Errorf("remove %s from GPUNode: %w", v1alpha1.AnnotationResetHealth, err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -168,7 +169,12 @@ type nodeState struct {
 	cancel     context.CancelFunc
 	watchdog   *watchdog
 	mps        *mpsManager
-	heartbeat  time.Duration
+	// mpsChecked is set once the state directory was read for daemons
+	// an earlier agent left running.
+	mpsChecked bool
+	// keeperTargets is what was last handed to the MPS keeper.
+	keeperTargets *[]mpsTarget
+	heartbeat     time.Duration
 
 	// written is the GPUNode as the agent last wrote it, over writtenFrom:
 	// while the cache still shows writtenFrom, written is the truth.
@@ -243,8 +249,8 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 // fleet reports whether the agent serves nodes by selector.
 func (a *Agent) fleet() bool { return a.opts.NodeSelector != nil }
 
-// Run serves the nodes until ctx ends, then stops the MPS daemons it
-// started.
+// Run serves the nodes until ctx ends. The MPS control daemons it runs are
+// left running for the next agent.
 func (a *Agent) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	a.lock.Lock()
@@ -559,25 +565,56 @@ func (a *Agent) effectiveMode(ctx context.Context, gn *v1alpha1.GPUNode) v1alpha
 // control daemon per device that can be shared, with the unclaimed memory
 // and compute as defaults for clients that set no limits. time-slicing and
 // hami-core need nothing on the node: the pod's environment carries its
-// limits.
+// limits, and daemons an earlier agent left running are ended.
 func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, devices []v1alpha1.GPUDevice, held []boundPod) {
-	if mode != v1alpha1.IsolationMPS {
-		if st.mps != nil {
-			st.mps.stopAll()
-			st.mps = nil
-		}
+	var targets []mpsTarget
+	if mode == v1alpha1.IsolationMPS {
+		targets = mpsTargets(devices, held)
+	}
+	_, sim := st.backend.(*Simulated)
+	cfg := a.opts.MPS
+	if sim {
+		// Simulated daemons live in this process: nothing to record, hand
+		// over or adopt.
+		cfg.Runner, cfg.StateDir, cfg.Keeper = a.simRunner, "", false
+	}
+	if cfg.Keeper {
+		a.handToKeeper(ctx, st, cfg, targets)
 		return
 	}
 	if st.mps == nil {
-		runner := a.opts.MPS.Runner
-		if _, sim := st.backend.(*Simulated); sim {
-			runner = a.simRunner
+		if mode != v1alpha1.IsolationMPS && st.mpsChecked {
+			return
 		}
-		cfg := a.opts.MPS
-		cfg.Runner = runner
-		st.mps = newMPSManager(st.name, cfg, a.opts.Clock, a.opts.Metrics)
+		st.mpsChecked = true
+		st.mps = newMPSManager(ctx, st.name, cfg, a.opts.Clock, a.opts.Metrics)
 	}
-	st.mps.ensure(st.ctx, mpsTargets(devices, held))
+	if mode != v1alpha1.IsolationMPS {
+		// Ends the daemons this agent ran, and those a previous one left.
+		st.mps.stopAll(ctx)
+		st.mps = nil
+		return
+	}
+	st.mps.ensure(st.ctx, targets)
+}
+
+// handToKeeper writes the devices that need an MPS control daemon for the
+// MPS keeper (`partita mps-keeper`), when they changed. The keeper's
+// process outlives the agent's container, and so do its daemons.
+func (a *Agent) handToKeeper(ctx context.Context, st *nodeState, cfg MPSConfig, targets []mpsTarget) {
+	if targets == nil {
+		targets = []mpsTarget{}
+	}
+	slices.SortFunc(targets, func(x, y mpsTarget) int { return int(x.Index) - int(y.Index) })
+	if st.keeperTargets != nil && slices.Equal(*st.keeperTargets, targets) {
+		return
+	}
+	if err := writeMPSTargets(cfg.StateDir, st.name, targets); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Could not hand the MPS daemons to the keeper; retrying at the next sync")
+		return
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Handed the MPS daemons to the keeper", "devices", len(targets))
+	st.keeperTargets = &targets
 }
 
 // mpsTargets lists the devices that can be shared (healthy, not held whole)
@@ -658,11 +695,13 @@ func (a *Agent) state(ctx context.Context, node *corev1.Node) (*nodeState, error
 	return st, nil
 }
 
-// stop ends what the agent runs for the node.
+// stop ends what the agent runs for the node, but leaves its MPS control
+// daemons running, recorded for the next agent: their clients must not
+// notice an agent restart or upgrade.
 func (st *nodeState) stop() {
 	st.cancel()
 	if st.mps != nil {
-		st.mps.stopAll()
+		st.mps.detach()
 	}
 }
 
@@ -811,6 +850,10 @@ func (a *Agent) release(ctx context.Context, name string) error {
 		return nil
 	}
 	st.stop()
+	if st.mps != nil {
+		// The node left: its daemons have no clients to serve any more.
+		st.mps.stopAll(ctx)
+	}
 	a.opts.Metrics.clearNode(name)
 	if a.fleet() {
 		live := &corev1.Node{}

@@ -74,9 +74,10 @@ func TestSilentAgentHoldsNewPods(t *testing.T) {
 	ctx := testContext(t, 8*time.Minute)
 	ns := extNamespace(ctx, t, clientset)
 	ensureGPUPriorityClass(ctx, t, clientset)
-	sel := map[string]string{"e2e.partita.dev/silent": ns}
-	node := ns + "-silent"
-	addGPUNode(ctx, t, node, 2, sel)
+	// One of the cluster's own nodes: restarting the agent with `dev up`
+	// removes simulated nodes it did not make.
+	node := devcluster.NodeName(0)
+	sel := map[string]string{"kubernetes.io/hostname": node}
 	t.Cleanup(func() { deletePods(ctx, t, ns) })
 
 	createPods(ctx, t, clientset, []*corev1.Pod{extGPUPod(ns, "running", 1000, 1, sel)}, 1)

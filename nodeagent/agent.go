@@ -609,6 +609,14 @@ func (a *Agent) handToKeeper(ctx context.Context, st *nodeState, cfg MPSConfig, 
 	if st.keeperTargets != nil && slices.Equal(*st.keeperTargets, targets) {
 		return
 	}
+	if len(targets) == 0 && st.keeperTargets == nil {
+		// Nothing to hand over and nothing handed over before: a node that
+		// was never in mps mode needs no file.
+		if _, ok, err := readMPSTargets(cfg.StateDir); err == nil && !ok {
+			st.keeperTargets = &targets
+			return
+		}
+	}
 	if err := writeMPSTargets(cfg.StateDir, st.name, targets); err != nil {
 		logr.FromContextOrDiscard(ctx).Error(err, "Could not hand the MPS daemons to the keeper; retrying at the next sync")
 		return

@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -149,7 +150,7 @@ func TestWhy(t *testing.T) {
 				c.GPUNodes[0] = *pt.MakeGPUNode("n1").Devices(2, "H100", 81920).Heartbeat(now.Add(-4 * time.Minute)).Obj()
 				c.GPUNodes[1] = *pt.MakeGPUNode("n2").Devices(2, "H100", 81920).Heartbeat(now.Add(-10 * time.Second)).Obj()
 				for i := range int32(2) {
-					c.Pods = append(c.Pods, *pt.MakePod("f"+string(rune('0'+i)), "other").GPUFraction("1").BoundTo("n2", i).Obj())
+					c.Pods = append(c.Pods, *pt.MakePod(fmt.Sprintf("f%d", i), "other").GPUFraction("1").BoundTo("n2", i).Obj())
 				}
 				c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").GPUFraction("0.5").Obj())
 				return c

@@ -35,6 +35,9 @@ const (
 	// ReasonInvalidRequest: the pod's GPU request does not parse; no node
 	// can take it.
 	ReasonInvalidRequest = "InvalidRequest"
+	// ReasonAgentSilent: the node's agent has stopped reporting (see
+	// HeartbeatMonitor); nothing new goes there until it does.
+	ReasonAgentSilent = "AgentSilent"
 )
 
 // maxReasonLen bounds a failure message, which kube-scheduler copies into
@@ -56,8 +59,11 @@ func (v verdict) unresolvable() bool {
 // reason that has the numbers ("largest free slice 0.25 on GPU 5; pod needs
 // 0.5"), or to FailedAndUnresolvableNodes when waiting or preempting cannot
 // help: the request is bigger than any device there, the node has no GPU
-// inventory, or the pod's devices are reserved on another node. A pod
-// without a GPU request passes everywhere.
+// inventory, its agent has stopped reporting ("the agent on node n1 has not
+// reported for 3m10s ..."), or the pod's devices are reserved on another
+// node. A pod whose devices the admission loop reserved on a node before
+// its agent fell silent still passes there. A pod without a GPU request
+// passes everywhere.
 //
 // Candidates come as node names (nodeCacheCapable) or, from a scheduler
 // configured without it, as whole nodes; the answer has the same form.
@@ -171,6 +177,8 @@ func verdictOf(node string, err error) verdict {
 			return verdict{ReasonNeverFits, msg}
 		}
 		return verdict{ReasonInsufficientGPU, msg}
+	case gpu.IsAgentSilent(err):
+		return verdict{ReasonAgentSilent, shorten(err.Error())}
 	case gpu.IsNodeNotFound(err):
 		return verdict{ReasonNoGPUInventory, "no GPU inventory: the node has no GPUNode (is Partita's agent running there?)"}
 	default:

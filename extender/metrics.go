@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 		}, []string{"verb"}),
 		filterNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_extender_filter_nodes_total",
-			Help: "Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest.",
+			Help: "Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent.",
 		}, []string{"reason"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_extender_binds_total",
@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 			Help: "Requests to the verbs or /debug/* refused because they did not come with kube-scheduler's client certificate, by reason: Unauthenticated (none, or expired), Forbidden (another name).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{ReasonFits, ReasonInsufficientGPU, ReasonNeverFits, ReasonNoGPUInventory, ReasonReservedElsewhere, ReasonInvalidRequest} {
+	for _, r := range []string{ReasonFits, ReasonInsufficientGPU, ReasonNeverFits, ReasonNoGPUInventory, ReasonReservedElsewhere, ReasonInvalidRequest, ReasonAgentSilent} {
 		m.filterNodes.WithLabelValues(r)
 	}
 	for _, r := range []string{BindBound, BindAlreadyBound, BindNotLeader, BindConflict, BindRefused, BindFailed} {
@@ -69,6 +69,10 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 	reg.MustRegister(m.duration, m.filterNodes, m.binds, m.conflicts, m.rollbacks, m.pending, m.refused)
 	if ledger != nil {
 		reg.MustRegister(&ledgerCollector{ledger: ledger})
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "partita_extender_silent_agent_nodes",
+			Help: "GPU nodes whose agent has stopped reporting (no new heartbeat within --agent-heartbeat-timeout): they take no new GPU pods.",
+		}, func() float64 { return float64(len(ledger.SilentAgents())) }))
 	}
 	if isLeader != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

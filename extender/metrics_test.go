@@ -53,8 +53,9 @@ partita_extender_binds_total{result="Conflict"} 1
 partita_extender_binds_total{result="Failed"} 1
 partita_extender_binds_total{result="NotLeader"} 0
 partita_extender_binds_total{result="Refused"} 0
-# HELP partita_extender_filter_nodes_total Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest.
+# HELP partita_extender_filter_nodes_total Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent.
 # TYPE partita_extender_filter_nodes_total counter
+partita_extender_filter_nodes_total{reason="AgentSilent"} 0
 partita_extender_filter_nodes_total{reason="Fits"} 1
 partita_extender_filter_nodes_total{reason="InsufficientGPU"} 1
 partita_extender_filter_nodes_total{reason="InvalidRequest"} 0
@@ -77,10 +78,13 @@ partita_extender_pending_binds 1
 # HELP partita_extender_leader 1 on the replica that is the elected leader (the one that binds), else 0.
 # TYPE partita_extender_leader gauge
 partita_extender_leader 1
+# HELP partita_extender_silent_agent_nodes GPU nodes whose agent has stopped reporting (no new heartbeat within --agent-heartbeat-timeout): they take no new GPU pods.
+# TYPE partita_extender_silent_agent_nodes gauge
+partita_extender_silent_agent_nodes 0
 `
 	metricNames := []string{"partita_extender_bind_conflicts_total", "partita_extender_bind_rollbacks_total", "partita_extender_binds_total",
 		"partita_extender_filter_nodes_total", "partita_gpu_allocated_milli", "partita_extender_ledger_pods",
-		"partita_extender_pending_binds", "partita_extender_leader"}
+		"partita_extender_pending_binds", "partita_extender_leader", "partita_extender_silent_agent_nodes"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), metricNames...); err != nil {
 		t.Error(err)
 	}

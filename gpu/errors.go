@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -106,6 +107,43 @@ func (e *NodeNotFoundError) Error() string {
 func IsNodeNotFound(err error) bool {
 	var ne *NodeNotFoundError
 	return errors.As(err, &ne)
+}
+
+// DefaultAgentHeartbeatTimeout is how long a node's agent may go without a
+// new heartbeat on its GPUNode before the node takes no new GPU pods: three
+// of the agent's default heartbeat intervals (1m), so that one late or
+// failed write, or an agent restart, never trips it.
+const DefaultAgentHeartbeatTimeout = 3 * time.Minute
+
+// AgentSilentError says a node's agent stopped reporting: its GPUNode's
+// heartbeat has not moved for longer than the bound the extender was given
+// (--agent-heartbeat-timeout). Nothing new goes there, as nobody watches
+// its devices' health, applies slices or polices memory; pods already
+// there are left alone.
+type AgentSilentError struct {
+	// Node is the node.
+	Node string
+	// LastHeartbeat is the last heartbeat its GPUNode shows, as the agent's
+	// clock wrote it; zero when the agent never reported.
+	LastHeartbeat time.Time
+	// For is how long no newer heartbeat has been seen.
+	For time.Duration
+}
+
+// Error reads like "the agent on node n1 has not reported for 3m10s (last
+// heartbeat 2026-12-01T10:00:00Z)".
+func (e *AgentSilentError) Error() string {
+	last := "never"
+	if !e.LastHeartbeat.IsZero() {
+		last = e.LastHeartbeat.UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("the agent on node %s has not reported for %s (last heartbeat %s): the node takes no new GPU pods until it does", e.Node, e.For.Round(time.Second), last)
+}
+
+// IsAgentSilent reports whether err is, or wraps, an *AgentSilentError.
+func IsAgentSilent(err error) bool {
+	var se *AgentSilentError
+	return errors.As(err, &se)
 }
 
 // ErrAlreadyAllocated says a pod already holds a different allocation.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -38,9 +39,21 @@ type nodeState struct {
 	// devices[first : first+n] are the node's devices in inventory order;
 	// the range can hold capacity devices.
 	first, n, capacity int32
+	// heartbeat is the latest heartbeat of the node's agent.
+	heartbeat time.Time
+	// silent, when set, says the node's agent stopped reporting: the node
+	// takes no new pods until a newer heartbeat comes (SetAgentSilent).
+	// Immutable.
+	silent *AgentSilentError
 }
 
 func (n *nodeState) present() bool { return n.inv != nil }
+
+// silentError is a copy of the node's silence, for callers to keep.
+func (n *nodeState) silentError() error {
+	e := *n.silent
+	return &e
+}
 
 // podEntry is one pod's allocation as the ledger holds it. Immutable once
 // added.
@@ -648,6 +661,9 @@ func (v *view) fit(node string, req *PodRequest) error {
 	if !ok {
 		return &NodeNotFoundError{Node: node}
 	}
+	if n.silent != nil {
+		return n.silentError()
+	}
 	if err := validRequest(req); err != nil {
 		return err
 	}
@@ -672,6 +688,9 @@ func (v *view) choose(node string, req *PodRequest, pl Placement) (*PodAllocatio
 	if !ok {
 		return nil, &NodeNotFoundError{Node: node}
 	}
+	if n.silent != nil {
+		return nil, n.silentError()
+	}
 	if err := validRequest(req); err != nil {
 		return nil, err
 	}
@@ -686,7 +705,7 @@ func (v *view) choose(node string, req *PodRequest, pl Placement) (*PodAllocatio
 
 func (v *view) fineScore(slot int32, req *PodRequest, pl Placement, sc *scratch) (int64, bool) {
 	n := &v.nodes[slot]
-	if !n.present() {
+	if !n.present() || n.silent != nil {
 		return 0, false
 	}
 	devs := v.devs(n)
@@ -751,6 +770,9 @@ func (v *view) assumeEntry(a *PodAllocation) (*podEntry, error) {
 	n, ok := v.presentNode(a.Node)
 	if !ok {
 		return nil, &NodeNotFoundError{Node: a.Node}
+	}
+	if n.silent != nil {
+		return nil, n.silentError()
 	}
 	if len(a.Containers) == 0 {
 		return nil, &InvalidAllocationError{Pod: key, Reason: "no container"}

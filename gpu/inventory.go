@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"slices"
+	"time"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
@@ -35,7 +36,9 @@ type Device struct {
 // InventoryFromGPUNode reads a GPUNode's devices. The isolation mode is the
 // one the agent reports in status, else the spec's, else time-slicing.
 // Devices whose index or UUID repeats an earlier one are dropped (the CRD
-// refuses them; this keeps the ledger sound if one slips through).
+// refuses them; this keeps the ledger sound if one slips through). A device
+// the agent could not identify (v1alpha1.IsUnknownDeviceUUID) is kept, and
+// never healthy.
 func InventoryFromGPUNode(n *v1alpha1.GPUNode) *NodeInventory {
 	inv := &NodeInventory{Name: n.Name, Isolation: n.Status.Isolation}
 	if inv.Isolation == "" {
@@ -56,7 +59,7 @@ func InventoryFromGPUNode(n *v1alpha1.GPUNode) *NodeInventory {
 			UUID:      d.UUID,
 			Product:   d.Product,
 			MemoryMiB: d.MemoryMiB,
-			Healthy:   d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled,
+			Healthy:   d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled && !v1alpha1.IsUnknownDeviceUUID(d.UUID),
 		})
 	}
 	slices.SortFunc(inv.Devices, func(a, b Device) int { return int(a.Index) - int(b.Index) })
@@ -96,4 +99,13 @@ func (n *NodeInventory) clone() *NodeInventory {
 	out := *n
 	out.Devices = slices.Clone(n.Devices)
 	return &out
+}
+
+// heartbeatOf is when the node's agent last confirmed its GPUNode, as the
+// agent's clock wrote it; zero when it never did.
+func heartbeatOf(n *v1alpha1.GPUNode) time.Time {
+	if n.Status.Heartbeat == nil {
+		return time.Time{}
+	}
+	return n.Status.Heartbeat.Time
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -49,7 +50,7 @@ func NewLedger() *Ledger {
 func BuildLedger(nodes []v1alpha1.GPUNode, pods []corev1.Pod) *Ledger {
 	l := NewLedger()
 	for i := range nodes {
-		l.upsertNode(InventoryFromGPUNode(&nodes[i]))
+		l.upsertNode(InventoryFromGPUNode(&nodes[i]), heartbeatOf(&nodes[i]))
 	}
 	for i := range pods {
 		l.upsertPod(&pods[i], entryFromPod(&pods[i]))
@@ -68,7 +69,7 @@ func (l *Ledger) UpsertNode(node *v1alpha1.GPUNode) {
 	inv := InventoryFromGPUNode(node)
 	l.lock.Lock()
 	defer l.lock.Unlock()
-	l.upsertNode(inv)
+	l.upsertNode(inv, heartbeatOf(node))
 }
 
 // DeleteNode removes a node's inventory. Its pods are kept, and counted again
@@ -84,6 +85,7 @@ func (l *Ledger) DeleteNode(name string) {
 	l.v.inventoryEpoch++
 	l.garbage += int(n.capacity) + 1
 	n.inv, n.first, n.n, n.capacity = nil, 0, 0, 0
+	n.heartbeat, n.silent = time.Time{}, nil
 	l.maybeCompact()
 }
 
@@ -138,6 +140,58 @@ func (l *Ledger) Forget(uid types.UID) {
 	if e := l.pods[uid]; e != nil && e.assumed {
 		l.removeEntry(e)
 	}
+}
+
+// Heartbeats returns the latest agent heartbeat of every node with an
+// inventory and one.
+func (l *Ledger) Heartbeats() map[string]time.Time {
+	l.lock.RLock()
+	defer l.lock.RUnlock()
+	out := make(map[string]time.Time, len(l.v.nodes))
+	for i := range l.v.nodes {
+		if n := &l.v.nodes[i]; n.present() && !n.heartbeat.IsZero() {
+			out[n.name] = n.heartbeat
+		}
+	}
+	return out
+}
+
+// SetAgentSilent marks node's agent silent (e non-nil) or reporting (nil).
+// A silent node takes no new pods: Fit, Choose and Assume answer e, Score
+// gives 0 and gangs are placed elsewhere; what it holds stays counted. The
+// mark is ignored, and cleared later, once the node shows a heartbeat newer
+// than e.LastHeartbeat: an agent that reports again is not silent.
+func (l *Ledger) SetAgentSilent(node string, e *AgentSilentError) {
+	l.lock.Lock()
+	defer l.lock.Unlock()
+	slot, ok := l.v.slot(node)
+	if !ok {
+		return
+	}
+	n := &l.v.nodes[slot]
+	if e != nil {
+		if n.heartbeat.After(e.LastHeartbeat) {
+			return
+		}
+		c := *e
+		c.Node = node
+		e = &c
+	}
+	n.silent = e
+}
+
+// SilentAgents returns the nodes whose agent is marked silent, by name.
+func (l *Ledger) SilentAgents() []AgentSilentError {
+	l.lock.RLock()
+	defer l.lock.RUnlock()
+	var out []AgentSilentError
+	for i := range l.v.nodes {
+		if n := &l.v.nodes[i]; n.silent != nil && n.present() {
+			out = append(out, *n.silent)
+		}
+	}
+	slices.SortFunc(out, func(a, b AgentSilentError) int { return strings.Compare(a.Node, b.Node) })
+	return out
 }
 
 // Fit reports whether req fits node now, as Choose would place it with the
@@ -243,9 +297,15 @@ func (l *Ledger) MaxDeviceMemoryMiB() int64 {
 	return out
 }
 
-func (l *Ledger) upsertNode(inv *NodeInventory) {
+func (l *Ledger) upsertNode(inv *NodeInventory, heartbeat time.Time) {
 	slot := l.slotFor(inv.Name)
 	n := &l.v.nodes[slot]
+	if heartbeat.After(n.heartbeat) {
+		n.heartbeat = heartbeat
+		if n.silent != nil && heartbeat.After(n.silent.LastHeartbeat) {
+			n.silent = nil // the agent reported again
+		}
+	}
 	if n.present() && inventoryEqual(n.inv, inv) {
 		return
 	}

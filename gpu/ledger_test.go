@@ -3,8 +3,10 @@ package gpu_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -531,5 +533,107 @@ func TestLedgerNodeChurn(t *testing.T) {
 	}
 	if got, want := len(l.Nodes()), 1000; got != want {
 		t.Errorf("%d nodes, want %d", got, want)
+	}
+}
+
+// TestLedgerSilentAgent: a node whose agent is marked silent takes no new
+// pods, from any door (Fit, Choose, Score, Assume, gang placement), says
+// why, keeps counting what it holds, and takes pods again as soon as a
+// newer heartbeat arrives.
+func TestLedgerSilentAgent(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	n1 := pt.MakeGPUNode("n1").Devices(2, "NVIDIA H100 80GB HBM3", 81920).Heartbeat(t0)
+	n2 := pt.MakeGPUNode("n2").Devices(1, "NVIDIA H100 80GB HBM3", 81920).Heartbeat(t0)
+	running := held("running", "n1", "1", 0)
+	l := ledgerWith([]*v1alpha1.GPUNode{n1.Clone().Obj(), n2.Clone().Obj()}, []*corev1.Pod{running})
+	half := parse(t, pt.MakePod("half", "ns").UID("half").GPUFraction("0.5").Obj())
+	whole := func(uid string) *gpu.PodRequest {
+		return parse(t, pt.MakePod(uid, "ns").UID(types.UID(uid)).GPUFraction("1").Obj())
+	}
+	silence := &gpu.AgentSilentError{LastHeartbeat: t0, For: 3*time.Minute + 400*time.Millisecond}
+	const want = "the agent on node n1 has not reported for 3m0s (last heartbeat 2026-12-01T10:00:00Z): the node takes no new GPU pods until it does"
+
+	l.SetAgentSilent("n1", silence)
+	if diff := cmp.Diff([]gpu.AgentSilentError{{Node: "n1", LastHeartbeat: t0, For: silence.For}}, l.SilentAgents()); diff != "" {
+		t.Errorf("silent agents (-want,+got):\n%s", diff)
+	}
+	if err := l.Fit("n1", half); !gpu.IsAgentSilent(err) || err.Error() != want {
+		t.Errorf("Fit on the silent node = %v, want %q", err, want)
+	}
+	if _, err := l.Choose("n1", half, ""); !gpu.IsAgentSilent(err) {
+		t.Errorf("Choose on the silent node = %v, want an AgentSilentError", err)
+	}
+	if s := l.Score("n1", half, ""); s != 0 {
+		t.Errorf("Score on the silent node = %d, want 0", s)
+	}
+	a := &gpu.PodAllocation{Namespace: "ns", Name: "x", UID: "x", Node: "n1",
+		Containers: []gpu.ContainerAllocation{{Container: "main", DeviceUUIDs: []string{pt.DeviceUUID("n1", 1)}, Milli: 500}}}
+	if err := l.Assume(a); !gpu.IsAgentSilent(err) {
+		t.Errorf("Assume on the silent node = %v, want an AgentSilentError", err)
+	}
+	if err := l.Fit("n2", half); err != nil {
+		t.Errorf("Fit on the other node: %v", err)
+	}
+
+	// Gangs go elsewhere, or say the silence is what holds them.
+	snap := l.Snapshot()
+	if got, err := snap.PlaceGang([]*gpu.PodRequest{half}, nil, ""); err != nil || got[0].Node != "n2" {
+		t.Errorf("PlaceGang = %v (%v), want it on n2", got, err)
+	}
+	snap = l.Snapshot()
+	_, err := snap.PlaceGang([]*gpu.PodRequest{whole("w1"), whole("w2")}, nil, "")
+	if !gpu.IsAgentSilent(err) || !strings.Contains(err.Error(), "the agent on node n1 has not reported") {
+		t.Errorf("PlaceGang of 2 whole GPUs (n2 has 1, n1 is silent) = %v, want the silence as the reason", err)
+	}
+	if got := snap.FreeMilli("n1"); got != 0 {
+		t.Errorf("FreeMilli of the silent node = %d, want 0", got)
+	}
+	if got := snap.CapacityMilli(); got != 3000 {
+		t.Errorf("CapacityMilli = %d, want 3000 (silent nodes still count)", got)
+	}
+	// What it holds stays counted.
+	if st := l.State(); st.Nodes[0].Devices[0].AllocatedMilli != 1000 || len(st.Pods) != 1 {
+		t.Errorf("state of the silent node: %+v", st)
+	}
+
+	// A mark made from an older heartbeat than the ledger has is ignored.
+	l.UpsertNode(n2.Clone().Heartbeat(t0.Add(time.Minute)).Obj())
+	l.SetAgentSilent("n2", &gpu.AgentSilentError{LastHeartbeat: t0, For: time.Hour})
+	if err := l.Fit("n2", half); err != nil {
+		t.Errorf("Fit on n2 after a stale mark: %v", err)
+	}
+
+	// The agent reports again: n1 takes pods at once.
+	l.UpsertNode(n1.Clone().Heartbeat(t0.Add(4 * time.Minute)).Obj())
+	if err := l.Fit("n1", half); err != nil {
+		t.Errorf("Fit on n1 after a new heartbeat: %v", err)
+	}
+	if got := l.SilentAgents(); len(got) != 0 {
+		t.Errorf("silent agents after the heartbeat: %v", got)
+	}
+	// Clearing by hand works too.
+	l.SetAgentSilent("n1", &gpu.AgentSilentError{LastHeartbeat: t0.Add(4 * time.Minute)})
+	l.SetAgentSilent("n1", nil)
+	if err := l.Fit("n1", half); err != nil {
+		t.Errorf("Fit on n1 after clearing: %v", err)
+	}
+	if diff := cmp.Diff(map[string]time.Time{"n1": t0.Add(4 * time.Minute), "n2": t0.Add(time.Minute)}, l.Heartbeats()); diff != "" {
+		t.Errorf("heartbeats (-want,+got):\n%s", diff)
+	}
+}
+
+// TestLedgerUnknownDevice: a device the agent could not identify is in the
+// inventory, unhealthy, whatever its health field says.
+func TestLedgerUnknownDevice(t *testing.T) {
+	n := pt.MakeGPUNode("n1").Devices(1, "NVIDIA H100 80GB HBM3", 81920).UnknownDevice(1).Obj()
+	n.Status.Devices[1].Health = v1alpha1.DeviceHealthy // even if it said so
+	l := ledgerWith([]*v1alpha1.GPUNode{n}, nil)
+	inv, ok := l.Node("n1")
+	if !ok || len(inv.Devices) != 2 || inv.Devices[1].UUID != "unknown-1" || inv.Devices[1].Healthy {
+		t.Fatalf("inventory %+v, want device 1 kept as unknown-1 and unhealthy", inv)
+	}
+	two := parse(t, pt.MakePod("two", "ns").GPUFraction("1").GPUCount(2).Obj())
+	if err := l.Fit("n1", two); !gpu.IsInsufficient(err) {
+		t.Errorf("Fit of 2 GPUs = %v, want insufficient (one device is unknown)", err)
 	}
 }

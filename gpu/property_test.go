@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
@@ -127,7 +128,7 @@ func (w *world) allocate() {
 		w.t.Fatalf("Fit and Choose disagree on %s for %+v: Fit %v, Choose %v", node, r.Containers, fitErr, err)
 	}
 	if err != nil {
-		if !gpu.IsInsufficient(err) && !gpu.IsNodeNotFound(err) {
+		if !gpu.IsInsufficient(err) && !gpu.IsNodeNotFound(err) && !gpu.IsAgentSilent(err) {
 			w.t.Fatalf("Choose: %v", err)
 		}
 		if w.l.Score(node, r, placement) != 0 {
@@ -191,6 +192,15 @@ func (w *world) step() string {
 		}
 		w.upsertNode(name)
 		return "toggle device health"
+	case k < 21:
+		// An agent falls silent, or reports again (a newer heartbeat).
+		name := w.randomNode()
+		if slices.ContainsFunc(w.l.SilentAgents(), func(e gpu.AgentSilentError) bool { return e.Node == name }) {
+			w.l.SetAgentSilent(name, nil)
+			return "agent reports again"
+		}
+		w.l.SetAgentSilent(name, &gpu.AgentSilentError{For: time.Hour})
+		return "agent falls silent"
 	case k < 60:
 		w.allocate()
 		return "allocate"
@@ -269,6 +279,11 @@ func (w *world) gang() {
 		}
 	} else if len(allocs) != len(reqs) {
 		w.t.Fatalf("PlaceGang placed %d of %d", len(allocs), len(reqs))
+	}
+	for _, a := range allocs {
+		if slices.ContainsFunc(w.l.SilentAgents(), func(e gpu.AgentSilentError) bool { return e.Node == a.Node }) {
+			w.t.Fatalf("PlaceGang placed %s on %s, whose agent is silent", a.Name, a.Node)
+		}
 	}
 	if errs := s.CheckInvariants(); len(errs) > 0 {
 		w.t.Fatalf("snapshot invariants after a gang: %v", errs)

@@ -360,10 +360,22 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 		return fmt.Errorf("no candidate node has a GPU inventory")
 	}
 	var best *InsufficientError
+	var silent, silentFits error
 	var sc scratch
 	for _, slot := range slots {
 		n := &s.v.nodes[slot]
 		_, f, ok := place(s.v.devs(n), req, pl, &sc)
+		if n.silent != nil {
+			// A node whose agent is silent is the reason to name when it
+			// would take the pod if its agent reported.
+			if silent == nil {
+				silent = n.silentError()
+			}
+			if ok && silentFits == nil {
+				silentFits = n.silentError()
+			}
+			continue
+		}
 		if ok {
 			continue
 		}
@@ -375,7 +387,12 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 			best = e
 		}
 	}
-	if best == nil {
+	switch {
+	case silentFits != nil:
+		return silentFits
+	case best == nil && silent != nil:
+		return silent
+	case best == nil:
 		return fmt.Errorf("no candidate node fits %s", describe(req))
 	}
 	return best
@@ -402,7 +419,9 @@ func (e *InsufficientError) CloserThan(b *InsufficientError) bool {
 }
 
 // CapacityMilli is the GPU capacity of the snapshot's healthy devices, in
-// milli-GPUs: what fair share divides.
+// milli-GPUs: what fair share divides. Nodes whose agent is silent count:
+// their devices are still there and their pods still run, and a brief
+// silence (an agent restart) must not shrink every queue's fair share.
 func (s *Snapshot) CapacityMilli() int64 {
 	var total int64
 	for i := range s.v.nodes {
@@ -420,10 +439,10 @@ func (s *Snapshot) CapacityMilli() int64 {
 }
 
 // FreeMilli is the free share of node's healthy devices, in milli-GPUs; 0
-// for a node without an inventory.
+// for a node without an inventory or whose agent is silent.
 func (s *Snapshot) FreeMilli(node string) int64 {
 	slot, ok := s.v.slot(node)
-	if !ok || !s.v.nodes[slot].present() {
+	if !ok || !s.v.nodes[slot].present() || s.v.nodes[slot].silent != nil {
 		return 0
 	}
 	var free int64

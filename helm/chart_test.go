@@ -50,6 +50,7 @@ var goldenCases = map[string][]string{
 	"cert-manager":           {"--set", "certs.mode=cert-manager"},
 	"scheduler-default":      {"--set", "scheduler.mode=default"},
 	"mps-kill":               {"--set", "agent.isolation=mps", "--set", "agent.enforce=kill"},
+	"mps-in-agent":           {"--set", "agent.isolation=mps", "--set", "agent.mpsKeeper=false"},
 	"monitoring":             {"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.dashboard.enabled=true"},
 	"simulated-no-policy-cm": {"--set", "agent.simulate=8xH100-80GB", "--set", "policy.defaultConfigMap=false", "--set", "webhook.excludeNamespaces={monitoring}"},
 	"network-policy-peers": {"--set", "scheduler.mode=default", "--set", "extender.networkPolicy.schedulerFrom[0].ipBlock.cidr=10.0.0.0/24",

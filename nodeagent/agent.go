@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -167,7 +169,12 @@ type nodeState struct {
 	cancel     context.CancelFunc
 	watchdog   *watchdog
 	mps        *mpsManager
-	heartbeat  time.Duration
+	// mpsChecked is set once the state directory was read for daemons
+	// an earlier agent left running.
+	mpsChecked bool
+	// keeperTargets is what was last handed to the MPS keeper.
+	keeperTargets *[]mpsTarget
+	heartbeat     time.Duration
 
 	// written is the GPUNode as the agent last wrote it, over writtenFrom:
 	// while the cache still shows writtenFrom, written is the truth.
@@ -242,8 +249,8 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 // fleet reports whether the agent serves nodes by selector.
 func (a *Agent) fleet() bool { return a.opts.NodeSelector != nil }
 
-// Run serves the nodes until ctx ends, then stops the MPS daemons it
-// started.
+// Run serves the nodes until ctx ends. The MPS control daemons it runs are
+// left running for the next agent.
 func (a *Agent) Run(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx)
 	a.lock.Lock()
@@ -362,6 +369,7 @@ func (a *Agent) addHandlers(ctx context.Context) error {
 			// need a look.
 			o, n := oldObj.(*v1alpha1.GPUNode), newObj.(*v1alpha1.GPUNode)
 			if o.Generation != n.Generation || len(o.OwnerReferences) != len(n.OwnerReferences) ||
+				o.Annotations[v1alpha1.AnnotationResetHealth] != n.Annotations[v1alpha1.AnnotationResetHealth] ||
 				(len(n.OwnerReferences) > 0 && o.OwnerReferences[0].UID != n.OwnerReferences[0].UID) {
 				enqueue(n.Name)
 			}
@@ -461,6 +469,9 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		gn = nil
 	}
 	gn = st.current(gn)
+	if gn, err = a.resetHealth(ctx, st, gn); err != nil {
+		return true, err
+	}
 	mode := a.effectiveMode(ctx, gn)
 
 	var podList corev1.PodList
@@ -489,6 +500,11 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		held, _ = allocationsOn(inventoryOf(name, mode, toStates(devices)), pods)
 		a.opts.Metrics.reportDevices(name, &Snapshot{Devices: toStates(devices)}, allocatedMilli(held), nil)
 	default:
+		var published []v1alpha1.GPUDevice
+		if gn != nil {
+			published = gn.Status.Devices
+		}
+		identifyDevices(snap.Devices, published)
 		devices = make([]v1alpha1.GPUDevice, len(snap.Devices))
 		for i, d := range snap.Devices {
 			devices[i] = d.GPUDevice
@@ -549,25 +565,64 @@ func (a *Agent) effectiveMode(ctx context.Context, gn *v1alpha1.GPUNode) v1alpha
 // control daemon per device that can be shared, with the unclaimed memory
 // and compute as defaults for clients that set no limits. time-slicing and
 // hami-core need nothing on the node: the pod's environment carries its
-// limits.
+// limits, and daemons an earlier agent left running are ended.
 func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, devices []v1alpha1.GPUDevice, held []boundPod) {
-	if mode != v1alpha1.IsolationMPS {
-		if st.mps != nil {
-			st.mps.stopAll()
-			st.mps = nil
-		}
+	var targets []mpsTarget
+	if mode == v1alpha1.IsolationMPS {
+		targets = mpsTargets(devices, held)
+	}
+	_, sim := st.backend.(*Simulated)
+	cfg := a.opts.MPS
+	if sim {
+		// Simulated daemons live in this process: nothing to record, hand
+		// over or adopt.
+		cfg.Runner, cfg.StateDir, cfg.Keeper = a.simRunner, "", false
+	}
+	if cfg.Keeper {
+		a.handToKeeper(ctx, st, cfg, targets)
 		return
 	}
 	if st.mps == nil {
-		runner := a.opts.MPS.Runner
-		if _, sim := st.backend.(*Simulated); sim {
-			runner = a.simRunner
+		if mode != v1alpha1.IsolationMPS && st.mpsChecked {
+			return
 		}
-		cfg := a.opts.MPS
-		cfg.Runner = runner
-		st.mps = newMPSManager(st.name, cfg, a.opts.Clock, a.opts.Metrics)
+		st.mpsChecked = true
+		st.mps = newMPSManager(ctx, st.name, cfg, a.opts.Clock, a.opts.Metrics)
 	}
-	st.mps.ensure(st.ctx, mpsTargets(devices, held))
+	if mode != v1alpha1.IsolationMPS {
+		// Ends the daemons this agent ran, and those a previous one left.
+		st.mps.stopAll(ctx)
+		st.mps = nil
+		return
+	}
+	st.mps.ensure(st.ctx, targets)
+}
+
+// handToKeeper writes the devices that need an MPS control daemon for the
+// MPS keeper (`partita mps-keeper`), when they changed. The keeper's
+// process outlives the agent's container, and so do its daemons.
+func (a *Agent) handToKeeper(ctx context.Context, st *nodeState, cfg MPSConfig, targets []mpsTarget) {
+	if targets == nil {
+		targets = []mpsTarget{}
+	}
+	slices.SortFunc(targets, func(x, y mpsTarget) int { return int(x.Index) - int(y.Index) })
+	if st.keeperTargets != nil && slices.Equal(*st.keeperTargets, targets) {
+		return
+	}
+	if len(targets) == 0 && st.keeperTargets == nil {
+		// Nothing to hand over and nothing handed over before: a node that
+		// was never in mps mode needs no file.
+		if _, ok, err := readMPSTargets(cfg.StateDir); err == nil && !ok {
+			st.keeperTargets = &targets
+			return
+		}
+	}
+	if err := writeMPSTargets(cfg.StateDir, st.name, targets); err != nil {
+		logr.FromContextOrDiscard(ctx).Error(err, "Could not hand the MPS daemons to the keeper; retrying at the next sync")
+		return
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Handed the MPS daemons to the keeper", "devices", len(targets))
+	st.keeperTargets = &targets
 }
 
 // mpsTargets lists the devices that can be shared (healthy, not held whole)
@@ -648,11 +703,13 @@ func (a *Agent) state(ctx context.Context, node *corev1.Node) (*nodeState, error
 	return st, nil
 }
 
-// stop ends what the agent runs for the node.
+// stop ends what the agent runs for the node, but leaves its MPS control
+// daemons running, recorded for the next agent: their clients must not
+// notice an agent restart or upgrade.
 func (st *nodeState) stop() {
 	st.cancel()
 	if st.mps != nil {
-		st.mps.stopAll()
+		st.mps.detach()
 	}
 }
 
@@ -801,6 +858,10 @@ func (a *Agent) release(ctx context.Context, name string) error {
 		return nil
 	}
 	st.stop()
+	if st.mps != nil {
+		// The node left: its daemons have no clients to serve any more.
+		st.mps.stopAll(ctx)
+	}
 	a.opts.Metrics.clearNode(name)
 	if a.fleet() {
 		live := &corev1.Node{}
@@ -828,4 +889,64 @@ func (a *Agent) release(ctx context.Context, name string) error {
 	a.lock.Unlock()
 	logr.FromContextOrDiscard(ctx).V(2).Info("Stopped serving node")
 	return nil
+}
+
+// Event reasons of the agent on GPUNodes.
+const (
+	// ReasonHealthReset: the agent forgot the faults of devices an operator
+	// reset (partita.dev/reset-health).
+	ReasonHealthReset = "HealthReset"
+	// ReasonHealthResetRefused: the annotation did not read.
+	ReasonHealthResetRefused = "HealthResetRefused"
+)
+
+// resetHealth acts on the GPUNode's partita.dev/reset-health annotation: it
+// tells the backend to forget the faults of the devices it names, then
+// removes the annotation (only if it still says the same, so that a newer
+// request is never lost). It returns the GPUNode as it is now.
+func (a *Agent) resetHealth(ctx context.Context, st *nodeState, gn *v1alpha1.GPUNode) (*v1alpha1.GPUNode, error) {
+	if gn == nil {
+		return nil, nil
+	}
+	value, ok := gn.Annotations[v1alpha1.AnnotationResetHealth]
+	if !ok {
+		return gn, nil
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	sel, err := ParseDeviceSelector(value)
+	switch r, resets := st.backend.(HealthResetter); {
+	case err != nil:
+		log.Error(err, "Ignored a health reset that does not read")
+		a.recorder.Eventf(gn, nil, corev1.EventTypeWarning, ReasonHealthResetRefused, "ResetHealth", "%s; the annotation was removed", err.Error())
+	case !resets:
+		log.Info("Health reset asked of a backend that keeps no faults; nothing to forget", "value", value)
+	default:
+		cleared, err := r.ResetHealth(sel)
+		if err != nil {
+			return gn, err
+		}
+		log.Info("Forgot the faults of reset GPUs", "value", value, "cleared", cleared)
+		note := fmt.Sprintf("%s=%s: no device had a fault to forget", v1alpha1.AnnotationResetHealth, value)
+		if len(cleared) > 0 {
+			note = fmt.Sprintf("%s=%s: forgot the faults of %s; they take work again unless they fail again", v1alpha1.AnnotationResetHealth, value, strings.Join(cleared, ", "))
+		}
+		a.recorder.Eventf(gn, nil, corev1.EventTypeNormal, ReasonHealthReset, "ResetHealth", "%s", note)
+	}
+	// Remove the annotation with the resourceVersion it was read at, so that
+	// a newer request is never lost: on a conflict the informer brings the
+	// newer object and the next sync acts on it.
+	out := gn.DeepCopy()
+	delete(out.Annotations, v1alpha1.AnnotationResetHealth)
+	err = a.client.Update(ctx, out)
+	a.countWrite(writeGPUNode, err)
+	switch {
+	case err == nil:
+		st.written, st.writtenFrom = out, gn.ResourceVersion
+		return out.DeepCopy(), nil
+	case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+		// The next sync, woken by the newer object, tries again.
+		return gn, nil
+	default:
+		return gn, fmt.Errorf("remove %s from GPUNode: %w", v1alpha1.AnnotationResetHealth, err)
+	}
 }

@@ -33,8 +33,11 @@ type HealthWatcher interface {
 
 // ProcessKiller ends a process that uses a GPU (the watchdog's kill mode).
 type ProcessKiller interface {
-	// Kill ends the process with the given (host) PID.
-	Kill(ctx context.Context, pid int32) error
+	// Kill ends the process p names, as the snapshot saw it. It must refuse,
+	// with an error wrapping ErrProcessChanged or ErrProcessNotFound, when
+	// p.PID no longer names that process: the PID was reused (another start
+	// time) or the process left p's pod and container.
+	Kill(ctx context.Context, p Process) error
 }
 
 // Snapshot is what a Backend saw at one moment.
@@ -63,6 +66,10 @@ type Process struct {
 	DeviceIndex int32 `json:"deviceIndex"`
 	// MemoryBytes is the device memory the process holds.
 	MemoryBytes int64 `json:"memoryBytes"`
+	// StartTicks is when the process started, in clock ticks since boot,
+	// when known (NVML backend): with the PID it names the process, so that
+	// a PID reused by a later process is never taken for it.
+	StartTicks uint64 `json:"startTicks,omitempty"`
 	// PodUID is the pod the process belongs to, when known.
 	PodUID types.UID `json:"podUID,omitempty"`
 	// ContainerID is the runtime's container ID, when known (NVML backend).

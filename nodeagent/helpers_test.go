@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -56,8 +57,8 @@ type recorder struct {
 func (r *recorder) Eventf(regarding runtime.Object, _ runtime.Object, eventtype, reason, _, note string, args ...any) {
 	r.lock.Lock()
 	defer r.lock.Unlock()
-	p := regarding.(*corev1.Pod)
-	r.events = append(r.events, fmt.Sprintf("%s %s %s/%s: %s", eventtype, reason, p.Namespace, p.Name, fmt.Sprintf(note, args...)))
+	o := regarding.(metav1.Object)
+	r.events = append(r.events, fmt.Sprintf("%s %s %s/%s: %s", eventtype, reason, o.GetNamespace(), o.GetName(), fmt.Sprintf(note, args...)))
 }
 
 func (r *recorder) take() []string {
@@ -74,7 +75,8 @@ type killer struct {
 	fail   map[int32]bool
 }
 
-func (k *killer) Kill(_ context.Context, pid int32) error {
+func (k *killer) Kill(_ context.Context, p Process) error {
+	pid := p.PID
 	if k.fail[pid] {
 		return fmt.Errorf("kill process %d: %w", pid, ErrProcessNotFound)
 	}

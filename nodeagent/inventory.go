@@ -1,6 +1,7 @@
 package nodeagent
 
 import (
+	"fmt"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,3 +114,34 @@ func nodeMilli(n *corev1.Node) (capacity, allocatable int64) {
 
 // milliQuantity is a milli-GPU count as a resource quantity.
 func milliQuantity(n int64) resource.Quantity { return *resource.NewQuantity(n, resource.DecimalSI) }
+
+// identifyDevices gives every device whose UUID the backend could not read
+// (NVML cannot open it) a UUID to publish: the one the node's GPUNode
+// published for that index before, if no other device has it now, so that
+// a pod holding the device keeps counting against it; else
+// v1alpha1.UnknownDeviceUUID(index). Such a device is always Unhealthy.
+func identifyDevices(devices []DeviceState, published []v1alpha1.GPUDevice) {
+	inUse := map[string]bool{}
+	for _, d := range devices {
+		if d.UUID != "" {
+			inUse[d.UUID] = true
+		}
+	}
+	for i := range devices {
+		d := &devices[i]
+		if d.UUID != "" && !v1alpha1.IsUnknownDeviceUUID(d.UUID) {
+			continue
+		}
+		d.UUID = v1alpha1.UnknownDeviceUUID(d.Index)
+		for _, p := range published {
+			if p.Index == d.Index && p.UUID != "" && !v1alpha1.IsUnknownDeviceUUID(p.UUID) && !inUse[p.UUID] {
+				d.UUID = p.UUID
+			}
+		}
+		inUse[d.UUID] = true
+		d.Health = v1alpha1.DeviceUnhealthy
+		if d.HealthReason == "" {
+			d.HealthReason = fmt.Sprintf("the agent cannot identify device %d", d.Index)
+		}
+	}
+}

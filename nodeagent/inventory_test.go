@@ -79,3 +79,84 @@ func TestSameInventory(t *testing.T) {
 		})
 	}
 }
+
+func TestIdentifyDevices(t *testing.T) {
+	unknown := func(i int32) DeviceState {
+		return DeviceState{GPUDevice: v1alpha1.GPUDevice{Index: i, Health: v1alpha1.DeviceUnhealthy, HealthReason: "NVML cannot open device"}}
+	}
+	known := func(i int32, uuid string) DeviceState {
+		return DeviceState{GPUDevice: v1alpha1.GPUDevice{Index: i, UUID: uuid, Health: v1alpha1.DeviceHealthy}}
+	}
+	cases := map[string]struct {
+		devices   []DeviceState
+		published []v1alpha1.GPUDevice
+		want      []string
+	}{
+		"all known": {
+			devices: []DeviceState{known(0, "GPU-a"), known(1, "GPU-b")},
+			want:    []string{"GPU-a", "GPU-b"},
+		},
+		"never published": {
+			devices: []DeviceState{known(0, "GPU-a"), unknown(1)},
+			want:    []string{"GPU-a", "unknown-1"},
+		},
+		"published before": {
+			devices:   []DeviceState{known(0, "GPU-a"), unknown(1)},
+			published: []v1alpha1.GPUDevice{{Index: 0, UUID: "GPU-a"}, {Index: 1, UUID: "GPU-b"}},
+			want:      []string{"GPU-a", "GPU-b"},
+		},
+		"its old UUID is another device's now": {
+			devices:   []DeviceState{known(0, "GPU-b"), unknown(1)},
+			published: []v1alpha1.GPUDevice{{Index: 1, UUID: "GPU-b"}},
+			want:      []string{"GPU-b", "unknown-1"},
+		},
+		"published unknown stays unknown": {
+			devices:   []DeviceState{unknown(0)},
+			published: []v1alpha1.GPUDevice{{Index: 0, UUID: "unknown-0"}},
+			want:      []string{"unknown-0"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			identifyDevices(tc.devices, tc.published)
+			var got []string
+			for _, d := range tc.devices {
+				got = append(got, d.UUID)
+				if d.UUID != "GPU-a" && d.UUID != "GPU-b" || d.HealthReason != "" {
+					if d.Health != v1alpha1.DeviceUnhealthy {
+						t.Errorf("device %d (%s) is %s, want Unhealthy", d.Index, d.UUID, d.Health)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("UUIDs (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestParseDeviceSelector(t *testing.T) {
+	cases := map[string]struct {
+		in      string
+		want    DeviceSelector
+		wantErr bool
+	}{
+		"all":             {in: "all", want: DeviceSelector{All: true}},
+		"indexes":         {in: "0, 3", want: DeviceSelector{Indexes: []int32{0, 3}}},
+		"UUIDs and index": {in: "GPU-8c1f,2", want: DeviceSelector{UUIDs: []string{"GPU-8c1f"}, Indexes: []int32{2}}},
+		"empty":           {in: " , ", wantErr: true},
+		"word":            {in: "five", wantErr: true},
+		"negative":        {in: "-1", wantErr: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := ParseDeviceSelector(tc.in)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("ParseDeviceSelector(%q) error = %v, want error %v", tc.in, err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("selector (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -4,9 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -29,23 +28,39 @@ type Command struct {
 	Dirs []string
 }
 
-// CommandRunner runs the agent's helper programs (the MPS control daemon
-// and its control client). Tests use a fake; the simulated backend uses
-// SimulatedRunner.
+// DaemonProcess names one running MPS control daemon: its PID and its start
+// time (clock ticks since boot), which together tell it from any later
+// process that gets the same PID.
+type DaemonProcess struct {
+	// PID is the daemon's PID in the PID namespace of whoever runs it.
+	PID int `json:"pid"`
+	// StartTicks is when it started, from /proc/<pid>/stat.
+	StartTicks uint64 `json:"startTicks"`
+}
+
+// CommandRunner starts, finds, watches and ends the MPS control daemons and
+// runs their control client. ExecRunner does it on the host; the simulated
+// backend uses SimulatedRunner.
+//
+// The daemons are not the agent's children in any way that ties them to
+// it: they start in a session of their own, daemonise, and are found again
+// by the PID file they write in their pipe directory, so that a restarted
+// agent adopts the daemons the last one started and their clients keep
+// running.
 type CommandRunner interface {
-	// Start starts a long-running program.
-	Start(ctx context.Context, cmd Command) (RunningCommand, error)
+	// Launch runs the daemon's start command (nvidia-cuda-mps-control -d)
+	// to completion, in a session of its own.
+	Launch(ctx context.Context, cmd Command) error
 	// Run runs a program to completion with stdin as its input and returns
 	// its combined output.
 	Run(ctx context.Context, cmd Command, stdin string) ([]byte, error)
-}
-
-// RunningCommand is a started program.
-type RunningCommand interface {
-	// Wait blocks until the program exits. It is called once.
-	Wait() error
-	// Stop ends the program: SIGTERM, then SIGKILL after a grace period.
-	Stop()
+	// Find returns the control daemon that serves pipeDir, read from the
+	// PID file it writes there, when that process runs and is program.
+	Find(pipeDir, program string) (DaemonProcess, bool)
+	// Alive reports whether p still runs as the same process.
+	Alive(p DaemonProcess) bool
+	// Signal sends sig to p, unless p's PID no longer names p.
+	Signal(p DaemonProcess, sig syscall.Signal) error
 }
 
 // MPSConfig configures the MPS control daemons of mps mode.
@@ -56,41 +71,86 @@ type MPSConfig struct {
 	// pipe/ and log/ directories. A pod's containers reach their device's
 	// daemon through CUDA_MPS_PIPE_DIRECTORY=<Dir>/<UUID>/pipe.
 	Dir string
+	// StateDir keeps the record of the daemons running for the node
+	// (mps-daemons.json), so that a restarted agent adopts them instead of
+	// starting others; empty keeps no record.
+	StateDir string
+	// Keeper hands the daemons to `partita mps-keeper` on the node: the
+	// agent writes the devices that need one to <StateDir>/mps-targets.json
+	// and the keeper, whose process outlives the agent's container, runs
+	// them. Requires StateDir.
+	Keeper bool
 	// Runner runs the programs.
 	Runner CommandRunner
 }
 
-// mpsStopGrace is how long a daemon gets to quit before it is killed.
+// mpsPIDFile is the file nvidia-cuda-mps-control -d writes its PID to, in
+// its pipe directory.
+const mpsPIDFile = "nvidia-cuda-mps-control.pid"
+
+// mpsStopGrace is how long a daemon gets to quit before it is signalled.
 const mpsStopGrace = 5 * time.Second
+
+// mpsStartTimeout is how long a launched daemon has to write its PID file.
+const mpsStartTimeout = 10 * time.Second
 
 // mpsRetry is how soon limits a daemon did not take are sent again.
 const mpsRetry = 500 * time.Millisecond
 
+// mpsPoll is how often a daemon is checked for being alive: it is not the
+// agent's child, so its exit is not reported to the agent.
+const mpsPoll = time.Second
+
 // mpsTarget is a device that should have a daemon, with the defaults the
 // daemon applies to clients that set no limits of their own.
 type mpsTarget struct {
-	Index int32
-	UUID  string
+	Index int32  `json:"index"`
+	UUID  string `json:"uuid"`
 	// DefaultMemLimitMiB is the pinned device memory limit of clients that do
 	// not set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the memory no slice claims.
-	DefaultMemLimitMiB int64
+	DefaultMemLimitMiB int64 `json:"defaultMemLimitMiB"`
 	// DefaultThreadPercent is the active thread percentage of clients that
 	// do not set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the compute no slice
 	// claims.
-	DefaultThreadPercent int32
+	DefaultThreadPercent int32 `json:"defaultThreadPercent"`
+}
+
+// mpsRecord is one daemon in mps-daemons.json.
+type mpsRecord struct {
+	UUID  string `json:"uuid"`
+	Index int32  `json:"index"`
+	DaemonProcess
+	PipeDir string `json:"pipeDir"`
+	LogDir  string `json:"logDir"`
+	// Started is when the daemon was started or found, for people.
+	Started time.Time `json:"started"`
+}
+
+// mpsState is the content of mps-daemons.json.
+type mpsState struct {
+	Node    string      `json:"node"`
+	Daemons []mpsRecord `json:"daemons"`
 }
 
 // mpsManager keeps one MPS control daemon running per shared device of a
-// node, restarts a daemon that exits, and applies its default limits.
+// node, restarts a daemon that exits, applies its default limits, and
+// records the daemons so that the next agent adopts them. Daemons outlive
+// the manager: only ensure (for devices that need none any more) and
+// stopAll (the node left) end them.
 type mpsManager struct {
 	node    string
 	cfg     MPSConfig
-	clock   clock.Clock
+	clock   clock.WithTicker
 	metrics *Metrics
 
-	lock     sync.Mutex
-	daemons  map[string]*mpsDaemon // by UUID
-	restarts map[int32]int         // by device index
+	lock    sync.Mutex
+	daemons map[string]*mpsDaemon // supervised, by UUID
+	// records are the daemons known to run, by UUID: the supervised ones
+	// and, until the first ensure, those adopted from the state file.
+	records  map[string]mpsRecord
+	restarts map[int32]int // by device index
+	// saveLock serialises writes of the state file.
+	saveLock sync.Mutex
 }
 
 // mpsDaemon is the supervisor of one device's daemon.
@@ -99,24 +159,64 @@ type mpsDaemon struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	wake   chan struct{} // the target's limits changed
+	// quit makes the supervisor end the daemon when it stops; otherwise
+	// the daemon is left running for the next agent.
+	quit atomic.Bool
 }
 
-func newMPSManager(node string, cfg MPSConfig, clk clock.Clock, m *Metrics) *mpsManager {
-	return &mpsManager{node: node, cfg: cfg, clock: clk, metrics: m, daemons: map[string]*mpsDaemon{}, restarts: map[int32]int{}}
+// newMPSManager returns the manager of node's daemons. It reads the daemons
+// an earlier agent recorded in cfg.StateDir and keeps those that still run,
+// as the same process, to adopt them.
+func newMPSManager(ctx context.Context, node string, cfg MPSConfig, clk clock.WithTicker, m *Metrics) *mpsManager {
+	mm := &mpsManager{
+		node: node, cfg: cfg, clock: clk, metrics: m,
+		daemons: map[string]*mpsDaemon{}, records: map[string]mpsRecord{}, restarts: map[int32]int{},
+	}
+	if cfg.StateDir == "" {
+		return mm
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	var st mpsState
+	ok, err := readStateFile(filepath.Join(cfg.StateDir, mpsStateFile), &st)
+	switch {
+	case err != nil:
+		log.Error(err, "Could not read the record of the MPS control daemons; daemons still running are found through their PID files")
+	case ok && st.Node != "" && st.Node != node:
+		log.Info("Ignored a record of MPS control daemons made for another node", "recordedNode", st.Node)
+	case ok:
+		for _, r := range st.Daemons {
+			if r.PipeDir == mm.pipeDir(r.UUID) && cfg.Runner.Alive(r.DaemonProcess) {
+				mm.records[r.UUID] = r
+				log.V(2).Info("Found a running MPS control daemon to adopt", "device", r.Index, "uuid", r.UUID, "pid", r.PID)
+			}
+		}
+	}
+	mm.save(log)
+	return mm
 }
 
-// ensure makes the running daemons match targets: it starts the missing
-// ones (under ctx, which should live as long as the node is served), stops
-// the unwanted ones and hands changed limits to the running ones.
+// ensure makes the running daemons match targets: it starts (or adopts)
+// the missing ones under ctx, which should live as long as the node is
+// served, ends the ones no target wants, and hands changed limits to the
+// running ones.
 func (m *mpsManager) ensure(ctx context.Context, targets []mpsTarget) {
 	want := make(map[string]mpsTarget, len(targets))
 	for _, t := range targets {
 		want[t.UUID] = t
 	}
 	var stopping []*mpsDaemon
+	var orphans []mpsRecord
 	m.lock.Lock()
+	// Recorded daemons nobody supervises (adopted from the state file) that
+	// no target wants are ended here; supervised ones by their supervisor.
+	for uuid, r := range m.records {
+		if _, ok := want[uuid]; !ok && m.daemons[uuid] == nil {
+			orphans = append(orphans, r)
+		}
+	}
 	for uuid, d := range m.daemons {
 		if _, ok := want[uuid]; !ok {
+			d.quit.Store(true)
 			d.cancel()
 			stopping = append(stopping, d)
 			delete(m.daemons, uuid)
@@ -125,10 +225,14 @@ func (m *mpsManager) ensure(ctx context.Context, targets []mpsTarget) {
 	for uuid, t := range want {
 		d, ok := m.daemons[uuid]
 		if !ok {
+			var adopted *mpsRecord
+			if r, ok := m.records[uuid]; ok {
+				adopted = &r
+			}
 			dctx, cancel := context.WithCancel(ctx)
 			d = &mpsDaemon{target: t, cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
 			m.daemons[uuid] = d
-			go m.supervise(dctx, d, t)
+			go m.supervise(dctx, d, t, adopted)
 			continue
 		}
 		if d.target != t {
@@ -140,13 +244,42 @@ func (m *mpsManager) ensure(ctx context.Context, targets []mpsTarget) {
 		}
 	}
 	m.lock.Unlock()
+	log := logr.FromContextOrDiscard(ctx)
+	for _, r := range orphans {
+		m.stopProcess(ctx, r.UUID, r.DaemonProcess, log.WithValues("device", r.Index, "uuid", r.UUID))
+		m.forget(log, r.UUID)
+	}
 	for _, d := range stopping {
 		<-d.done
 	}
 }
 
-// stopAll stops every daemon and waits for them.
-func (m *mpsManager) stopAll() { m.ensure(context.Background(), nil) }
+// stopAll ends every daemon and waits for them: the node left mps mode, or
+// the agent stopped serving it.
+func (m *mpsManager) stopAll(ctx context.Context) { m.ensure(ctx, nil) }
+
+// detach stops supervising the daemons and leaves them running, recorded
+// for the next agent: the agent is shutting down (an upgrade, a restart),
+// and their clients must not notice.
+func (m *mpsManager) detach() {
+	m.lock.Lock()
+	daemons := m.daemons
+	m.daemons = map[string]*mpsDaemon{}
+	m.lock.Unlock()
+	for _, d := range daemons {
+		d.cancel()
+	}
+	for _, d := range daemons {
+		<-d.done
+	}
+}
+
+// recorded reports whether any daemon is known to run.
+func (m *mpsManager) recorded() bool {
+	m.lock.Lock()
+	defer m.lock.Unlock()
+	return len(m.records) > 0
+}
 
 // target returns a daemon's current target.
 func (m *mpsManager) target(d *mpsDaemon) mpsTarget {
@@ -156,16 +289,57 @@ func (m *mpsManager) target(d *mpsDaemon) mpsTarget {
 }
 
 func (m *mpsManager) pipeDir(uuid string) string { return filepath.Join(m.cfg.Dir, uuid, "pipe") }
+func (m *mpsManager) logDir(uuid string) string  { return filepath.Join(m.cfg.Dir, uuid, "log") }
 
-// daemonCommand runs the control daemon of one device in the foreground,
-// so that the agent sees it exit.
+// daemonCommand starts the control daemon of one device: it daemonises,
+// leaving the agent free to exit without taking the daemon along.
 func (m *mpsManager) daemonCommand(uuid string) Command {
-	logDir := filepath.Join(m.cfg.Dir, uuid, "log")
 	return Command{
 		Path: m.cfg.ControlPath,
-		Args: []string{"-f"},
-		Env:  []string{"CUDA_VISIBLE_DEVICES=" + uuid, "CUDA_MPS_PIPE_DIRECTORY=" + m.pipeDir(uuid), "CUDA_MPS_LOG_DIRECTORY=" + logDir},
-		Dirs: []string{m.pipeDir(uuid), logDir},
+		Args: []string{"-d"},
+		Env:  []string{"CUDA_VISIBLE_DEVICES=" + uuid, "CUDA_MPS_PIPE_DIRECTORY=" + m.pipeDir(uuid), "CUDA_MPS_LOG_DIRECTORY=" + m.logDir(uuid)},
+		Dirs: []string{m.pipeDir(uuid), m.logDir(uuid)},
+	}
+}
+
+// record notes a daemon that runs for t and saves the record.
+func (m *mpsManager) record(log logr.Logger, t mpsTarget, p DaemonProcess) {
+	m.lock.Lock()
+	m.records[t.UUID] = mpsRecord{UUID: t.UUID, Index: t.Index, DaemonProcess: p, PipeDir: m.pipeDir(t.UUID), LogDir: m.logDir(t.UUID), Started: m.clock.Now().UTC()}
+	m.lock.Unlock()
+	m.save(log)
+}
+
+// forget drops the record of a daemon that ended.
+func (m *mpsManager) forget(log logr.Logger, uuid string) {
+	m.lock.Lock()
+	_, ok := m.records[uuid]
+	delete(m.records, uuid)
+	m.lock.Unlock()
+	if ok {
+		m.save(log)
+	}
+}
+
+// save writes the records to the state directory. A failed write is
+// logged: the daemons are still found through their PID files.
+func (m *mpsManager) save(log logr.Logger) {
+	if m.cfg.StateDir == "" {
+		return
+	}
+	// One save at a time, each taking the records when it starts: the last
+	// write holds the latest records.
+	m.saveLock.Lock()
+	defer m.saveLock.Unlock()
+	m.lock.Lock()
+	st := mpsState{Node: m.node, Daemons: make([]mpsRecord, 0, len(m.records))}
+	for _, r := range m.records {
+		st.Daemons = append(st.Daemons, r)
+	}
+	m.lock.Unlock()
+	slices.SortFunc(st.Daemons, func(a, b mpsRecord) int { return int(a.Index) - int(b.Index) })
+	if err := writeStateFile(filepath.Join(m.cfg.StateDir, mpsStateFile), st); err != nil {
+		log.Error(err, "Could not record the MPS control daemons")
 	}
 }
 
@@ -177,7 +351,7 @@ func (m *mpsManager) control(ctx context.Context, uuid string, commands ...strin
 
 // controlOutput sends commands to a device's daemon and returns its answer.
 func (m *mpsManager) controlOutput(ctx context.Context, uuid string, commands ...string) (string, error) {
-	cmd := Command{Path: m.cfg.ControlPath, Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + m.pipeDir(uuid)}}
+	cmd := Command{Path: m.cfg.ControlPath, Env: []string{"CUDA_MPS_PIPE_DIRECTORY=" + m.pipeDir(uuid), "CUDA_MPS_LOG_DIRECTORY=" + m.logDir(uuid)}}
 	out, err := m.cfg.Runner.Run(ctx, cmd, strings.Join(commands, "\n")+"\n")
 	if err != nil {
 		return "", fmt.Errorf("send %q to the MPS daemon of %s: %w: %s", commands, uuid, err, strings.TrimSpace(string(out)))
@@ -185,21 +359,206 @@ func (m *mpsManager) controlOutput(ctx context.Context, uuid string, commands ..
 	return strings.TrimSpace(string(out)), nil
 }
 
+// start returns a daemon for t: one that already serves its pipe directory
+// (started by an agent whose record is lost), else a new one.
+func (m *mpsManager) start(ctx context.Context, t mpsTarget) (p DaemonProcess, found bool, err error) {
+	pipe := m.pipeDir(t.UUID)
+	if p, ok := m.cfg.Runner.Find(pipe, m.cfg.ControlPath); ok {
+		return p, true, nil
+	}
+	if err := m.cfg.Runner.Launch(ctx, m.daemonCommand(t.UUID)); err != nil {
+		return DaemonProcess{}, false, err
+	}
+	deadline := m.clock.Now().Add(mpsStartTimeout)
+	for {
+		if p, ok := m.cfg.Runner.Find(pipe, m.cfg.ControlPath); ok {
+			return p, false, nil
+		}
+		if m.clock.Now().After(deadline) {
+			return DaemonProcess{}, false, fmt.Errorf("start the MPS control daemon of %s: no running daemon wrote %s within %s", t.UUID, filepath.Join(pipe, mpsPIDFile), mpsStartTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return DaemonProcess{}, false, ctx.Err()
+		case <-m.clock.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// supervise keeps one device's daemon running until ctx ends: it adopts the
+// recorded daemon or starts one, applies its limits after each start and
+// each change, and starts it again with backoff when it exits. When ctx
+// ends it leaves the daemon running, unless d.quit says to end it.
+func (m *mpsManager) supervise(ctx context.Context, d *mpsDaemon, t mpsTarget, adopted *mpsRecord) {
+	defer close(d.done)
+	log := logr.FromContextOrDiscard(ctx).WithValues("device", t.Index, "uuid", t.UUID)
+	backoff := time.Second
+	var proc DaemonProcess
+	running := adopted != nil
+	if running {
+		proc = adopted.DaemonProcess
+		log.Info("Adopted the MPS control daemon a previous agent started", "pid", proc.PID)
+	}
+	for {
+		started := m.clock.Now()
+		if !running {
+			p, found, err := m.start(ctx, t)
+			switch {
+			case ctx.Err() != nil:
+				// Stopped while starting: a daemon launched just now must not
+				// outlive a device that no longer wants it.
+				if d.quit.Load() {
+					if p, ok := m.cfg.Runner.Find(m.pipeDir(t.UUID), m.cfg.ControlPath); ok {
+						m.stopProcess(context.WithoutCancel(ctx), t.UUID, p, log)
+					}
+				}
+				return
+			case err != nil:
+				log.Error(err, "Could not start the MPS control daemon", "retryIn", backoff)
+			default:
+				proc, running = p, true
+				m.record(log, t, p)
+				if found {
+					log.Info("Adopted an MPS control daemon found running for the device", "pid", p.PID)
+				} else {
+					log.V(2).Info("Started MPS control daemon", "pid", p.PID)
+				}
+			}
+		}
+		if running {
+			err := m.run(ctx, d, proc, log)
+			if ctx.Err() != nil {
+				if d.quit.Load() {
+					m.forget(log, t.UUID)
+					log.V(2).Info("Stopped MPS control daemon", "pid", proc.PID)
+				} else {
+					log.V(2).Info("Left the MPS control daemon running for the next agent", "pid", proc.PID)
+				}
+				return
+			}
+			running = false
+			m.forget(log, t.UUID)
+			m.metrics.mpsRestarts.WithLabelValues(m.node, deviceLabel(t.Index)).Inc()
+			m.lock.Lock()
+			m.restarts[t.Index]++
+			m.lock.Unlock()
+			log.Error(err, "MPS control daemon exited; starting it again", "pid", proc.PID, "retryIn", backoff)
+			if m.clock.Since(started) > time.Minute {
+				backoff = time.Second
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.clock.After(backoff):
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// errDaemonExited says the daemon is gone.
+var errDaemonExited = errors.New("daemon exited")
+
+// run watches a running daemon until it exits or ctx ends, applying its
+// limits whenever they change. When ctx ends and d.quit is set it ends the
+// daemon.
+func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, p DaemonProcess, log logr.Logger) error {
+	// A daemon just started may not take commands yet: retry until it does.
+	var retry <-chan time.Time
+	apply := func() {
+		t := m.target(d)
+		if err := m.control(ctx, t.UUID, limitCommands(t)...); err != nil {
+			log.V(2).Info("MPS daemon did not take its default limits; retrying", "err", err)
+			retry = m.clock.After(mpsRetry)
+			return
+		}
+		retry = nil
+		log.V(2).Info("Set MPS default limits", "memLimitMiB", t.DefaultMemLimitMiB, "threadPercent", t.DefaultThreadPercent)
+	}
+	apply()
+	poll := m.clock.NewTicker(mpsPoll)
+	defer poll.Stop()
+	for {
+		select {
+		case <-retry:
+			apply()
+		case <-d.wake:
+			apply()
+		case <-poll.C():
+			if !m.cfg.Runner.Alive(p) {
+				return errDaemonExited
+			}
+		case <-ctx.Done():
+			if d.quit.Load() {
+				m.stopProcess(context.WithoutCancel(ctx), m.target(d).UUID, p, log)
+			}
+			return ctx.Err()
+		}
+	}
+}
+
+// stopProcess ends a daemon: quit through its control pipe, which also ends
+// its MPS server; SIGTERM if it is still there after mpsStopGrace, SIGKILL
+// after as long again. Signals reach it only while its PID still names it.
+func (m *mpsManager) stopProcess(ctx context.Context, uuid string, p DaemonProcess, log logr.Logger) {
+	gone := func(d time.Duration) bool {
+		deadline := m.clock.Now().Add(d)
+		for m.cfg.Runner.Alive(p) {
+			if m.clock.Now().After(deadline) {
+				return false
+			}
+			select {
+			case <-ctx.Done():
+				return false
+			case <-m.clock.After(100 * time.Millisecond):
+			}
+		}
+		return true
+	}
+	qctx, cancel := context.WithTimeout(ctx, mpsStopGrace)
+	err := m.control(qctx, uuid, "quit")
+	cancel()
+	if err != nil {
+		log.V(2).Info("MPS daemon did not take quit", "err", err)
+	}
+	if gone(mpsStopGrace) {
+		return
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		log.Info("MPS daemon did not quit; signalling it", "pid", p.PID, "signal", sig)
+		if err := m.cfg.Runner.Signal(p, sig); err != nil {
+			log.V(2).Info("Could not signal the MPS daemon", "err", err)
+		}
+		if gone(mpsStopGrace) {
+			return
+		}
+	}
+	log.Error(errors.New("still running"), "MPS control daemon did not end", "pid", p.PID)
+}
+
 // TryMPS starts an MPS control daemon for every device of inv as mps mode
 // does, checks that each answers with the default limits the agent set
 // within hold and never exited, and stops them. It is the real-GPU check of
-// mps mode (`partita agent --once --mode mps`).
+// mps mode (`partita agent --once --mode mps`). It refuses to run where a
+// daemon already serves a device (an agent runs on the node), as it would
+// stop that daemon.
 func TryMPS(ctx context.Context, cfg MPSConfig, inv *Inventory, hold time.Duration) error {
 	if cfg.Runner == nil {
 		cfg.Runner = ExecRunner{}
 	}
-	m := newMPSManager(inv.Node, cfg, clock.RealClock{}, NewMetrics())
+	cfg.StateDir, cfg.Keeper = "", false
+	m := newMPSManager(ctx, inv.Node, cfg, clock.RealClock{}, NewMetrics())
 	targets := mpsTargets(inv.Devices, nil)
 	if len(targets) == 0 {
 		return errors.New("try MPS: no device can be shared")
 	}
+	for _, t := range targets {
+		if p, ok := cfg.Runner.Find(m.pipeDir(t.UUID), cfg.ControlPath); ok {
+			return fmt.Errorf("try MPS: a control daemon (PID %d) already serves device %d in %s; run the check on a node where no agent runs mps mode, or with another --mps-dir", p.PID, t.Index, m.pipeDir(t.UUID))
+		}
+	}
 	m.ensure(ctx, targets)
-	defer m.stopAll()
+	defer m.stopAll(ctx)
 	// Each daemon must answer with the defaults the agent set, within hold.
 	deadline := time.Now().Add(hold)
 	var errs []error
@@ -240,193 +599,3 @@ func limitCommands(t mpsTarget) []string {
 		fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", t.DefaultMemLimitMiB),
 	}
 }
-
-// supervise runs one device's daemon until ctx ends, restarting it with
-// backoff when it exits and applying its limits after each start and each
-// change.
-func (m *mpsManager) supervise(ctx context.Context, d *mpsDaemon, t mpsTarget) {
-	defer close(d.done)
-	log := logr.FromContextOrDiscard(ctx).WithValues("device", t.Index, "uuid", t.UUID)
-	backoff := time.Second
-	for {
-		started := m.clock.Now()
-		r, err := m.cfg.Runner.Start(ctx, m.daemonCommand(t.UUID))
-		if err != nil {
-			log.Error(err, "Could not start the MPS control daemon", "retryIn", backoff)
-		} else {
-			log.V(2).Info("Started MPS control daemon")
-			err = m.run(ctx, d, r, log)
-			if ctx.Err() != nil {
-				log.V(2).Info("Stopped MPS control daemon")
-				return
-			}
-			m.metrics.mpsRestarts.WithLabelValues(m.node, deviceLabel(t.Index)).Inc()
-			m.lock.Lock()
-			m.restarts[t.Index]++
-			m.lock.Unlock()
-			log.Error(err, "MPS control daemon exited; restarting it", "retryIn", backoff)
-			if m.clock.Since(started) > time.Minute {
-				backoff = time.Second
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-m.clock.After(backoff):
-		}
-		backoff = min(2*backoff, time.Minute)
-	}
-}
-
-// errDaemonExited says the daemon exited without an error status.
-var errDaemonExited = errors.New("daemon exited")
-
-// run watches a started daemon until it exits or ctx ends, applying its
-// limits whenever they change.
-func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, r RunningCommand, log logr.Logger) error {
-	exited := make(chan error, 1)
-	go func() { exited <- r.Wait() }()
-	// A daemon just started may not take commands yet: retry until it does.
-	var retry <-chan time.Time
-	apply := func() {
-		t := m.target(d)
-		if err := m.control(ctx, t.UUID, limitCommands(t)...); err != nil {
-			log.V(2).Info("MPS daemon did not take its default limits; retrying", "err", err)
-			retry = m.clock.After(mpsRetry)
-			return
-		}
-		retry = nil
-		log.V(2).Info("Set MPS default limits", "memLimitMiB", t.DefaultMemLimitMiB, "threadPercent", t.DefaultThreadPercent)
-	}
-	apply()
-	for {
-		select {
-		case <-retry:
-			apply()
-		case <-ctx.Done():
-			t := m.target(d)
-			qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mpsStopGrace)
-			if err := m.control(qctx, t.UUID, "quit"); err != nil {
-				log.V(2).Info("MPS daemon did not take quit; stopping it", "err", err)
-			}
-			cancel()
-			r.Stop()
-			if err := <-exited; err != nil {
-				log.V(4).Info("MPS daemon stopped", "err", err)
-			}
-			return ctx.Err()
-		case err := <-exited:
-			if err == nil {
-				err = errDaemonExited
-			}
-			return err
-		case <-d.wake:
-			apply()
-		}
-	}
-}
-
-// ExecRunner runs programs on the host (in the agent's container).
-type ExecRunner struct{}
-
-var _ CommandRunner = ExecRunner{}
-
-// Start starts cmd in its own process group.
-func (ExecRunner) Start(_ context.Context, c Command) (RunningCommand, error) {
-	for _, d := range c.Dirs {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create %s for %s: %w", d, c.Path, err)
-		}
-	}
-	cmd := exec.Command(c.Path, c.Args...) //nolint:gosec // the operator's configured program
-	cmd.Env = append(os.Environ(), c.Env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", c.Path, err)
-	}
-	return &execRunning{cmd: cmd}, nil
-}
-
-// Run runs cmd to completion.
-func (ExecRunner) Run(ctx context.Context, c Command, stdin string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, c.Path, c.Args...) //nolint:gosec // the operator's configured program
-	cmd.Env = append(os.Environ(), c.Env...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return out, fmt.Errorf("run %s: %w", c.Path, err)
-	}
-	return out, nil
-}
-
-type execRunning struct {
-	cmd    *exec.Cmd
-	exited atomic.Bool
-}
-
-func (r *execRunning) Wait() error {
-	err := r.cmd.Wait()
-	r.exited.Store(true)
-	return err
-}
-
-func (r *execRunning) Stop() {
-	pgid := -r.cmd.Process.Pid
-	_ = syscall.Kill(pgid, syscall.SIGTERM)
-	time.AfterFunc(mpsStopGrace, func() {
-		if !r.exited.Load() {
-			_ = syscall.Kill(pgid, syscall.SIGKILL)
-		}
-	})
-}
-
-// SimulatedRunner stands in for the MPS programs on simulated nodes: a
-// "daemon" runs until stopped, and the control program remembers what each
-// daemon was set to ("set_default_<x> ...") and answers "get_default_<x>".
-type SimulatedRunner struct {
-	lock     sync.Mutex
-	settings map[string]string // "<pipe dir> <setting>" → value
-}
-
-var _ CommandRunner = (*SimulatedRunner)(nil)
-
-// NewSimulatedRunner returns a runner with no daemon set up.
-func NewSimulatedRunner() *SimulatedRunner {
-	return &SimulatedRunner{settings: map[string]string{}}
-}
-
-// Start starts a simulated daemon.
-func (*SimulatedRunner) Start(context.Context, Command) (RunningCommand, error) {
-	return &simulatedRunning{stop: make(chan struct{})}, nil
-}
-
-// Run answers control commands.
-func (r *SimulatedRunner) Run(_ context.Context, c Command, stdin string) ([]byte, error) {
-	r.lock.Lock()
-	defer r.lock.Unlock()
-	pipe := ""
-	for _, e := range c.Env {
-		if v, ok := strings.CutPrefix(e, "CUDA_MPS_PIPE_DIRECTORY="); ok {
-			pipe = v
-		}
-	}
-	var out []string
-	for line := range strings.SplitSeq(strings.TrimSpace(stdin), "\n") {
-		f := strings.Fields(line)
-		switch {
-		case len(f) >= 2 && strings.HasPrefix(f[0], "set_"):
-			r.settings[pipe+" "+strings.TrimPrefix(f[0], "set_")] = strings.Join(f[1:], " ")
-		case len(f) >= 1 && strings.HasPrefix(f[0], "get_"):
-			out = append(out, r.settings[pipe+" "+strings.TrimPrefix(f[0], "get_")])
-		}
-	}
-	return []byte(strings.Join(out, "\n")), nil
-}
-
-type simulatedRunning struct {
-	once sync.Once
-	stop chan struct{}
-}
-
-func (r *simulatedRunning) Wait() error { <-r.stop; return nil }
-func (r *simulatedRunning) Stop()       { r.once.Do(func() { close(r.stop) }) }

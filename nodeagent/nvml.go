@@ -4,7 +4,9 @@ package nodeagent
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -21,22 +23,42 @@ import (
 // what to check, and the agent retries with backoff rather than exiting.
 //
 // Health is sticky: a device that reported a critical XID or was lost stays
-// Unhealthy until the agent restarts, as such devices need a reset.
+// Unhealthy, across agent restarts too (the marks are kept in the state
+// directory), until the node reboots or an operator says the device was
+// reset (ResetHealth, through the GPUNode annotation
+// partita.dev/reset-health), as such devices need a reset.
+//
+// A device NVML counts but cannot open, or whose UUID it cannot read, is
+// reported Unhealthy with the reason and no UUID (the agent fills in the
+// one it last published for that index); it is tried again on every
+// snapshot.
 type NVML struct {
 	lib     nvml.Interface
 	cfg     NVMLConfig
 	ignored map[uint64]bool
+	// selfProcRoot is the agent's own /proc, where Kill checks a process
+	// before signalling it in the agent's PID namespace.
+	selfProcRoot string
 
 	// lock guards the fields below; NVML calls themselves are thread safe.
 	lock        sync.Mutex
 	initialized bool
 	devices     []nvmlDevice
-	unhealthy   map[string]string // UUID → reason
+	// unhealthy are the health marks by UUID, loaded from the state
+	// directory at the first initialisation.
+	unhealthy   map[string]healthMark
+	marksLoaded bool
+	// events is the XID event set while WatchHealth runs, so that a device
+	// opened late is registered too.
+	events nvml.EventSet
 }
 
-// nvmlDevice is a device found at initialisation.
+// nvmlDevice is a device found at initialisation. A device NVML could not
+// open or describe has no usable handle (open is false) and only its index
+// and the reason in info.
 type nvmlDevice struct {
 	handle nvml.Device
+	open   bool
 	info   v1alpha1.GPUDevice
 }
 
@@ -57,7 +79,7 @@ func newNVMLWithLibrary(lib nvml.Interface, cfg NVMLConfig) *NVML {
 	for _, x := range cfg.IgnoredXIDs {
 		ignored[x] = true
 	}
-	return &NVML{lib: lib, cfg: cfg, ignored: ignored, unhealthy: map[string]string{}}
+	return &NVML{lib: lib, cfg: cfg, ignored: ignored, selfProcRoot: "/proc", unhealthy: map[string]healthMark{}}
 }
 
 // initHint says what to check when NVML does not initialise.
@@ -92,25 +114,43 @@ func (b *NVML) ensureInit(ctx context.Context) error {
 		return &UnavailableError{Backend: "nvml", Err: fmt.Errorf("count devices: %w", ret), Hint: initHint(ret)}
 	}
 	log := logr.FromContextOrDiscard(ctx)
+	if !b.marksLoaded {
+		b.loadMarks(log)
+	}
 	devices := make([]nvmlDevice, 0, count)
 	for i := range count {
-		h, ret := b.lib.DeviceGetHandleByIndex(i)
-		if ret != nvml.SUCCESS {
-			b.cfg.OnError("DeviceGetHandleByIndex")
-			log.Error(ret, "Skipped a device NVML cannot open", "index", i)
-			continue
+		d := b.open(int32(i))
+		if !d.open {
+			// The ledger must see the device as unhealthy rather than not at
+			// all: a pod may hold it, and nothing new may land on it.
+			log.Error(errors.New(d.info.HealthReason), "Reporting a device NVML cannot open as unhealthy", "index", i)
 		}
-		info, err := b.describe(h, int32(i))
-		if err != nil {
-			log.Error(err, "Skipped a device NVML cannot describe", "index", i)
-			continue
-		}
-		devices = append(devices, nvmlDevice{handle: h, info: info})
+		devices = append(devices, d)
 	}
 	b.devices = devices
 	b.initialized = true
 	log.V(1).Info("Initialized NVML", "devices", len(devices))
 	return nil
+}
+
+// open opens and describes the device at index. A device that does not
+// open comes back with open false, Unhealthy, and the reason.
+func (b *NVML) open(index int32) nvmlDevice {
+	broken := func(reason string) nvmlDevice {
+		return nvmlDevice{info: v1alpha1.GPUDevice{
+			Index: index, Health: v1alpha1.DeviceUnhealthy, HealthReason: reason, MIGMode: v1alpha1.MIGUnsupported,
+		}}
+	}
+	h, ret := b.lib.DeviceGetHandleByIndex(int(index))
+	if ret != nvml.SUCCESS {
+		b.cfg.OnError("DeviceGetHandleByIndex")
+		return broken(fmt.Sprintf("NVML cannot open device %d: %v", index, ret))
+	}
+	info, err := b.describe(h, index)
+	if err != nil {
+		return broken(fmt.Sprintf("NVML cannot describe device %d: %v", index, err))
+	}
+	return nvmlDevice{handle: h, open: true, info: info}
 }
 
 // describe reads a device's inventory entry. Only the UUID is required;
@@ -176,8 +216,20 @@ func (b *NVML) Snapshot(ctx context.Context) (*Snapshot, error) {
 	}
 	log := logr.FromContextOrDiscard(ctx)
 	snap := &Snapshot{Devices: make([]DeviceState, 0, len(b.devices))}
-	for _, d := range b.devices {
+	for i := range b.devices {
+		if !b.devices[i].open {
+			if d := b.open(b.devices[i].info.Index); d.open {
+				log.Info("Opened a device NVML could not open before", "index", d.info.Index, "uuid", d.info.UUID)
+				b.devices[i] = d
+				b.registerDevice(ctx, d)
+			}
+		}
+		d := b.devices[i]
 		st := DeviceState{GPUDevice: d.info, UtilizationPercent: -1}
+		if !d.open {
+			snap.Devices = append(snap.Devices, st)
+			continue
+		}
 		if mem, ret := d.handle.GetMemoryInfo(); b.ok(d, "GetMemoryInfo", ret) {
 			st.MemoryUsedBytes = int64(mem.Used)
 		}
@@ -207,11 +259,12 @@ func (b *NVML) Snapshot(ctx context.Context) (*Snapshot, error) {
 					log.V(4).Info("Could not map a GPU process to a pod", "pid", p.Pid, "err", err)
 				}
 				proc.PodUID, proc.ContainerID = uid, cid
+				proc.StartTicks = processStartTicks(b.cfg.ProcRoot, proc.PID)
 				snap.Processes = append(snap.Processes, proc)
 			}
 		}
-		if reason, bad := b.unhealthy[d.info.UUID]; bad {
-			st.Health, st.HealthReason = v1alpha1.DeviceUnhealthy, reason
+		if m, bad := b.unhealthy[d.info.UUID]; bad {
+			st.Health, st.HealthReason = v1alpha1.DeviceUnhealthy, m.Reason
 		}
 		snap.Devices = append(snap.Devices, st)
 	}
@@ -228,7 +281,9 @@ func (b *NVML) ok(d nvmlDevice, call string, ret nvml.Return) bool {
 	case nvml.ERROR_NOT_SUPPORTED:
 		return false
 	case nvml.ERROR_GPU_IS_LOST:
-		b.unhealthy[d.info.UUID] = "GPU is lost (NVML " + call + ": ERROR_GPU_IS_LOST)"
+		if _, marked := b.unhealthy[d.info.UUID]; !marked {
+			b.mark(d, "GPU is lost (NVML "+call+": ERROR_GPU_IS_LOST)")
+		}
 	}
 	b.cfg.OnError(call)
 	return false
@@ -241,11 +296,11 @@ func (b *NVML) markUnhealthy(uuids []string, reason string) bool {
 	defer b.lock.Unlock()
 	changed := false
 	for _, d := range b.devices {
-		if len(uuids) > 0 && !slices.Contains(uuids, d.info.UUID) {
+		if !d.open || (len(uuids) > 0 && !slices.Contains(uuids, d.info.UUID)) {
 			continue
 		}
 		if _, bad := b.unhealthy[d.info.UUID]; !bad {
-			b.unhealthy[d.info.UUID] = reason
+			b.mark(d, reason)
 			changed = true
 		}
 	}
@@ -276,7 +331,12 @@ func (b *NVML) WatchHealth(ctx context.Context, changed func()) error {
 		}
 		backoff = min(2*backoff, 5*time.Minute)
 	}
-	defer func() { _ = es.Free() }()
+	defer func() {
+		b.lock.Lock()
+		b.events = nil
+		b.lock.Unlock()
+		_ = es.Free()
+	}()
 	for ctx.Err() == nil {
 		e, ret := es.Wait(eventWaitMillis)
 		switch {
@@ -324,21 +384,33 @@ func (b *NVML) registerEvents(ctx context.Context) (nvml.EventSet, error) {
 		b.cfg.OnError("EventSetCreate")
 		return nil, fmt.Errorf("create NVML event set: %w", ret)
 	}
-	log := logr.FromContextOrDiscard(ctx)
+	b.events = es
 	for _, d := range b.devices {
-		supported, ret := d.handle.GetSupportedEventTypes()
-		if ret != nvml.SUCCESS || supported&nvml.EventTypeXidCriticalError == 0 {
-			log.Info("Device does not report XID events; its health is read by polling only", "index", d.info.Index)
-			continue
-		}
-		if ret := d.handle.RegisterEvents(nvml.EventTypeXidCriticalError, es); ret != nvml.SUCCESS {
-			b.cfg.OnError("RegisterEvents")
-			if ret != nvml.ERROR_NOT_SUPPORTED {
-				log.Error(ret, "Could not register for XID events", "index", d.info.Index)
-			}
+		if d.open {
+			b.registerDevice(ctx, d)
 		}
 	}
 	return es, nil
+}
+
+// registerDevice registers d for critical XID events in the event set, if
+// WatchHealth runs. Callers hold lock.
+func (b *NVML) registerDevice(ctx context.Context, d nvmlDevice) {
+	if b.events == nil {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	supported, ret := d.handle.GetSupportedEventTypes()
+	if ret != nvml.SUCCESS || supported&nvml.EventTypeXidCriticalError == 0 {
+		log.Info("Device does not report XID events; its health is read by polling only", "index", d.info.Index)
+		return
+	}
+	if ret := d.handle.RegisterEvents(nvml.EventTypeXidCriticalError, b.events); ret != nvml.SUCCESS {
+		b.cfg.OnError("RegisterEvents")
+		if ret != nvml.ERROR_NOT_SUPPORTED {
+			log.Error(ret, "Could not register for XID events", "index", d.info.Index)
+		}
+	}
 }
 
 // Close releases NVML if it was loaded.
@@ -349,4 +421,85 @@ func (b *NVML) Close() {
 		_ = b.lib.Shutdown()
 		b.initialized = false
 	}
+}
+
+// Kill ends a process that uses a GPU, once the agent's own /proc confirms
+// that its PID still names the process measured (see killHostProcess). The
+// PIDs NVML reports are host PIDs: the agent must run with hostPID: true.
+func (b *NVML) Kill(ctx context.Context, p Process) error {
+	return killHostProcess(ctx, b.selfProcRoot, p)
+}
+
+// loadMarks takes in the health marks saved by an earlier run of the agent
+// in the same boot. Callers hold lock.
+func (b *NVML) loadMarks(log logr.Logger) {
+	b.marksLoaded = true
+	if b.cfg.StateDir == "" {
+		return
+	}
+	marks, err := loadHealthMarks(b.cfg.StateDir, b.cfg.BootID)
+	if err != nil {
+		// A torn or foreign file must not keep the agent from serving; the
+		// devices it named are checked afresh.
+		log.Error(err, "Could not read the saved GPU health marks; starting without them")
+		return
+	}
+	for uuid, m := range marks {
+		if _, ok := b.unhealthy[uuid]; !ok {
+			b.unhealthy[uuid] = m
+		}
+	}
+	if len(marks) > 0 {
+		log.Info("Kept GPUs unhealthy from before the restart", "devices", slices.Sorted(maps.Keys(marks)))
+	}
+}
+
+// mark records reason for d and saves the marks. Callers hold lock.
+func (b *NVML) mark(d nvmlDevice, reason string) {
+	b.unhealthy[d.info.UUID] = healthMark{Index: d.info.Index, Reason: reason, Since: b.cfg.Clock.Now().UTC()}
+	b.saveMarks()
+}
+
+// saveMarks writes the marks to the state directory. Callers hold lock. A
+// failed write is counted and retried with the next mark or reset; the
+// marks in memory stay right.
+func (b *NVML) saveMarks() {
+	if b.cfg.StateDir == "" {
+		return
+	}
+	if err := saveHealthMarks(b.cfg.StateDir, b.cfg.BootID, b.unhealthy); err != nil {
+		b.cfg.OnError("SaveHealthMarks")
+	}
+}
+
+// ResetHealth forgets the faults of the devices sel selects (an operator
+// reset them), in memory and in the state directory.
+func (b *NVML) ResetHealth(sel DeviceSelector) ([]string, error) {
+	b.lock.Lock()
+	defer b.lock.Unlock()
+	if !b.marksLoaded {
+		b.loadMarks(logr.Discard())
+	}
+	var cleared []string
+	for uuid, m := range b.unhealthy {
+		index := m.Index
+		for _, d := range b.devices {
+			if d.open && d.info.UUID == uuid {
+				index = d.info.Index
+			}
+		}
+		if sel.Selects(index, uuid) {
+			delete(b.unhealthy, uuid)
+			cleared = append(cleared, uuid)
+		}
+	}
+	if len(cleared) == 0 || b.cfg.StateDir == "" {
+		slices.Sort(cleared)
+		return cleared, nil
+	}
+	slices.Sort(cleared)
+	if err := saveHealthMarks(b.cfg.StateDir, b.cfg.BootID, b.unhealthy); err != nil {
+		return cleared, fmt.Errorf("reset GPU health: %w", err)
+	}
+	return cleared, nil
 }

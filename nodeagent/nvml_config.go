@@ -1,8 +1,6 @@
 package nodeagent
 
 import (
-	"context"
-
 	"k8s.io/utils/clock"
 )
 
@@ -26,6 +24,13 @@ type NVMLConfig struct {
 	SysRoot string
 	// Clock paces retries; the real clock when nil.
 	Clock clock.Clock
+	// StateDir keeps the health marks (XIDs, lost GPUs) across agent
+	// restarts, in health.json; empty keeps them in memory only.
+	StateDir string
+	// BootID names the machine's current boot; marks saved under another
+	// boot are dropped, as a reboot resets the GPUs. Read from
+	// /proc/sys/kernel/random/boot_id when empty.
+	BootID string
 	// OnError, when set, is called with the NVML call's name each time a
 	// call fails (for the partita_nvml_errors_total metric).
 	OnError func(call string)
@@ -41,11 +46,10 @@ func (c *NVMLConfig) defaults() {
 	if c.Clock == nil {
 		c.Clock = clock.RealClock{}
 	}
+	if c.BootID == "" {
+		c.BootID = currentBootID()
+	}
 	if c.OnError == nil {
 		c.OnError = func(string) {}
 	}
 }
-
-// Kill ends a process that uses a GPU. The PIDs NVML reports are host PIDs:
-// the agent must run with hostPID: true.
-func (b *NVML) Kill(ctx context.Context, pid int32) error { return killHostProcess(ctx, pid) }

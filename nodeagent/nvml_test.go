@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,7 +18,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxh100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -28,6 +31,8 @@ import (
 type machine struct {
 	server *server.Server
 	events chan nvml.EventData
+	// broken is for tests that break a device and repair it.
+	broken atomic.Bool
 
 	lock  sync.Mutex
 	procs map[int][]nvml.ProcessInfo
@@ -346,5 +351,238 @@ func TestNVMLProcessesMapToPods(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, snap.Processes); diff != "" {
 		t.Errorf("processes (-want,+got):\n%s", diff)
+	}
+}
+
+// TestWatchdogKillRechecksTheProcess runs the watchdog's kill on NVML with a
+// real process: between the snapshot that measured it and the kill, the
+// process's PID comes to name a process of another pod (its cgroup, in an
+// injected /proc, changes). The kill is refused and says why; once the PID
+// names the measured process again, it is killed.
+func TestWatchdogKillRechecksTheProcess(t *testing.T) {
+	const uid = "0c1d2e3f-1111-2222-3333-444455556666"
+	const other = "9f8e7d6c-1111-2222-3333-444455556666"
+	cid := strings.Repeat("ab", 32)
+	c := startChild(t)
+	procRoot := t.TempDir()
+	dir := filepath.Join(procRoot, fmt.Sprint(c.pid))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, content string) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inPod := func(uid string) string {
+		return "0::/kubepods.slice/kubepods-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice/cri-containerd-" + cid + ".scope\n"
+	}
+	write("stat", string(stat))
+	write("cgroup", inPod(uid))
+
+	m := newMachine(t)
+	m.setProcs(0, nvml.ProcessInfo{Pid: uint32(c.pid), UsedGpuMemory: 30 << 30})
+	b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), ProcRoot: procRoot})
+	b.selfProcRoot = procRoot
+	snap, err := b.Snapshot(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := snap.Processes[0]; got.StartTicks != c.start || got.PodUID != uid {
+		t.Fatalf("snapshot saw process %+v, want start tick %d in pod %s", got, c.start, uid)
+	}
+	clk := testingclock.NewFakeClock(time.Now())
+	rec := &recorder{}
+	metrics := NewMetrics()
+	w := newWatchdog("n1", EnforceKill, time.Minute, clk, rec, b, metrics)
+	held := heldOn("n1", h100(8), withUID(heldPod("hog", "n1", "20Gi", 0), uid))
+
+	// The PID now names a process of another pod.
+	write("cgroup", inPod(other))
+	w.check(t.Context(), held, snap.Processes)
+	events := rec.take()
+	if len(events) != 1 || !strings.Contains(events[0], "could not end a process") || !strings.Contains(events[0], "process changed") {
+		t.Errorf("events %q, want one saying the process changed and was not ended", events)
+	}
+	if !c.alive() {
+		t.Fatal("a process of another pod was killed")
+	}
+	if got := testutil.ToFloat64(metrics.killErrors.WithLabelValues("n1")); got != 1 {
+		t.Errorf("partita_gpu_overuse_kill_errors_total = %v, want 1", got)
+	}
+
+	// It is the measured process again: the next action kills it.
+	write("cgroup", inPod(uid))
+	clk.Step(time.Minute)
+	w.check(t.Context(), held, snap.Processes)
+	if events := rec.take(); len(events) != 1 || !strings.Contains(events[0], fmt.Sprintf("ended process %d", c.pid)) {
+		t.Errorf("events %q, want one saying process %d was ended", events, c.pid)
+	}
+	if err := c.waitExit(t); err == nil {
+		t.Error("the measured process exited cleanly; want it killed")
+	}
+}
+
+// TestNVMLHealthMarksSurviveRestarts: a device NVML lost, or one a critical
+// XID hit, stays unhealthy in a backend started again on the same boot
+// (the agent restarted), not after a reboot, and not once an operator
+// resets it.
+func TestNVMLHealthMarksSurviveRestarts(t *testing.T) {
+	dir := t.TempDir()
+	m := newMachine(t)
+	newBackend := func(boot string) *NVML {
+		return newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), StateDir: dir, BootID: boot})
+	}
+	unhealthy := func(b *NVML) map[int32]string {
+		t.Helper()
+		snap, err := b.Snapshot(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[int32]string{}
+		for _, d := range snap.Devices {
+			if d.Health != v1alpha1.DeviceHealthy {
+				out[d.Index] = d.HealthReason
+			}
+		}
+		return out
+	}
+	first := newBackend("boot-1")
+	if got := unhealthy(first); len(got) != 0 {
+		t.Fatalf("unhealthy at start: %v", got)
+	}
+	if !first.markUnhealthy([]string{m.device(2).UUID}, "XID 79 (critical error)") {
+		t.Fatal("marking device 2 changed nothing")
+	}
+	lost := m.device(5).GetMemoryInfoFunc
+	m.device(5).GetMemoryInfoFunc = func() (nvml.Memory, nvml.Return) { return nvml.Memory{}, nvml.ERROR_GPU_IS_LOST }
+	want := map[int32]string{2: "XID 79 (critical error)", 5: "GPU is lost (NVML GetMemoryInfo: ERROR_GPU_IS_LOST)"}
+	if diff := cmp.Diff(want, unhealthy(first)); diff != "" {
+		t.Fatalf("unhealthy after the faults (-want,+got):\n%s", diff)
+	}
+	m.device(5).GetMemoryInfoFunc = lost // a later call works, but the device needs a reset
+
+	// The agent restarts on the same boot: both stay unhealthy.
+	restarted := newBackend("boot-1")
+	if diff := cmp.Diff(want, unhealthy(restarted)); diff != "" {
+		t.Errorf("unhealthy after a restart (-want,+got):\n%s", diff)
+	}
+	// After a reboot the GPUs were reset: the marks are gone.
+	if got := unhealthy(newBackend("boot-2")); len(got) != 0 {
+		t.Errorf("unhealthy after a reboot: %v, want none", got)
+	}
+
+	// An operator resets device 5 (by index): only it takes work again, in
+	// this run and the next.
+	restarted = newBackend("boot-1")
+	cleared, err := restarted.ResetHealth(DeviceSelector{Indexes: []int32{5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{m.device(5).UUID}, cleared); diff != "" {
+		t.Errorf("cleared (-want,+got):\n%s", diff)
+	}
+	want = map[int32]string{2: "XID 79 (critical error)"}
+	if diff := cmp.Diff(want, unhealthy(restarted)); diff != "" {
+		t.Errorf("unhealthy after resetting device 5 (-want,+got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, unhealthy(newBackend("boot-1"))); diff != "" {
+		t.Errorf("unhealthy in the next run (-want,+got):\n%s", diff)
+	}
+	// "all" by UUID-less selector clears the rest.
+	if cleared, err := restarted.ResetHealth(DeviceSelector{All: true}); err != nil || len(cleared) != 1 {
+		t.Errorf("reset all cleared %v (%v), want device 2", cleared, err)
+	}
+	if got := unhealthy(newBackend("boot-1")); len(got) != 0 {
+		t.Errorf("unhealthy after resetting all: %v", got)
+	}
+}
+
+// TestNVMLHealthMarksFileDamaged: a state file that does not read does not
+// keep the agent from serving.
+func TestNVMLHealthMarksFileDamaged(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, healthStateFile), []byte("{not json"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m := newMachine(t)
+	b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir(), StateDir: dir, BootID: "b"})
+	snap, err := b.Snapshot(t.Context())
+	if err != nil || capacityMilli(devicesOf(snap)) != 8000 {
+		t.Fatalf("Snapshot with a damaged state file: %v", err)
+	}
+	b.markUnhealthy([]string{m.device(1).UUID}, "XID 48 (critical error)")
+	marks, err := loadHealthMarks(dir, "b")
+	if err != nil || marks[m.device(1).UUID].Reason != "XID 48 (critical error)" {
+		t.Errorf("marks saved over the damaged file = %v (%v)", marks, err)
+	}
+}
+
+// TestNVMLDeviceThatDoesNotOpen: a device NVML counts but cannot open at
+// start-up is reported Unhealthy with the reason, not dropped, and joins
+// once it opens.
+func TestNVMLDeviceThatDoesNotOpen(t *testing.T) {
+	cases := map[string]struct {
+		breakIt    func(m *machine)
+		wantReason string
+	}{
+		"handle": {
+			breakIt: func(m *machine) {
+				open := m.server.DeviceGetHandleByIndexFunc
+				m.server.DeviceGetHandleByIndexFunc = func(i int) (nvml.Device, nvml.Return) {
+					if i == 3 && m.broken.Load() {
+						return nil, nvml.ERROR_UNKNOWN
+					}
+					return open(i)
+				}
+			},
+			wantReason: "NVML cannot open device 3: ERROR_UNKNOWN",
+		},
+		"UUID": {
+			breakIt: func(m *machine) {
+				uuid := m.device(3).GetUUIDFunc
+				m.device(3).GetUUIDFunc = func() (string, nvml.Return) {
+					if m.broken.Load() {
+						return "", nvml.ERROR_GPU_IS_LOST
+					}
+					return uuid()
+				}
+			},
+			wantReason: "NVML cannot describe device 3: read UUID of device 3: ERROR_GPU_IS_LOST",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			m := newMachine(t)
+			m.broken.Store(true)
+			tc.breakIt(m)
+			b := newNVMLWithLibrary(m.server, NVMLConfig{SysRoot: t.TempDir()})
+			snap, err := b.Snapshot(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snap.Devices) != 8 {
+				t.Fatalf("%d devices, want all 8 (the broken one too)", len(snap.Devices))
+			}
+			want := v1alpha1.GPUDevice{Index: 3, Health: v1alpha1.DeviceUnhealthy, HealthReason: tc.wantReason, MIGMode: v1alpha1.MIGUnsupported}
+			if diff := cmp.Diff(want, snap.Devices[3].GPUDevice); diff != "" {
+				t.Errorf("device 3 (-want,+got):\n%s", diff)
+			}
+			if got := capacityMilli(devicesOf(snap)); got != 7000 {
+				t.Errorf("capacity = %d, want 7000", got)
+			}
+			m.broken.Store(false)
+			if snap, err = b.Snapshot(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if d := snap.Devices[3]; d.UUID != m.device(3).UUID || d.Health != v1alpha1.DeviceHealthy {
+				t.Errorf("device 3 once it opens = %+v, want healthy with its UUID", d.GPUDevice)
+			}
+		})
 	}
 }

@@ -173,7 +173,8 @@ func (s *Simulated) SetProcesses(procs []Process) {
 }
 
 // Kill ends a simulated process.
-func (s *Simulated) Kill(_ context.Context, pid int32) error {
+func (s *Simulated) Kill(_ context.Context, p Process) error {
+	pid := p.PID
 	s.lock.Lock()
 	defer s.lock.Unlock()
 	if !slices.ContainsFunc(s.processes, func(p Process) bool { return p.PID == pid }) || s.killed[pid] {

@@ -208,10 +208,10 @@ func TestSimulatedKill(t *testing.T) {
 	s := NewSimulated("n1", h100(2))
 	p := Process{PID: 1234, DeviceIndex: 1, MemoryBytes: 10 * mib}
 	s.SetProcesses([]Process{p})
-	if err := s.Kill(t.Context(), 1234); err != nil {
+	if err := s.Kill(t.Context(), p); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Kill(t.Context(), 1234); err == nil {
+	if err := s.Kill(t.Context(), p); err == nil {
 		t.Error("killing a killed process succeeded")
 	}
 	s.SetProcesses([]Process{p}) // the same process, still reported by the pod

@@ -190,7 +190,7 @@ func (w *watchdog) overuse(ctx context.Context, pod *corev1.Pod, k sliceKey, use
 			failed = fmt.Errorf("kill process %d: this backend cannot end processes", p.PID)
 			break
 		}
-		if err := w.killer.Kill(ctx, p.PID); err != nil {
+		if err := w.killer.Kill(ctx, p); err != nil {
 			failed = err
 			w.metrics.killErrors.WithLabelValues(w.node).Inc()
 			continue

@@ -1,6 +1,11 @@
 package v1alpha1
 
-import corev1 "k8s.io/api/core/v1"
+import (
+	"strconv"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+)
 
 // Canonical request keys, written by the webhook and read by every other part
 // (DESIGN §4). The values are per GPU container.
@@ -70,3 +75,30 @@ const (
 	// LabelNVIDIAGPUMemory is the memory of one device in MiB.
 	LabelNVIDIAGPUMemory = "nvidia.com/gpu.memory"
 )
+
+// GPUNode keys.
+const (
+	// AnnotationResetHealth on a GPUNode tells its agent that devices it
+	// keeps unhealthy after a fault (a critical XID, a lost GPU) were reset
+	// and may take work again: "all", or a comma-separated list of device
+	// indexes and UUIDs. The agent forgets those faults and removes the
+	// annotation. Without it, faults are kept until the node reboots.
+	AnnotationResetHealth = "partita.dev/reset-health"
+
+	// UnknownDeviceUUIDPrefix starts the UUID the agent publishes for a
+	// device NVML counts but cannot identify (it cannot open the device or
+	// read its UUID) and that the node never published before:
+	// "unknown-<index>". Such a device is always Unhealthy; no pod can hold
+	// it, as only real UUIDs are ever assigned.
+	UnknownDeviceUUIDPrefix = "unknown-"
+)
+
+// UnknownDeviceUUID is the UUID published for the unidentified device at
+// index (see UnknownDeviceUUIDPrefix).
+func UnknownDeviceUUID(index int32) string {
+	return UnknownDeviceUUIDPrefix + strconv.Itoa(int(index))
+}
+
+// IsUnknownDeviceUUID reports whether uuid stands for an unidentified
+// device.
+func IsUnknownDeviceUUID(uuid string) bool { return strings.HasPrefix(uuid, UnknownDeviceUUIDPrefix) }

@@ -46,6 +46,8 @@ type agentFlags struct {
 	sysRoot           string
 	mpsControl        string
 	mpsDir            string
+	mpsDaemons        string
+	stateDir          string
 	verbosity         int
 }
 
@@ -93,6 +95,8 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "the host's /sys, to read each device's NUMA node")
 	fl.StringVar(&f.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program (mps mode)")
 	fl.StringVar(&f.mpsDir, "mps-dir", "/run/partita/mps", "directory of the MPS daemons' pipe and log directories, one per device UUID (mps mode)")
+	fl.StringVar(&f.mpsDaemons, "mps-daemons", mpsDaemonsAgent, "who runs the MPS control daemons (mps mode): agent (this process starts them in their own session; they outlive it, and the next agent adopts them) or keeper (a 'partita mps-keeper' process on the node runs them; the agent hands it the devices through --state-dir)")
+	fl.StringVar(&f.stateDir, "state-dir", nodeagent.DefaultStateDir, "directory that keeps what must outlive the agent on the node: the MPS daemons it runs and the GPU faults it found (a hostPath in the chart); empty keeps nothing")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every published change)")
 	return cmd
 }
@@ -124,6 +128,14 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 		}
 		spec = &s
 	}
+	switch f.mpsDaemons {
+	case mpsDaemonsAgent, mpsDaemonsKeeper:
+	default:
+		return fmt.Errorf("--mps-daemons %q: want %s or %s", f.mpsDaemons, mpsDaemonsAgent, mpsDaemonsKeeper)
+	}
+	if f.mpsDaemons == mpsDaemonsKeeper && f.stateDir == "" {
+		return fmt.Errorf("--mps-daemons %s hands the daemons over through --state-dir: set it to the keeper's", mpsDaemonsKeeper)
+	}
 	metrics := nodeagent.NewMetrics()
 	opts := nodeagent.Options{
 		Mode:                  mode,
@@ -133,9 +145,10 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 		OveruseReportInterval: f.reportInterval,
 		Workers:               f.workers,
 		SimulatedUsage:        f.simulateUsage,
-		MPS:                   nodeagent.MPSConfig{ControlPath: f.mpsControl, Dir: f.mpsDir},
-		Version:               version.Get(),
-		Metrics:               metrics,
+		MPS: nodeagent.MPSConfig{ControlPath: f.mpsControl, Dir: f.mpsDir, StateDir: f.stateDir,
+			Keeper: f.mpsDaemons == mpsDaemonsKeeper},
+		Version: version.Get(),
+		Metrics: metrics,
 	}
 	var backend nodeagent.Backend
 	backendName := "simulated"
@@ -166,6 +179,7 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 				IgnoredXIDs: xids,
 				ProcRoot:    f.procRoot,
 				SysRoot:     f.sysRoot,
+				StateDir:    f.stateDir,
 				OnError:     metrics.NVMLError,
 			})
 			defer nv.Close()
@@ -227,6 +241,81 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, nodeagent.Handler(metrics, agent.Ready)) })
 	g.Go(func() error { return agent.Run(gctx) })
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// --mps-daemons values.
+const (
+	mpsDaemonsAgent  = "agent"
+	mpsDaemonsKeeper = "keeper"
+)
+
+// keeperFlags are the flags of `partita mps-keeper`.
+type keeperFlags struct {
+	nodeName   string
+	stateDir   string
+	mpsControl string
+	mpsDir     string
+	healthAddr string
+	verbosity  int
+}
+
+func newMPSKeeperCommand() *cobra.Command {
+	f := &keeperFlags{}
+	cmd := &cobra.Command{
+		Use:   "mps-keeper",
+		Short: "Keep a node's MPS control daemons running for the agent, across agent restarts and upgrades",
+		Long: `The MPS keeper runs the MPS control daemons of a node in mps mode, one per
+shared device, as the agent asks through --state-dir (mps-targets.json): it starts
+them, sets their default limits, starts again one that exits, and ends those no
+device needs any more. It needs no API access.
+
+It exists so that the daemons, and the workloads that are their clients,
+outlive the agent: a container runtime ends every process of a container when
+the container stops, so daemons the agent started itself would end with every
+agent upgrade or OOM kill. The chart runs the keeper in a DaemonSet of its own
+with updateStrategy OnDelete, and the agent with --mps-daemons=keeper. When the
+keeper stops it leaves the daemons running and recorded; a new keeper adopts
+the ones still alive.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMPSKeeper(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "the node this keeper serves (default $NODE_NAME, else the host name)")
+	fl.StringVar(&f.stateDir, "state-dir", nodeagent.DefaultStateDir, "the agent's --state-dir, shared with it")
+	fl.StringVar(&f.mpsControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control program")
+	fl.StringVar(&f.mpsDir, "mps-dir", "/run/partita/mps", "directory of the MPS daemons' pipe and log directories, one per device UUID (the agent's and the webhook's --mps-dir)")
+	fl.StringVar(&f.healthAddr, "health-addr", ":8082", "address of the /metrics, /healthz and /readyz endpoints")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every daemon started, adopted or ended)")
+	return cmd
+}
+
+func runMPSKeeper(cmd *cobra.Command, f *keeperFlags) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	klog.SetLogger(log)
+	ctx := logr.NewContext(cmd.Context(), log)
+	if f.nodeName == "" {
+		var err error
+		if f.nodeName, err = os.Hostname(); err != nil {
+			return fmt.Errorf("find the node name (set --node-name): %w", err)
+		}
+	}
+	metrics := nodeagent.NewMetrics()
+	k, err := nodeagent.NewMPSKeeper(nodeagent.KeeperOptions{
+		Node:    f.nodeName,
+		MPS:     nodeagent.MPSConfig{ControlPath: f.mpsControl, Dir: f.mpsDir, StateDir: f.stateDir},
+		Metrics: metrics,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("Keeping MPS control daemons", "node", f.nodeName, "stateDir", f.stateDir, "mpsDir", f.mpsDir)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, nodeagent.Handler(metrics, k.Ready)) })
+	g.Go(func() error { return k.Run(gctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/ctl"
 )
 
@@ -72,6 +73,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			return ctl.RunQueues(cmd.Context(), c, cmd.OutOrStdout(), o)
 		},
 	}
+	var whyOpts ctl.WhyOptions
 	why := &cobra.Command{
 		Use:   "why POD",
 		Short: "Why a pod waits, in plain words and numbers (namespace from -n)",
@@ -85,9 +87,10 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			if err != nil {
 				return err
 			}
-			return ctl.RunWhy(cmd.Context(), c, cmd.OutOrStdout(), ns, strings.TrimPrefix(args[0], "pod/"), o, time.Now())
+			return ctl.RunWhyWithOptions(cmd.Context(), c, cmd.OutOrStdout(), ns, strings.TrimPrefix(args[0], "pod/"), o, time.Now(), whyOpts)
 		},
 	}
+	why.Flags().DurationVar(&whyOpts.AgentHeartbeatTimeout, "agent-heartbeat-timeout", gpu.DefaultAgentHeartbeatTimeout, "call a node's agent silent once its GPUNode heartbeat is this old (set it to the extender's --agent-heartbeat-timeout)")
 	cmd.AddCommand(nodes, queues, why)
 	return cmd
 }

@@ -28,7 +28,9 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 		// their GPU Feature Discovery labels.
 		Args: []string{"agent", "--kubeconfig", "{kubeconfig}",
 			"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true",
-			"--sync-interval", "2s", "--heartbeat-interval", "30s", "--overuse-report-interval", "1m",
+			// Heartbeats every 15s, so that the extender's 45s bound below
+			// calls a stopped agent silent within a minute in tests.
+			"--sync-interval", "2s", "--heartbeat-interval", "15s", "--overuse-report-interval", "1m",
 			"--health-addr", "127.0.0.1:{port:agent}", "--v", "2"},
 		ReadyURL:       "http://127.0.0.1:{port:agent}/readyz",
 		ServiceAccount: devcluster.ChartRelease + "-agent",
@@ -62,7 +64,10 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 			"--leader-election-namespace", devcluster.PartitaNamespace,
 			// A short shelter from eviction keeps the demo and the tests
 			// quick; production keeps the default minute.
-			"--preempt-min-runtime", "5s", "--v", "2"},
+			"--preempt-min-runtime", "5s",
+			// Three of the dev agent's heartbeats: a stopped agent's nodes
+			// take no new pods after 45s (production: 3m for 1m).
+			"--agent-heartbeat-timeout", "45s", "--v", "2"},
 		ReadyURL:       "https://127.0.0.1:{port:extender}/readyz",
 		ServiceAccount: extenderSA,
 	}

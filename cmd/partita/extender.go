@@ -52,6 +52,7 @@ type extenderFlags struct {
 	leaseName         string
 	placement         string
 	assumeTTL         time.Duration
+	heartbeatTimeout  time.Duration
 	maxRequestBytes   int64
 	qps               float32
 	burst             int
@@ -126,6 +127,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.StringVar(&f.leaseName, "leader-election-id", "partita-extender", "name of the leader election Lease")
 	fl.StringVar(&f.placement, "placement", string(gpu.PlacementBinpack), "device placement for pods that do not choose one with "+v1alpha1.AnnotationPlacement+": binpack or spread")
 	fl.DurationVar(&f.assumeTTL, "assume-ttl", extender.DefaultAssumeTTL, "how long a GPU assignment may wait to show on its pod before it is checked and, if the pod is unbound, dropped")
+	fl.DurationVar(&f.heartbeatTimeout, "agent-heartbeat-timeout", extender.DefaultAgentHeartbeatTimeout, "a node whose agent has written no new GPUNode heartbeat for this long takes no new GPU pods (filter, bind and the admission loop say why) until it reports again; keep it well above the agents' --heartbeat-interval")
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", extender.DefaultMaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
@@ -249,10 +251,26 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if err := mgr.Add(ext); err != nil {
 		return fmt.Errorf("add bind expiry: %w", err)
 	}
+	if f.heartbeatTimeout <= 0 {
+		return fmt.Errorf("--agent-heartbeat-timeout %s: want a positive duration, well above the agents' --heartbeat-interval", f.heartbeatTimeout)
+	}
+	var notifyAdmitter func()
+	monitor := extender.NewHeartbeatMonitor(ledger, f.heartbeatTimeout,
+		extender.WithMonitorEvents(mgr.GetClient(), mgr.GetEventRecorder("partita-extender"), isLeader),
+		extender.WithMonitorOnChange(func() {
+			if notifyAdmitter != nil {
+				notifyAdmitter()
+			}
+		}))
+	if err := mgr.Add(monitor); err != nil {
+		return fmt.Errorf("add agent heartbeat monitor: %w", err)
+	}
 	if f.admission {
-		if err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement); err != nil {
+		adm, err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement)
+		if err != nil {
 			return err
 		}
+		notifyAdmitter = adm.Notify
 	}
 	srv := extender.NewServer(log.WithName("http"), ext,
 		extender.WithMetricsHandler(promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{})),
@@ -323,18 +341,18 @@ func devSchedulerConfig() string {
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of
 // --policy-namespace).
-func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement) error {
+func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement) (*extender.Admitter, error) {
 	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder(extender.AdmitterName),
 		f.policyNamespace, policy.DefaultBatchInterval, clock.RealClock{})
 	if err := loader.Watch(ctx, mgr.GetCache()); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.Add(loader); err != nil {
-		return fmt.Errorf("add policy loader: %w", err)
+		return nil, fmt.Errorf("add policy loader: %w", err)
 	}
 	opts := f.admitter
 	opts.Placement = placement
@@ -342,16 +360,16 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	// own, so that pins and ungating never queue behind them.
 	statusClient, err := client.New(rest.CopyConfig(mgr.GetConfig()), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})
 	if err != nil {
-		return fmt.Errorf("create status client: %w", err)
+		return nil, fmt.Errorf("create status client: %w", err)
 	}
 	opts.StatusClient = statusClient
 	adm := extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
 		extender.PolicyQuota{Engine: engine}, feed.Synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
 	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {
-		return err
+		return nil, err
 	}
 	if err := mgr.Add(adm); err != nil {
-		return fmt.Errorf("add admission loop: %w", err)
+		return nil, fmt.Errorf("add admission loop: %w", err)
 	}
-	return nil
+	return adm, nil
 }

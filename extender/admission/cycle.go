@@ -545,6 +545,10 @@ func capacityMessage(w *Workload, members []*Member, err error) string {
 		if ge.Member == 0 && errors.Is(err, errNoCandidate) {
 			return fmt.Sprintf("gang needs %s; none fit now: %v", shape, errNoCandidate)
 		}
+		if gpu.IsAgentSilent(err) {
+			// The gang would fit but for a node nobody watches: say so.
+			return fmt.Sprintf("gang needs %s; at most %d fit now: %v", shape, ge.Member, ge.Cause)
+		}
 		return fmt.Sprintf("gang needs %s; at most %d fit now", shape, ge.Member)
 	}
 	cause := err

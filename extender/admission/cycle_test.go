@@ -30,6 +30,9 @@ type world struct {
 	defaultQueue string
 	// priorityClasses are PriorityClass values by name.
 	priorityClasses map[string]int32
+	// silent are nodes whose agent stopped reporting (last heartbeat t0,
+	// silent for 3m).
+	silent []string
 }
 
 type job struct {
@@ -105,6 +108,9 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 		gns = append(gns, *n)
 	}
 	ledger := gpu.BuildLedger(gns, nil)
+	for _, n := range w.silent {
+		ledger.SetAgentSilent(n, &gpu.AgentSilentError{LastHeartbeat: t0, For: 3 * time.Minute})
+	}
 	for _, j := range w.jobs {
 		cache.UpsertJob("ns", j.name, &j.parallelism, nil)
 	}
@@ -179,6 +185,25 @@ func TestCycle(t *testing.T) {
 			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA}, pods: gang4, podGroups: []*v1alpha1.PodGroup{pg4}},
 			want: outcome{Waiting: map[string]string{
 				"ns/train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now",
+			}},
+		},
+		"a gang goes around a node whose agent is silent": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, silent: []string{"n-1"}, queues: []*v1alpha1.Queue{queueA}, pods: gang3of4,
+				podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(3).Obj()}},
+			want: outcome{Admitted: map[string][]string{
+				"ns/train": {"train-0@n-0", "train-1@n-2", "train-2@n-3"},
+			}},
+		},
+		"a gang that needs the silent node waits and says why": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, silent: []string{"n-3"}, queues: []*v1alpha1.Queue{queueA}, pods: gang4, podGroups: []*v1alpha1.PodGroup{pg4}},
+			want: outcome{Waiting: map[string]string{
+				"ns/train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now: the agent on node n-3 has not reported for 3m0s (last heartbeat 2026-11-29T12:00:00Z): the node takes no new GPU pods until it does",
+			}},
+		},
+		"a pod whose only node is silent waits and says why": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, silent: []string{"n-0"}, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{gated("p", "a", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{
+				"ns/p": "WaitingForCapacity: pod needs 1 GPU; no node has room now: the agent on node n-0 has not reported for 3m0s (last heartbeat 2026-11-29T12:00:00Z): the node takes no new GPU pods until it does",
 			}},
 		},
 		"a gang that fits starts whole, one pod per device": {

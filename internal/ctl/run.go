@@ -28,11 +28,16 @@ func RunQueues(ctx context.Context, r client.Reader, w io.Writer, o Output) erro
 
 // RunWhy reads the cluster and writes `why` for the pod namespace/name.
 func RunWhy(ctx context.Context, r client.Reader, w io.Writer, namespace, name string, o Output, now time.Time) error {
+	return RunWhyWithOptions(ctx, r, w, namespace, name, o, now, WhyOptions{})
+}
+
+// RunWhyWithOptions is RunWhy with options.
+func RunWhyWithOptions(ctx context.Context, r client.Reader, w io.Writer, namespace, name string, o Output, now time.Time, opts WhyOptions) error {
 	c, err := Load(ctx, r, What{GPUNodes: true, Queues: true, PodGroupsAndEvents: true, Namespace: namespace})
 	if err != nil {
 		return err
 	}
-	rep, err := Why(c, namespace, name, now)
+	rep, err := WhyWithOptions(c, namespace, name, now, opts)
 	if err != nil {
 		return err
 	}

@@ -85,10 +85,29 @@ var ErrPodNotFound = errors.New("pod not found")
 // ErrNotGPUPod says the pod asks for no GPU, so Partita has nothing to say.
 var ErrNotGPUPod = errors.New("pod asks for no GPU")
 
+// WhyOptions tune Why.
+type WhyOptions struct {
+	// AgentHeartbeatTimeout is how old a GPUNode's heartbeat may be before
+	// the fit check calls its agent silent and its node closed to new pods,
+	// as the extender's --agent-heartbeat-timeout does;
+	// gpu.DefaultAgentHeartbeatTimeout when zero. Unlike the extender, which
+	// times the silence on its own clock, ctl compares the heartbeat with
+	// now.
+	AgentHeartbeatTimeout time.Duration
+}
+
 // Why explains why the pod namespace/name waits, from c (which must hold
 // the GPUNodes, Nodes, Queues, pods, and the PodGroups and Events of the
 // pod's namespace). now dates the events.
 func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
+	return WhyWithOptions(c, namespace, name, now, WhyOptions{})
+}
+
+// WhyWithOptions is Why with options.
+func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyOptions) (WhyReport, error) {
+	if opts.AgentHeartbeatTimeout <= 0 {
+		opts.AgentHeartbeatTimeout = gpu.DefaultAgentHeartbeatTimeout
+	}
 	i := slices.IndexFunc(c.Pods, func(p corev1.Pod) bool { return p.Namespace == namespace && p.Name == name })
 	if i < 0 {
 		return WhyReport{}, fmt.Errorf("pod %s/%s: %w", namespace, name, ErrPodNotFound)
@@ -98,7 +117,7 @@ func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
 	if req == nil && len(errs) == 0 {
 		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
 	}
-	w := &why{c: c, pod: pod, req: req, now: now, ledger: gpu.BuildLedger(c.GPUNodes, c.Pods)}
+	w := &why{c: c, pod: pod, req: req, now: now, ledger: gpu.BuildLedger(c.GPUNodes, c.Pods), heartbeatTimeout: opts.AgentHeartbeatTimeout}
 	r := WhyReport{Namespace: namespace, Pod: name, Waiting: true}
 	if len(errs) > 0 {
 		w.add(CheckRequest, StatusBlocking, nil, "the GPU request is invalid (the webhook should have refused it): %v", errs.ToAggregate())
@@ -173,6 +192,18 @@ type why struct {
 	group    *v1alpha1.PodGroup
 	members  []*corev1.Pod // the gang's unfinished pods, this one included
 	findings []Finding
+	// heartbeatTimeout is the age from which a GPUNode's agent counts as
+	// silent.
+	heartbeatTimeout time.Duration
+}
+
+// silentAgent is the silence of node's agent now, nil while it reports.
+func (w *why) silentAgent(node string) *gpu.AgentSilentError {
+	hb, ok := w.ledger.Heartbeats()[node]
+	if !ok || w.now.Sub(hb) <= w.heartbeatTimeout {
+		return nil
+	}
+	return &gpu.AgentSilentError{Node: node, LastHeartbeat: hb, For: w.now.Sub(hb)}
 }
 
 func (w *why) add(check string, s Status, numbers map[string]float64, format string, args ...any) {
@@ -555,12 +586,20 @@ func (w *why) fit() {
 		w.add(CheckFit, StatusBlocking, nums, "no node can take it: none of the %d GPU nodes matches its node selector, affinity and tolerations, or they are cordoned", len(all))
 		return
 	}
-	var fitting []string
+	var fitting, live []string
+	var silent []*gpu.AgentSilentError
+	silentFits := false
 	var closest *gpu.InsufficientError
 	var other error
 	for _, n := range candidates {
 		err := w.ledger.Fit(n, w.req)
 		var ie *gpu.InsufficientError
+		if s := w.silentAgent(n); s != nil {
+			silent = append(silent, s)
+			silentFits = silentFits || err == nil
+			continue
+		}
+		live = append(live, n)
 		switch {
 		case err == nil:
 			fitting = append(fitting, n)
@@ -573,6 +612,17 @@ func (w *why) fit() {
 		}
 	}
 	nums["fitting"] = float64(len(fitting))
+	if len(silent) > 0 {
+		nums["silentAgents"] = float64(len(silent))
+	}
+	switch {
+	case len(fitting) == 0 && len(silent) > 0 && (silentFits || closest == nil):
+		// Only nodes whose agent is silent could take it.
+		w.add(CheckFit, StatusBlocking, nums, "%s", describeSilent(silent, len(candidates)))
+		return
+	case len(silent) > 0:
+		w.add(CheckFit, StatusInfo, nums, "%s", describeSilent(silent, len(candidates)))
+	}
 	switch {
 	case len(fitting) > 0:
 		where := fitting[0]
@@ -581,7 +631,7 @@ func (w *why) fit() {
 			where = fitting[0] + ", " + where
 		}
 		w.add(CheckFit, StatusOK, nums, "a device has room now: it fits %d of %d candidate nodes, e.g. %s", len(fitting), len(candidates), where)
-		w.gangFit(candidates)
+		w.gangFit(live)
 	case closest != nil && closest.Unresolvable:
 		nums["bestFreeGPUs"] = gpus(closest.BestFreeMilli)
 		w.add(CheckFit, StatusBlocking, nums, "it can never fit any of the %d candidate nodes, even empty; closest: %v", len(candidates), closest)
@@ -591,6 +641,19 @@ func (w *why) fit() {
 	default:
 		w.add(CheckFit, StatusBlocking, nums, "no candidate node fits: %v", other)
 	}
+}
+
+// describeSilent says which candidate nodes take no new pods because their
+// agent is silent.
+func describeSilent(silent []*gpu.AgentSilentError, candidates int) string {
+	if len(silent) == 1 {
+		return silent[0].Error()
+	}
+	parts := make([]string, len(silent))
+	for i, s := range silent {
+		parts[i] = fmt.Sprintf("%s (for %s, last heartbeat %s)", s.Node, s.For.Round(time.Second), s.LastHeartbeat.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("the agents on %d of the %d candidate nodes have not reported: %s; those nodes take no new GPU pods until they do", len(silent), candidates, strings.Join(parts, ", "))
 }
 
 // gangFit places the gang's unbound members together on a snapshot, as the

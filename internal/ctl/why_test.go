@@ -2,11 +2,14 @@ package ctl
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	pt "github.com/partita-dev/partita/internal/partitatest"
@@ -140,6 +143,53 @@ func TestWhy(t *testing.T) {
 					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 0}},
 			},
 		},
+		"the only node with room has a silent agent": {
+			cluster: func() *Cluster {
+				c := twoNodes()
+				// n2 is full; n1's agent last reported 4 minutes ago.
+				c.GPUNodes[0] = *pt.MakeGPUNode("n1").Devices(2, "H100", 81920).Heartbeat(now.Add(-4 * time.Minute)).Obj()
+				c.GPUNodes[1] = *pt.MakeGPUNode("n2").Devices(2, "H100", 81920).Heartbeat(now.Add(-10 * time.Second)).Obj()
+				for i := range int32(2) {
+					c.Pods = append(c.Pods, *pt.MakePod(fmt.Sprintf("f%d", i), "other").GPUFraction("1").BoundTo("n2", i).Obj())
+				}
+				c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").GPUFraction("0.5").Obj())
+				return c
+			},
+			pod:         "p",
+			wantSummary: "pod team-a/p waits: the agent on node n1 has not reported for 4m0s (last heartbeat 2026-03-01T11:56:00Z): the node takes no new GPU pods until it does",
+			wantWaiting: true,
+			want: []Finding{
+				{Check: CheckRequest, Status: StatusOK, Message: "asks for 0.5 of a GPU (container main)", Numbers: map[string]float64{"gpus": 0.5}},
+				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: kube-scheduler may place it"},
+				{Check: CheckGang, Status: StatusOK, Message: "not in a gang: it is admitted on its own"},
+				{Check: CheckQueue, Status: StatusInfo, Message: "names no queue (label partita.dev/queue), and neither does its PodGroup"},
+				{Check: CheckEvents, Status: StatusInfo, Message: "no events from partita-admitter or kube-scheduler about the pod"},
+				{Check: CheckFit, Status: StatusBlocking, Message: "the agent on node n1 has not reported for 4m0s (last heartbeat 2026-03-01T11:56:00Z): the node takes no new GPU pods until it does",
+					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 2, "fitting": 0, "silentAgents": 1}},
+			},
+		},
+		"a silent agent beside a node with room": {
+			cluster: func() *Cluster {
+				c := twoNodes()
+				c.GPUNodes[1] = *pt.MakeGPUNode("n2").Devices(2, "H100", 81920).Heartbeat(now.Add(-time.Hour)).Obj()
+				c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").GPUFraction("0.5").Obj())
+				return c
+			},
+			pod:         "p",
+			wantSummary: "pod team-a/p waits, but no check here holds it: kube-scheduler should place it soon ('kubectl describe pod' shows its own reasons)",
+			wantWaiting: true,
+			want: []Finding{
+				{Check: CheckRequest, Status: StatusOK, Message: "asks for 0.5 of a GPU (container main)", Numbers: map[string]float64{"gpus": 0.5}},
+				{Check: CheckGates, Status: StatusOK, Message: "no scheduling gates: kube-scheduler may place it"},
+				{Check: CheckGang, Status: StatusOK, Message: "not in a gang: it is admitted on its own"},
+				{Check: CheckQueue, Status: StatusInfo, Message: "names no queue (label partita.dev/queue), and neither does its PodGroup"},
+				{Check: CheckEvents, Status: StatusInfo, Message: "no events from partita-admitter or kube-scheduler about the pod"},
+				{Check: CheckFit, Status: StatusInfo, Message: "the agent on node n2 has not reported for 1h0m0s (last heartbeat 2026-03-01T11:00:00Z): the node takes no new GPU pods until it does",
+					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 2, "fitting": 1, "silentAgents": 1}},
+				{Check: CheckFit, Status: StatusOK, Message: "a device has room now: it fits 1 of 2 candidate nodes, e.g. n1, GPU 1 (0.5)",
+					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 2, "fitting": 1, "silentAgents": 1}},
+			},
+		},
 		"no room now, a missing queue, other gates": {
 			cluster: func() *Cluster {
 				c := twoNodes()
@@ -191,6 +241,24 @@ func node(name string, labels map[string]string) corev1.Node {
 	n.Name = name
 	n.Labels = labels
 	return n
+}
+
+// TestWhyHeartbeatTimeout: the bound is the caller's.
+func TestWhyHeartbeatTimeout(t *testing.T) {
+	c := twoNodes()
+	for i := range c.GPUNodes {
+		c.GPUNodes[i].Status.Heartbeat = &metav1.Time{Time: now.Add(-time.Minute)}
+	}
+	c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").GPUFraction("0.5").Obj())
+	for timeout, wantSilent := range map[time.Duration]bool{0: false, 45 * time.Second: true, 2 * time.Minute: false} {
+		r, err := WhyWithOptions(c, "team-a", "p", now, WhyOptions{AgentHeartbeatTimeout: timeout})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(r.Summary, "have not reported"); got != wantSilent {
+			t.Errorf("timeout %s: summary %q, want silent=%v", timeout, r.Summary, wantSilent)
+		}
+	}
 }
 
 func TestWhyBadInput(t *testing.T) {

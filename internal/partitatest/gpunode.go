@@ -3,6 +3,7 @@ package partitatest
 import (
 	"fmt"
 	"strconv"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -76,6 +77,22 @@ func (w *GPUNodeWrapper) UnhealthyDevice(index int32) *GPUNodeWrapper {
 			w.Status.Devices[i].HealthReason = "XID 79 (test)"
 		}
 	}
+	return w
+}
+
+// Heartbeat sets the agent's heartbeat.
+func (w *GPUNodeWrapper) Heartbeat(t time.Time) *GPUNodeWrapper {
+	w.Status.Heartbeat = &metav1.Time{Time: t}
+	return w
+}
+
+// UnknownDevice adds a device the agent could not identify, as it
+// publishes one: UUID unknown-<index>, Unhealthy.
+func (w *GPUNodeWrapper) UnknownDevice(index int32) *GPUNodeWrapper {
+	w.Status.Devices = append(w.Status.Devices, v1alpha1.GPUDevice{
+		Index: index, UUID: v1alpha1.UnknownDeviceUUID(index), Health: v1alpha1.DeviceUnhealthy,
+		HealthReason: fmt.Sprintf("NVML cannot open device %d: ERROR_UNKNOWN", index), MIGMode: v1alpha1.MIGUnsupported,
+	})
 	return w
 }
 

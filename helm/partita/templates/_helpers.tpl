@@ -48,6 +48,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.webhookName" -}}{{ include "partita.fullname" . }}-webhook{{- end -}}
 {{- define "partita.extenderName" -}}{{ include "partita.fullname" . }}-extender{{- end -}}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
+{{- define "partita.mpsKeeperName" -}}{{ include "partita.fullname" . }}-mps-keeper{{- end -}}
 {{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
 {{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}
 {{/* kube-scheduler's client certificate for the extender, with its own CA. */}}

@@ -34,11 +34,12 @@ func newCtlCommand(use string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "Show GPU slices, queues, and why a pod waits (also: kubectl partita)",
-		Long: `Read-only views of what Partita did, from the cluster in your kubeconfig:
+		Long: `Views of what Partita did, from the cluster in your kubeconfig:
 
   nodes      each GPU node's devices with their slices, health and free capacity
   queues     the queue tree with quota, limit, allocation, fair share and pods
   why POD    why a pod waits: gates, gang, queue limit, fair share, events, fit
+  console    the web console (map, queues, workloads) on 127.0.0.1, as you
 
 The same binary is the kubectl plugin: installed (or linked) as kubectl-partita
 on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.`,
@@ -88,7 +89,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			return ctl.RunWhy(cmd.Context(), c, cmd.OutOrStdout(), ns, strings.TrimPrefix(args[0], "pod/"), o, time.Now())
 		},
 	}
-	cmd.AddCommand(nodes, queues, why)
+	cmd.AddCommand(nodes, queues, why, newConsoleCommand(conn))
 	return cmd
 }
 

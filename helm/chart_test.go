@@ -48,6 +48,9 @@ var goldenCases = map[string][]string{
 	"mps-kill":               {"--set", "agent.isolation=mps", "--set", "agent.enforce=kill"},
 	"monitoring":             {"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.dashboard.enabled=true"},
 	"simulated-no-policy-cm": {"--set", "agent.simulate=8xH100-80GB", "--set", "policy.defaultConfigMap=false", "--set", "webhook.excludeNamespaces={monitoring}"},
+	"console": {"--set", "console.enabled=true", "--set", "console.prometheusURL=http://prometheus.monitoring:9090",
+		"--set", "console.tls.secretName=partita-console-tls", "--set", "console.authProxy.enabled=true",
+		"--set", "console.authProxy.clientCAConfigMap=proxy-ca", "--set", "console.authProxy.allowedNames={oauth2-proxy}"},
 }
 
 func render(t *testing.T, args ...string) []byte {
@@ -111,6 +114,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"unknown cert mode":        "certs.mode=vault",
 		"a typo in a key":          "webhook.replica=3",
 		"failure policy":           "webhook.failurePolicy=Never",
+		"console service type":     "console.service.type=Ingress",
+		"console prometheus URL":   "console.prometheusURL=prometheus:9090",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -274,5 +279,18 @@ func TestEmbeddedChart(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("embedded chart lacks %s: %v", f, err)
 		}
+	}
+}
+
+// TestChartConsoleProxyNeedsItsCA: the console never trusts identity
+// headers without the proxy's CA, so the chart refuses the proxy without
+// one rather than render a console that would refuse every request.
+func TestChartConsoleProxyNeedsItsCA(t *testing.T) {
+	bin := helmBinary(t)
+	cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion,
+		"--set", "console.enabled=true", "--set", "console.authProxy.enabled=true")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "console.authProxy.clientCAConfigMap") {
+		t.Errorf("authProxy without its CA: err %v, want a refusal naming clientCAConfigMap:\n%s", err, out)
 	}
 }

@@ -49,6 +49,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.extenderName" -}}{{ include "partita.fullname" . }}-extender{{- end -}}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
 {{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
+{{- define "partita.consoleName" -}}{{ include "partita.fullname" . }}-console{{- end -}}
 {{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}
 
 {{/* The extender's in-cluster URL, as kube-scheduler calls it. */}}

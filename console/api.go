@@ -604,7 +604,7 @@ func handleUtilization(c *call) (any, error) {
 	if c.s.deps.History == nil {
 		return nil, errorf(http.StatusNotImplemented, "NotImplemented", "no history: the console keeps none and knows no Prometheus (--prometheus-url)")
 	}
-	return c.s.deps.History.Series(now.Add(-d), keep), nil
+	return c.s.deps.History.Series(now.Add(-d), now, keep), nil
 }
 
 // parseRange reads a duration, with d for days.

@@ -14,6 +14,9 @@ type Utilization struct {
 	Source string `json:"source"`
 	// StepSeconds is the spacing of the points.
 	StepSeconds float64 `json:"stepSeconds"`
+	// From and To are the range asked for, in Unix seconds.
+	From int64 `json:"from"`
+	To   int64 `json:"to"`
 	// Times are the points' times, in Unix seconds.
 	Times []int64 `json:"times"`
 	// Share is the allocated share of the cluster's healthy GPUs, 0 to 1.
@@ -104,11 +107,11 @@ func (h *History) Run(ctx context.Context, current func() *Snapshot, now func() 
 
 // Series returns the samples since from, with the queues keep lets
 // through.
-func (h *History) Series(from time.Time, keep func(queue string) bool) Utilization {
+func (h *History) Series(from, to time.Time, keep func(queue string) bool) Utilization {
 	h.lock.Lock()
 	samples := slices.Clone(h.samples)
 	h.lock.Unlock()
-	u := Utilization{Source: "sampled", StepSeconds: h.interval.Seconds(), Times: []int64{}, Share: []*float64{},
+	u := Utilization{Source: "sampled", StepSeconds: h.interval.Seconds(), From: from.Unix(), To: to.Unix(), Times: []int64{}, Share: []*float64{},
 		CapacityGPUs: []*float64{}, AllocatedGPUs: []*float64{}, Queues: []QueueSeries{},
 		Note: "sampled by the console every " + h.interval.String() + " since it started (kept for " + h.window.String() + "); point it at Prometheus (--prometheus-url) for longer history"}
 	var names []string

@@ -42,7 +42,7 @@ func NewPrometheus(url string) (*Prometheus, error) {
 // start to end, every step.
 func (p *Prometheus) Utilization(ctx context.Context, start, end time.Time, step time.Duration, keep func(string) bool) (Utilization, error) {
 	r := promv1.Range{Start: start.Truncate(step), End: end, Step: step}
-	u := Utilization{Source: "prometheus", StepSeconds: step.Seconds(), Times: []int64{}, Queues: []QueueSeries{},
+	u := Utilization{Source: "prometheus", StepSeconds: step.Seconds(), From: start.Unix(), To: end.Unix(), Times: []int64{}, Queues: []QueueSeries{},
 		Note: "from Prometheus at " + p.url + ": the extender's ledger (partita_gpu_node_*) and the admission loop's partita_queue_allocated_gpus"}
 	for t := r.Start; !t.After(r.End); t = t.Add(step) {
 		u.Times = append(u.Times, t.Unix())

@@ -28,6 +28,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
+// DefaultTopologyKey is the node label the map groups nodes by, unless
+// told otherwise: the zone.
+const DefaultTopologyKey = "topology.kubernetes.io/zone"
+
 // Config is everything `partita console` needs to start, in either mode.
 type Config struct {
 	Mode Mode

@@ -65,16 +65,20 @@
       else if (k === "dataset") Object.assign(el.dataset, v);
       else el.setAttribute(k, v === true ? "" : v);
     }
-    for (const c of children.flat()) {
+    for (const c of children.flat(Infinity)) {
       if (c === undefined || c === null || c === false) continue;
       el.append(c instanceof Node ? c : document.createTextNode(String(c)));
     }
     return el;
   }
   const main = () => document.getElementById("main");
+  // fill replaces el's children, skipping the empty ones (null, false).
+  function fill(el, ...children) {
+    el.replaceChildren(...children.flat(Infinity).filter((c) => c !== null && c !== undefined && c !== false)
+      .map((c) => (c instanceof Node ? c : document.createTextNode(String(c)))));
+  }
   function setMain(...children) {
-    const m = main();
-    m.replaceChildren(...children.flat());
+    fill(main(), ...children);
   }
   function errorBox(err) {
     return h("div", { class: "error", role: "alert" }, err.message || String(err));
@@ -106,13 +110,13 @@
     if (s < 172800) return Math.round(s / 3600) + "h";
     return Math.round(s / 86400) + "d";
   }
-  // A stable colour per queue name.
+  // A stable colour per queue name, never red: red marks unhealthy GPUs.
+  const PALETTE = ["#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#3d5a80", "#86bc86", "#d4a6c8", "#e6a157", "#5fa2ce"];
   function queueColour(q) {
     if (!q) return "#8c95a8";
     let x = 2166136261;
     for (let i = 0; i < q.length; i++) { x ^= q.charCodeAt(i); x = Math.imul(x, 16777619) >>> 0; }
-    const hue = x % 360;
-    return "hsl(" + hue + ", 62%, " + (46 + ((x >> 9) % 12)) + "%)";
+    return PALETTE[x % PALETTE.length];
   }
 
   // ---- Session --------------------------------------------------------------
@@ -143,8 +147,15 @@
   // Server-Sent Events read with fetch, so the bearer token goes in a header
   // (EventSource cannot send one).
   let streamAbort = null, streamTopics = "";
+  function stopStream() {
+    if (streamAbort) streamAbort.abort();
+    streamAbort = null;
+    streamTopics = "";
+    setLive("", "");
+  }
   function setLive(state, title) {
     const el = document.getElementById("live");
+    el.hidden = !state;
     el.className = "live " + state;
     el.textContent = state === "on" ? "live" : state === "off" ? "offline" : "…";
     el.title = title || "";
@@ -246,6 +257,7 @@
 
   function onNodes(ev) {
     if (!mapState) return;
+    const t0 = performance.now();
     if (ev.full) mapState.nodes.clear();
     for (const name of ev.removed || []) mapState.nodes.delete(name);
     const changed = [];
@@ -260,7 +272,12 @@
     mapState.version = ev.version;
     if (ev.full || (ev.removed && ev.removed.length) || changed.some((n) => !document.querySelector('.node[data-node="' + CSS.escape(n) + '"]'))) renderMap();
     else { applyFilters(); renderSummary(); }
-    metrics.updates.push({ version: ev.version, changedAt: ev.changedAt, sentAt: ev.sentAt, renderedAt: Date.now(), nodes: changed });
+    // What the benchmark reads: when the change reached the console, when
+    // the console sent it, when this page showed it, and the pods now on
+    // the nodes it redrew.
+    const pods = [];
+    if (!ev.full) for (const n of ev.nodes) for (const g of n.gpus) for (const s of g.slices) pods.push(s.namespace + "/" + s.pod);
+    metrics.updates.push({ version: ev.version, changedAt: ev.changedAt, sentAt: ev.sentAt, renderedAt: Date.now(), handleMs: performance.now() - t0, nodes: changed.length, pods });
     if (metrics.updates.length > 1000) metrics.updates.shift();
     if (mapState.selected) showDetail(mapState.selected.node, mapState.selected.index, true);
   }
@@ -280,7 +297,7 @@
       domains.length > 1 || d ? h("h2", {}, (mapState.topologyKey || "topology") + ": " + (d || "(none)")) : null,
       h("div", { class: "nodes" }, byDomain.get(d).map(nodeElement))));
     if (!nodes.length) sections.push(h("p", { class: "muted" }, "No GPU nodes: no node runs Partita's agent yet."));
-    grid.replaceChildren(...sections);
+    fill(grid, sections);
     applyFilters();
     renderSummary();
   }
@@ -312,7 +329,7 @@
       total++; if (g.healthy) healthy++; used += g.usedMilli;
       for (const s of g.slices) pods.add(s.namespace + "/" + s.pod);
     }
-    el.replaceChildren(
+    fill(el,
       h("span", {}, h("b", {}, mapState.nodes.size), " nodes"),
       h("span", {}, h("b", {}, total), " GPUs (", healthy, " healthy)"),
       h("span", {}, h("b", {}, gpus(used)), " GPUs allocated (", total ? Math.round(used / total / 10) : 0, "%)"),
@@ -324,7 +341,7 @@
       if (g.hiddenMilli > 0) hidden = true;
     }
     const lg = document.getElementById("legend");
-    lg.replaceChildren(...[...queues].sort().map((q) => h("span", {}, h("i", { class: "swatch", style: { background: queueColour(q) } }), q || "(no queue)")),
+    fill(lg, ...[...queues].sort().map((q) => h("span", {}, h("i", { class: "swatch", style: { background: queueColour(q) } }), q || "(no queue)")),
       hidden ? h("span", {}, h("i", { class: "swatch hidden-slices" }), "other namespaces (hidden)") : null,
       h("span", {}, h("i", { class: "swatch", style: { background: "var(--free)", border: "1px solid #cfd5e0" } }), "free"),
       h("span", { class: "bad" }, "red: unhealthy"));
@@ -388,7 +405,7 @@
     for (const el of document.querySelectorAll(".gpu.selected")) el.classList.remove("selected");
     const cell = document.querySelector('.gpu[data-node="' + CSS.escape(nodeName) + '"][data-gpu="' + index + '"]');
     if (cell) cell.classList.add("selected");
-    panel.replaceChildren(
+    fill(panel,
       h("h2", {}, nodeName + " · GPU " + g.index),
       h("dl", { class: "kv" },
         h("dt", {}, "Model"), h("dd", {}, g.model + " (" + bytes(g.memoryMiB * 1048576) + ")"),
@@ -544,6 +561,9 @@
       h("label", {}, "Name", h("input", { type: "search", value: wlFilters.text, oninput: (e) => { wlFilters.text = e.target.value; filter(); } })),
       h("span", { class: "spacer" }),
       submittable.length ? h("button", { id: "new-workload", onclick: () => submitForm(submittable) }, "New workload") : null);
+    // The waiting ones first: they are what people come to look at.
+    const order = { Waiting: 0, Running: 1, Suspended: 2, Failed: 3, Succeeded: 4 };
+    wl.workloads.sort((a, b) => (order[a.phase] ?? 5) - (order[b.phase] ?? 5));
     const rows = wl.workloads.map((w) => {
       const href = "/workloads/" + w.kind + "/" + w.namespace + "/" + w.name;
       return h("tr", { dataset: { workload: w.kind + "/" + w.namespace + "/" + w.name, namespace: w.namespace, queue: w.queue || "", phase: w.phase } },
@@ -600,9 +620,9 @@
       h("label", {}, "Name"), h("input", { name: "name", placeholder: "(generated)" }),
       h("label", {}, "Image"), h("input", { name: "image", required: true, value: "jupyter/base-notebook:latest" }),
       h("label", {}, "Command"), h("input", { name: "command", placeholder: "e.g. sleep infinity (empty: the image's)" }),
-      h("label", {}, "GPU"), h("div", {},
+      h("label", {}, "GPU"), h("div", { style: { display: "flex", gap: "6px" } },
         h("select", { name: "kind" }, h("option", { value: "fraction" }, "fraction of a GPU"), h("option", { value: "memory" }, "GPU memory"), h("option", { value: "gpus" }, "whole GPUs")),
-        " ", h("input", { name: "amount", value: "0.25", size: 8, "aria-label": "amount" })),
+        h("input", { name: "amount", value: "0.25", "aria-label": "amount" })),
       h("label", {}, "Queue"), h("input", { name: "queue", placeholder: "(the namespace's default)" }),
       h("div", { class: "full" }, err),
       h("div", { class: "buttons" },
@@ -677,6 +697,7 @@
   }
 
   async function viewPod(ns, name) {
+    stopStream();
     let rep;
     try { rep = await api("/api/v1/pods/" + encodeURIComponent(ns) + "/" + encodeURIComponent(name) + "/why"); } catch (e) {
       setMain(h("h1", {}, "Pod " + ns + "/" + name), errorBox(e)); return;
@@ -687,12 +708,13 @@
   }
 
   // ---- Utilisation ----------------------------------------------------------------
-  let utilRange = "1h";
+  let utilRange = new URLSearchParams(location.search).get("range") || "1h";
   const charts = [];
   async function viewUtilization() {
+    stopStream();
     let u;
     try { u = await api("/api/v1/utilization?range=" + utilRange); } catch (e) { setMain(h("h1", {}, "Utilisation"), errorBox(e)); return; }
-    const ranges = ["1h", "6h", "24h", "7d"];
+    const ranges = ["15m", "1h", "6h", "24h", "7d"];
     const c1 = h("div", { class: "chart", id: "chart-share" }, h("h2", {}, "Allocated share of the GPUs"));
     const c2 = h("div", { class: "chart", id: "chart-queues" }, h("h2", {}, "GPUs held, per queue"));
     setMain(h("h1", {}, "Utilisation"),
@@ -704,20 +726,22 @@
     if (!window.uPlot) { c1.append(errorBox(new Error("the plotting library did not load"))); return; }
     const width = Math.max(400, main().clientWidth - 40);
     if (!u.times.length) { c1.append(h("p", { class: "muted" }, "No samples yet.")); return; }
+    const x = { time: true, range: [u.from, u.to] };
     charts.push(new uPlot({
       width, height: 240,
-      scales: { y: { range: [0, 100] } },
+      scales: { x, y: { range: [0, 100] } },
       series: [{}, { label: "allocated %", stroke: "#3257d6", fill: "rgba(50,87,214,.12)", value: (s, v) => v === null ? "–" : v.toFixed(1) + "%" }],
       axes: [{}, { values: (s, t) => t.map((v) => v + "%") }],
     }, [u.times, u.share.map((v) => v === null ? null : v * 100)], c1));
     const series = [{}, { label: "capacity", stroke: "#1d2330", dash: [6, 4] }];
     const data = [u.times, u.capacityGPUs];
     for (const q of u.queues) { series.push({ label: q.queue, stroke: queueColour(q.queue), width: 2 }); data.push(q.gpus); }
-    charts.push(new uPlot({ width, height: 300, series, scales: { y: { range: (s, mn, mx) => [0, Math.max(1, mx)] } } }, data, c2));
+    charts.push(new uPlot({ width, height: 300, series, scales: { x, y: { range: (s, mn, mx) => [0, Math.max(1, mx)] } } }, data, c2));
   }
 
   // ---- Policy -------------------------------------------------------------------
   async function viewPolicy() {
+    stopStream();
     let p;
     try { p = await api("/api/v1/policy"); } catch (e) { setMain(h("h1", {}, "Policy"), errorBox(e)); return; }
     const maxCount = Math.max(1, ...p.denials.map((d) => d.count));

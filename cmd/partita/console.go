@@ -87,7 +87,7 @@ See docs/guide/console.md.`,
 	fs.StringVar(&f.mode, "mode", string(console.ModeLocal), "local: on your machine with your kubeconfig, on loopback; shared: in the cluster for many users (the chart), authenticating each request and impersonating its caller")
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:0", "address to serve on (port 0: any free port); in local mode a loopback address")
 	fs.StringVar(&f.partitaNamespace, "partita-namespace", "partita-system", "namespace Partita runs in: its policy ConfigMaps and their events")
-	fs.StringVar(&f.topologyKey, "topology-key", "topology.kubernetes.io/zone", "node label whose values group the map's nodes (empty: no grouping)")
+	fs.StringVar(&f.topologyKey, "topology-key", console.DefaultTopologyKey, "node label whose values group the map's nodes (empty: no grouping)")
 	fs.StringVar(&f.webhookConfiguration, "webhook-configuration", "partita", "the webhook's MutatingWebhookConfiguration, whose endpoints are scraped for denials when there is no Prometheus")
 	fs.StringVar(&f.prometheusURL, "prometheus-url", "", "Prometheus that scrapes Partita's components: utilisation history and denials come from it (empty: the console samples its own history)")
 	fs.DurationVar(&f.sampleInterval, "sample-interval", 15*time.Second, "how often the console samples allocation for its own history")

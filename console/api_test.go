@@ -192,7 +192,7 @@ func call(t *testing.T, base, method, path, token string, body any, headers ...s
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
@@ -402,7 +402,7 @@ func TestAPIShared(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
 			t.Fatalf("events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
 		}
@@ -482,7 +482,7 @@ func TestAPILocalUserWithOneNamespace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		if resp.StatusCode != http.StatusMisdirectedRequest {
 			t.Errorf("Host evil.example: HTTP %d, want 421", resp.StatusCode)
 		}

@@ -187,7 +187,7 @@ func scrapeOne(ctx context.Context, t target, pool *x509.CertPool) (map[string]f
 	if err != nil {
 		return nil, fmt.Errorf("GET %s: %w", t.url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("GET %s: %s", t.url, resp.Status)
 	}

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/policy"
 )
 
@@ -226,6 +227,9 @@ func (s *Source) watched() []client.Object {
 func (s *Source) Start(ctx context.Context) error {
 	for _, o := range s.watched() {
 		inf, err := s.cache.GetInformer(ctx, o)
+		if isNoMatch(err) {
+			return fmt.Errorf("watch %T: %w", o, ctl.ErrNoCRDs)
+		}
 		if err != nil {
 			return fmt.Errorf("watch %T: %w", o, err)
 		}

@@ -127,7 +127,7 @@ func mapSize(ctx context.Context, t *testing.T, base, token string) (plain, gz i
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer resp.Body.Close()
+		defer func() { _ = resp.Body.Close() }()
 		n, _ := io.Copy(io.Discard, resp.Body)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET /api/v1/map: %s", resp.Status)

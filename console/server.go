@@ -88,6 +88,7 @@ type Server struct {
 
 	routes  []route
 	openapi []byte
+	metrics *Metrics
 	// hosts, in local mode, are the Host headers the server answers.
 	hosts []string
 }
@@ -100,7 +101,7 @@ func New(opts Options, deps Deps) (*Server, error) {
 	if opts.Coalesce <= 0 {
 		opts.Coalesce = 100 * time.Millisecond
 	}
-	s := &Server{opts: opts, deps: deps, kind: NewWorkloadKinds(), hub: NewHub()}
+	s := &Server{opts: opts, deps: deps, kind: NewWorkloadKinds(), hub: NewHub(), metrics: NewMetrics()}
 	s.routes = s.apiRoutes()
 	doc, err := openAPIDocument(s.routes)
 	if err != nil {
@@ -160,7 +161,9 @@ func (s *Server) build(ctx context.Context) error {
 	if changedAt.IsZero() {
 		changedAt = now
 	}
+	start := time.Now()
 	snap := Build(l, BuildOptions{TopologyKey: s.opts.TopologyKey, Kinds: s.kind}, s.version.Add(1), now, changedAt)
+	s.metrics.built(time.Since(start))
 	s.snap.Store(snap)
 	s.hub.Publish()
 	return nil
@@ -200,6 +203,17 @@ func (s *Server) Handler(listen net.Addr) http.Handler {
 	for _, rt := range s.routes {
 		mux.Handle(rt.method+" "+rt.path, s.apiHandler(rt))
 	}
+	// Metrics: open in shared mode, as every component's are; behind the
+	// token in local mode, where only the console's user may read them.
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
+		if s.opts.Mode == ModeLocal {
+			if _, err := s.deps.Authn.Authenticate(r); err != nil {
+				writeError(w, r, err)
+				return
+			}
+		}
+		s.metrics.handler().ServeHTTP(w, r)
+	})
 	mux.HandleFunc("/api/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, errorf(http.StatusNotFound, "NotFound", "no API operation %s %s: see /api/v1/openapi.json", r.Method, r.URL.Path))
 	})
@@ -293,7 +307,18 @@ func (s *Server) apiHandler(rt route) http.Handler {
 		}
 		c := &call{s: s, r: r, w: w, user: u, snap: snap}
 		r.Body = http.MaxBytesReader(w, r.Body, maxBody+1)
+		if !rt.stream {
+			_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(30 * time.Second))
+		}
 		out, err := rt.handle(c)
+		code := rt.status
+		if code == 0 {
+			code = http.StatusOK
+		}
+		if err != nil {
+			code = errorBody(err).Code
+		}
+		s.metrics.request(rt.id, code)
 		if rt.stream {
 			if err != nil {
 				writeError(w, r, err)

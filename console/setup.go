@@ -135,7 +135,7 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("unknown console mode %q: want local or shared", cfg.Mode)
 	}
 	if cfg.Mode == ModeLocal {
-		if err := checkLoopback(cfg.Addr); err != nil {
+		if err := CheckLocalAddr(cfg.Addr); err != nil {
 			return nil, err
 		}
 	}
@@ -236,9 +236,9 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 	return inst, nil
 }
 
-// checkLoopback refuses a local console on anything but loopback: it acts
-// with the user's own credentials, for them alone.
-func checkLoopback(addr string) error {
+// CheckLocalAddr refuses a local console on anything but loopback: it
+// acts with the user's own credentials, for them alone.
+func CheckLocalAddr(addr string) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return fmt.Errorf("--addr %q: %w", addr, err)

@@ -76,6 +76,8 @@ func handleEvents(c *call) (any, error) {
 
 	updates, stop := c.s.hub.Subscribe()
 	defer stop()
+	c.s.metrics.stream(1)
+	defer c.s.metrics.stream(-1)
 	send := func(event string, data any) error {
 		b, err := json.Marshal(data)
 		if err != nil {

@@ -194,7 +194,7 @@ func TestHistoryKeepsTheWindow(t *testing.T) {
 
 func TestCheckLoopback(t *testing.T) {
 	for addr, ok := range map[string]bool{"127.0.0.1:0": true, "localhost:8080": true, "[::1]:0": true, "0.0.0.0:8080": false, ":8080": false, "10.0.0.1:80": false} {
-		if err := checkLoopback(addr); (err == nil) != ok {
+		if err := CheckLocalAddr(addr); (err == nil) != ok {
 			t.Errorf("%s: err %v, want ok %v", addr, err, ok)
 		}
 	}

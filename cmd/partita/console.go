@@ -112,6 +112,15 @@ func runConsole(cmd *cobra.Command, conn *ctl.Connection, f *consoleFlags) error
 	ctrllog.SetLogger(log)
 	ctx := logr.NewContext(cmd.Context(), log)
 	mode := console.Mode(f.mode)
+	switch mode {
+	case console.ModeLocal:
+		if err := console.CheckLocalAddr(f.addr); err != nil {
+			return err
+		}
+	case console.ModeShared:
+	default:
+		return fmt.Errorf("--mode %q: want local or shared", f.mode)
+	}
 	if mode == console.ModeLocal {
 		for _, name := range []string{"tls-cert-file", "tls-key-file", "token-audiences", "proxy-client-ca-file", "proxy-allowed-names", "max-users"} {
 			if cmd.Flags().Changed(name) {

@@ -336,12 +336,32 @@ func (c *call) workloadFor(w *Workload, fresh bool) (Workload, error) {
 		}
 	}
 	if p := w.waitingMember(); p != nil {
-		rep, err := c.why(p.Namespace, p.Name, fresh)
-		if err == nil {
-			out.Verdict, out.WaitingPod = rep.Summary, p.Name
+		if summary, ok := c.verdict(p, fresh); ok {
+			out.Verdict, out.WaitingPod = summary, p.Name
 		}
 	}
 	return out, nil
+}
+
+// verdict is why's summary for a waiting pod, memoised in the snapshot
+// unless fresh.
+func (c *call) verdict(p *corev1.Pod, fresh bool) (string, bool) {
+	events, err := c.allowed(Attributes{Verb: "list", Resource: "events", Namespace: p.Namespace})
+	if err != nil {
+		return "", false
+	}
+	k := verdictKey{pod: nsName{p.Namespace, p.Name}, events: events}
+	if !fresh {
+		if v, ok := c.snap.verdicts.Load(k); ok {
+			return v.(string), true
+		}
+	}
+	rep, err := c.why(p.Namespace, p.Name, fresh)
+	if err != nil {
+		return "", false
+	}
+	c.snap.verdicts.Store(k, rep.Summary)
+	return rep.Summary, true
 }
 
 // why runs `kubectl partita why` on the snapshot, with the events of the

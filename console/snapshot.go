@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -118,6 +119,17 @@ type Snapshot struct {
 	queueHeldMilli map[string]int64
 
 	policy PolicyView
+
+	// verdicts memoises the workload list's why summaries for this
+	// snapshot, by pod and by whether events were read: why runs a fit
+	// check over every candidate node, and the list asks it for every
+	// waiting workload on each refresh.
+	verdicts sync.Map
+}
+
+type verdictKey struct {
+	pod    nsName
+	events bool
 }
 
 // MapNode is one node on the workload map. GPU amounts are in milli-GPUs.

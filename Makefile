@@ -110,7 +110,7 @@ test-e2e: build cluster-bins chromium
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/...
 
 bench:
-	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/
+	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/ ./console/
 
 clean:
 	rm -rf bin

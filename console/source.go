@@ -139,6 +139,9 @@ func candidateNamespaces(ctx context.Context, can func(group, res, ns string) (b
 	return out, nil
 }
 
+// syncTimeout bounds the informers' first sync.
+const syncTimeout = 2 * time.Minute
+
 // SourceOptions configure a Source.
 type SourceOptions struct {
 	// Config are the credentials the informers run with.
@@ -243,8 +246,12 @@ func (s *Source) Start(ctx context.Context) error {
 	}
 	errs := make(chan error, 1)
 	go func() { errs <- s.cache.Start(ctx) }()
+	// An informer the API server keeps refusing retries for ever: give up
+	// after a while and say so, rather than hang without a word.
+	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
+	defer cancel()
 	synced := make(chan bool, 1)
-	go func() { synced <- s.cache.WaitForCacheSync(ctx) }()
+	go func() { synced <- s.cache.WaitForCacheSync(syncCtx) }()
 	select {
 	case err := <-errs:
 		if err == nil {
@@ -253,7 +260,10 @@ func (s *Source) Start(ctx context.Context) error {
 		return fmt.Errorf("run the console's informers: %w", err)
 	case ok := <-synced:
 		if !ok {
-			return fmt.Errorf("the console's informers did not sync: %w", ctx.Err())
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("the console's informers did not sync within %s: the API server is slow or refuses a list or watch it allowed at first (run with --v=2 to see which)", syncTimeout)
 		}
 	}
 	s.mark()

@@ -91,15 +91,23 @@ func (w *WebhookScraper) scrape(ctx context.Context) ([]DenialCount, error) {
 	if len(targets) == 0 {
 		return nil, errors.New("the webhook has no ready endpoint")
 	}
+	// The replicas at once: one that does not answer costs its timeout
+	// once, not once per replica.
+	results := make([]map[string]float64, len(targets))
+	scrapeErrs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, t := range targets {
+		wg.Go(func() { results[i], scrapeErrs[i] = scrapeOne(ctx, t, pool) })
+	}
+	wg.Wait()
 	sum := map[string]float64{}
 	var errs []error
-	for _, t := range targets {
-		counts, err := scrapeOne(ctx, t, pool)
-		if err != nil {
-			errs = append(errs, err)
+	for i := range targets {
+		if scrapeErrs[i] != nil {
+			errs = append(errs, scrapeErrs[i])
 			continue
 		}
-		for r, n := range counts {
+		for r, n := range results[i] {
 			sum[r] += n
 		}
 	}

@@ -478,6 +478,31 @@ func TestConsoleShared(t *testing.T) {
 			_ = c.Delete(context.WithoutCancel(ctx), o)
 		}
 	})
+	t.Run("the console's own account reads and reviews, and writes nothing itself", func(t *testing.T) {
+		ns := devcluster.PartitaNamespace
+		for _, a := range []access{
+			{verb: "list", resource: "pods"}, {verb: "watch", group: "partita.dev", resource: "queues"},
+			{verb: "list", group: "batch", resource: "jobs"}, {verb: "list", resource: "events", namespace: "default"},
+			{verb: "create", group: "authentication.k8s.io", resource: "tokenreviews"},
+			{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
+			{verb: "impersonate", resource: "users"}, {verb: "impersonate", resource: "groups"},
+			{verb: "list", resource: "configmaps", namespace: ns},
+		} {
+			if !allowed(ctx, t, "partita-console", a) {
+				t.Errorf("partita-console may not %s", a)
+			}
+		}
+		for _, a := range []access{
+			{verb: "patch", group: "partita.dev", resource: "queues"}, {verb: "create", resource: "pods", namespace: "default"},
+			{verb: "delete", resource: "pods", namespace: "default"}, {verb: "patch", group: "batch", resource: "jobs", namespace: "default"},
+			{verb: "get", resource: "secrets", namespace: ns}, {verb: "list", resource: "secrets"},
+			{verb: "create", resource: "serviceaccounts", subresource: "token", namespace: ns, name: "partita-extender"},
+		} {
+			if allowed(ctx, t, "partita-console", a) {
+				t.Errorf("partita-console may %s; only the callers it impersonates should", a)
+			}
+		}
+	})
 	consoleKC, _ := userKubeconfig(ctx, t, devcluster.PartitaNamespace, "partita-console")
 	url := runConsole(t, "--mode", "shared", "--kubeconfig", consoleKC)
 	if !strings.HasPrefix(url, "https://127.0.0.1:") {
@@ -581,7 +606,7 @@ func TestConsoleShared(t *testing.T) {
 			t.Errorf("the researcher submits in %s: %d %s, want 403", other, code, body)
 		}
 	})
-	t.Run("the policy page reads the webhook's denials", func(t *testing.T) {
+	t.Run("the policy needs read access to Partita's namespace", func(t *testing.T) {
 		code, body := do("GET", "/api/v1/policy", adminToken, nil)
 		// The queue admin may not list ConfigMaps in Partita's namespace.
 		if code != http.StatusForbidden {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
@@ -317,9 +318,15 @@ func (c *call) workloadFor(w *Workload, fresh bool) (Workload, error) {
 	if ok {
 		gr := spec.resource
 		if spec.deletable {
-			if ok, err := c.allowed(Attributes{Verb: "delete", Group: gr.Group, Resource: gr.Resource, Namespace: w.Namespace}); err != nil {
-				return Workload{}, err
-			} else if ok {
+			may := true
+			for _, r := range append([]schema.GroupResource{gr}, spec.alsoDeletes...) {
+				ok, err := c.allowed(Attributes{Verb: "delete", Group: r.Group, Resource: r.Resource, Namespace: w.Namespace})
+				if err != nil {
+					return Workload{}, err
+				}
+				may = may && ok
+			}
+			if may {
 				out.Actions = append(out.Actions, ActionDelete)
 			}
 		}

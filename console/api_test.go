@@ -437,6 +437,30 @@ func TestAPIShared(t *testing.T) {
 		}
 		t.Fatalf("no nodes event with team-a/late on GPU 2 (%v); saw %v", sc.Err(), seen)
 	})
+
+	t.Run("a gang offers delete only to who may delete its pods and its PodGroup", func(t *testing.T) {
+		c.create(t, pt.MakePodGroup("gang", "team-a").MinMember(1).Queue("team-a").Obj())
+		c.create(t, pt.MakePod("gang-0", "team-a").GPUFraction("0.5").PodGroup("gang").Queue("team-a").Obj())
+		actions := func(token string) []string {
+			var got []string
+			for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+				var w console.WorkloadDetail
+				if a := call(t, base, "GET", "/api/v1/workloads/PodGroup/team-a/gang", token, nil); a.status == http.StatusOK {
+					a.decode(t, &w)
+					return w.Workload.Actions
+				}
+			}
+			t.Fatalf("the gang never showed")
+			return got
+		}
+		// alice may delete pods in team-a, not PodGroups.
+		if got := actions(alice); len(got) != 0 {
+			t.Errorf("alice is offered %v on the gang", got)
+		}
+		if got := actions(admin); len(got) != 1 || got[0] != console.ActionDelete {
+			t.Errorf("admin is offered %v on the gang, want delete", got)
+		}
+	})
 }
 
 func TestAPILocalUserWithOneNamespace(t *testing.T) {

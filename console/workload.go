@@ -56,6 +56,9 @@ const (
 type kindSpec struct {
 	// resource is the object deleted or patched for the kind's actions.
 	resource schema.GroupResource
+	// alsoDeletes are the other objects its deletion deletes as the
+	// caller (a gang's pods), whose delete the caller needs too.
+	alsoDeletes []schema.GroupResource
 	// deletable: the console can delete the workload (the object, or for a
 	// PodGroup its member pods and the PodGroup).
 	deletable bool
@@ -83,7 +86,8 @@ func NewWorkloadKinds() *WorkloadKinds {
 	return &WorkloadKinds{
 		specs: map[WorkloadKind]kindSpec{
 			KindPod:      {resource: schema.GroupResource{Resource: "pods"}, deletable: true},
-			KindPodGroup: {resource: schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "podgroups"}, deletable: true},
+			KindPodGroup: {resource: schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "podgroups"}, deletable: true,
+				alsoDeletes: []schema.GroupResource{{Resource: "pods"}}},
 			KindJob:      {resource: schema.GroupResource{Group: batchv1.GroupName, Resource: "jobs"}, deletable: true, suspendable: true},
 		},
 		resolvers: []resolver{resolveJob, resolvePodGroup, resolveOwner},

@@ -408,6 +408,9 @@ func TestConsole(t *testing.T) {
 
 	t.Run("a user without rights to a namespace sees none of its workloads and gets no edit buttons", func(t *testing.T) {
 		own, kubeconfig, _ := researcher(ctx, t)
+		// Gone before the next test counts the cluster's GPUs: a
+		// namespace's deletion leaves its pods for a while.
+		t.Cleanup(func() { deletePods(ctx, t, own) })
 		mine := extGPUPod(own, "mine", 250, 1, gpuNodes)
 		createPods(ctx, t, clientset, []*corev1.Pod{mine}, 1)
 		url := runConsole(t, "--kubeconfig", kubeconfig)

@@ -85,10 +85,10 @@ type resolver func(p *corev1.Pod, req *gpu.PodRequest, objs *objectIndex) (Workl
 func NewWorkloadKinds() *WorkloadKinds {
 	return &WorkloadKinds{
 		specs: map[WorkloadKind]kindSpec{
-			KindPod:      {resource: schema.GroupResource{Resource: "pods"}, deletable: true},
+			KindPod: {resource: schema.GroupResource{Resource: "pods"}, deletable: true},
 			KindPodGroup: {resource: schema.GroupResource{Group: v1alpha1.GroupVersion.Group, Resource: "podgroups"}, deletable: true,
 				alsoDeletes: []schema.GroupResource{{Resource: "pods"}}},
-			KindJob:      {resource: schema.GroupResource{Group: batchv1.GroupName, Resource: "jobs"}, deletable: true, suspendable: true},
+			KindJob: {resource: schema.GroupResource{Group: batchv1.GroupName, Resource: "jobs"}, deletable: true, suspendable: true},
 		},
 		resolvers: []resolver{resolveJob, resolvePodGroup, resolveOwner},
 	}

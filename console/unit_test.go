@@ -228,3 +228,71 @@ func TestVendoredUPlotIsWhatTheScriptFetched(t *testing.T) {
 		t.Errorf("VENDOR.txt lists %d files, want 3", n)
 	}
 }
+
+// TestProxyHeadersOverTLS: over a real handshake with the shared mode's
+// TLS settings, the proxy's client certificate makes its headers count;
+// a client without one, or with another CA's, is not the proxy.
+func TestProxyHeadersOverTLS(t *testing.T) {
+	ca, caKey := certPair(t, "proxy-ca", nil, nil)
+	other, otherKey := certPair(t, "other-ca", nil, nil)
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	proxy := ProxyOptions{ClientCA: pool, AllowedNames: []string{"oauth2-proxy"}}
+	cfg := Config{Proxy: &proxy}
+	cfg.defaults()
+	tlsConfig, err := servingTLS(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := NewProxyAuth(proxy)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, err := auth.Authenticate(r)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte(u.Name))
+	}))
+	srv.TLS = tlsConfig
+	srv.StartTLS()
+	defer srv.Close()
+	client := func(cert *x509.Certificate, key *ecdsa.PrivateKey) *http.Client {
+		tc := &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test server's self-signed certificate
+		if cert != nil {
+			tc.Certificates = []tls.Certificate{{Certificate: [][]byte{cert.Raw}, PrivateKey: key}}
+		}
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
+	get := func(c *http.Client) (int, string) {
+		req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL, nil)
+		req.Header.Set("X-Remote-User", "alice")
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var b strings.Builder
+		buf := make([]byte, 512)
+		n, _ := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		return resp.StatusCode, b.String()
+	}
+	proxyCert, proxyKey := certPair(t, "oauth2-proxy", ca, caKey)
+	if code, body := get(client(proxyCert, proxyKey)); code != http.StatusOK || body != "alice" {
+		t.Errorf("the proxy: %d %q, want alice", code, body)
+	}
+	if code, _ := get(client(nil, nil)); code != http.StatusUnauthorized {
+		t.Errorf("no certificate: %d, want 401", code)
+	}
+	// A certificate of another CA fails the handshake itself or is not
+	// verified: either way the headers do not count.
+	strangerCert, strangerKey := certPair(t, "oauth2-proxy", other, otherKey)
+	req, _ := http.NewRequestWithContext(t.Context(), "GET", srv.URL, nil)
+	req.Header.Set("X-Remote-User", "alice")
+	if resp, err := client(strangerCert, strangerKey).Do(req); err == nil {
+		_ = resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("another CA's certificate made the headers count")
+		}
+	}
+}

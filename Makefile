@@ -27,7 +27,7 @@ CHART := helm/partita
 # Benchmarks run briefly in `make test`; `make bench` runs them in full.
 BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
-.PHONY: all build image cluster-bins demo test test-unit test-e2e bench generate chart-sync verify-generated lint clean
+.PHONY: all build image cluster-bins chromium console-vendor demo test test-unit test-e2e bench generate chart-sync verify-generated lint clean
 
 all: build
 
@@ -45,6 +45,15 @@ image:
 
 cluster-bins:
 	bash e2e/clusterbins/build.sh >/dev/null
+
+# Debian's chromium, for the console's browser tests (no-op when present).
+chromium:
+	hack/install-chromium.sh
+
+# Fetches the console's plotting library (uPlot) from npm into
+# console/web/vendor/; its output is committed, so builds need no npm.
+console-vendor:
+	hack/vendor-uplot.sh
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)
@@ -82,12 +91,14 @@ lint: $(GOLANGCI_LINT)
 	go vet ./...
 	$(GOLANGCI_LINT) run ./...
 
+# The story, then the console on the same cluster (its URL is printed;
+# Ctrl-C stops the console, the cluster keeps running).
 demo: build cluster-bins
-	$(BIN) dev demo
+	$(BIN) dev demo --console
 
 # Unit and envtest integration tests, short benchmarks, then end-to-end tests on
 # a real dev cluster.
-test: build cluster-bins
+test: build cluster-bins chromium
 	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
 	go test -count=1 $(BENCH_SHORT) ./gpu/...
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -timeout 20m ./e2e/...
@@ -95,11 +106,11 @@ test: build cluster-bins
 test-unit:
 	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
 
-test-e2e: build cluster-bins
+test-e2e: build cluster-bins chromium
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/...
 
 bench:
-	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/
+	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/ ./console/
 
 clean:
 	rm -rf bin

@@ -56,6 +56,9 @@ var goldenCases = map[string][]string{
 	"network-policy-peers": {"--set", "scheduler.mode=default", "--set", "extender.networkPolicy.schedulerFrom[0].ipBlock.cidr=10.0.0.0/24",
 		"--set", "extender.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
 		"--set", "extender.debugEndpoints=true"},
+	"console": {"--set", "console.enabled=true", "--set", "console.prometheusURL=http://prometheus.monitoring:9090",
+		"--set", "console.tls.secretName=partita-console-tls", "--set", "console.authProxy.enabled=true",
+		"--set", "console.authProxy.clientCAConfigMap=proxy-ca", "--set", "console.authProxy.allowedNames={oauth2-proxy}"},
 }
 
 func render(t *testing.T, args ...string) []byte {
@@ -123,6 +126,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"no client certificate":    "scheduler.extenderClientCertFile=",
 		"no default queue":         "webhook.defaultQueue=",
 		"a default queue's name":   "webhook.defaultQueue=Team_A",
+		"console service type":     "console.service.type=Ingress",
+		"console prometheus URL":   "console.prometheusURL=prometheus:9090",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -482,5 +487,18 @@ func TestChartAgentPolicy(t *testing.T) {
 	}
 	if find(t, render(t, "--set", "agent.enabled=false"), "ValidatingAdmissionPolicy", "partita-agent-own-node", &admissionregistrationv1.ValidatingAdmissionPolicy{}) {
 		t.Error("the agent policy is rendered without an agent")
+	}
+}
+
+// TestChartConsoleProxyNeedsItsCA: the console never trusts identity
+// headers without the proxy's CA, so the chart refuses the proxy without
+// one rather than render a console that would refuse every request.
+func TestChartConsoleProxyNeedsItsCA(t *testing.T) {
+	bin := helmBinary(t)
+	cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion,
+		"--set", "console.enabled=true", "--set", "console.authProxy.enabled=true")
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "console.authProxy.clientCAConfigMap") {
+		t.Errorf("authProxy without its CA: err %v, want a refusal naming clientCAConfigMap:\n%s", err, out)
 	}
 }

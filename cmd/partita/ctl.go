@@ -35,11 +35,12 @@ func newCtlCommand(use string) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: "Show GPU slices, queues, and why a pod waits (also: kubectl partita)",
-		Long: `Read-only views of what Partita did, from the cluster in your kubeconfig:
+		Long: `Views of what Partita did, from the cluster in your kubeconfig:
 
   nodes      each GPU node's devices with their slices, health and free capacity
   queues     the queue tree with quota, limit, allocation, fair share and pods
   why POD    why a pod waits: gates, gang, queue limit, fair share, events, fit
+  console    the web console (map, queues, workloads) on 127.0.0.1, as you
 
 The same binary is the kubectl plugin: installed (or linked) as kubectl-partita
 on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.`,
@@ -91,7 +92,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 		},
 	}
 	why.Flags().DurationVar(&whyOpts.AgentHeartbeatTimeout, "agent-heartbeat-timeout", gpu.DefaultAgentHeartbeatTimeout, "call a node's agent silent once its GPUNode heartbeat is this old (set it to the extender's --agent-heartbeat-timeout)")
-	cmd.AddCommand(nodes, queues, why)
+	cmd.AddCommand(nodes, queues, why, newConsoleCommand(conn))
 	return cmd
 }
 

@@ -155,6 +155,7 @@ func newDevStatusCommand(f *devFlags) *cobra.Command {
 }
 
 func newDevDemoCommand(f *devFlags) *cobra.Command {
+	var withConsole bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring the dev cluster up and show what Partita does, step by step",
@@ -168,9 +169,10 @@ func newDevDemoCommand(f *devFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return demo.Run(cmd.Context(), c, demo.Options{Out: cmd.OutOrStdout(), PartitaBinary: bin})
+			return demo.Run(cmd.Context(), c, demo.Options{Out: cmd.OutOrStdout(), PartitaBinary: bin, Console: withConsole})
 		},
 	}
 	addNodeFlags(cmd, f)
+	cmd.Flags().BoolVar(&withConsole, "console", false, "at the end, serve the Partita console on the cluster and print its URL (until Ctrl-C)")
 	return cmd
 }

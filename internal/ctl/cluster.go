@@ -11,6 +11,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
 )
 
 // Cluster is what the views read from the API server, fetched once per
@@ -29,6 +30,19 @@ type Cluster struct {
 	PodGroups []v1alpha1.PodGroup
 	// Events are the events of the namespaces read.
 	Events []corev1.Event
+	// Ledger, when set, is gpu.BuildLedger(GPUNodes, Pods), built once by
+	// a caller that asks many questions of the same objects (the console
+	// answers why for every waiting workload of one snapshot). The views
+	// only read it. Nil: each view builds its own.
+	Ledger *gpu.Ledger
+}
+
+// ledger is c.Ledger, or the ledger of c's objects.
+func (c *Cluster) ledger() *gpu.Ledger {
+	if c.Ledger != nil {
+		return c.Ledger
+	}
+	return gpu.BuildLedger(c.GPUNodes, c.Pods)
 }
 
 // What says which objects Load reads.

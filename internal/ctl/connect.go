@@ -5,6 +5,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -50,11 +51,20 @@ func (c *Connection) Namespace() (string, error) {
 	return ns, nil
 }
 
-// Client returns a client that knows Partita's types.
-func (c *Connection) Client() (client.Client, error) {
+// RESTConfig returns the connection's REST config.
+func (c *Connection) RESTConfig() (*rest.Config, error) {
 	cfg, err := c.config().ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("load kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// Client returns a client that knows Partita's types.
+func (c *Connection) Client() (client.Client, error) {
+	cfg, err := c.RESTConfig()
+	if err != nil {
+		return nil, err
 	}
 	scheme, err := Scheme()
 	if err != nil {

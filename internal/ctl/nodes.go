@@ -115,7 +115,7 @@ type StrandedReport struct {
 // Nodes builds the device map from c's GPUNodes and pods through
 // gpu.BuildLedger, so the numbers are the scheduler's.
 func Nodes(c *Cluster) NodesReport {
-	ledger := gpu.BuildLedger(c.GPUNodes, c.Pods)
+	ledger := c.ledger()
 	state := ledger.State()
 
 	raw := map[string]map[int32]v1alpha1.GPUDevice{}

@@ -117,7 +117,7 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	if req == nil && len(errs) == 0 {
 		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
 	}
-	w := &why{c: c, pod: pod, req: req, now: now, ledger: gpu.BuildLedger(c.GPUNodes, c.Pods), heartbeatTimeout: opts.AgentHeartbeatTimeout}
+	w := &why{c: c, pod: pod, req: req, now: now, ledger: c.ledger(), heartbeatTimeout: opts.AgentHeartbeatTimeout}
 	r := WhyReport{Namespace: namespace, Pod: name, Waiting: true}
 	if len(errs) > 0 {
 		w.add(CheckRequest, StatusBlocking, nil, "the GPU request is invalid (the webhook should have refused it): %v", errs.ToAggregate())

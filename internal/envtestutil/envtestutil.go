@@ -23,6 +23,15 @@ import (
 // the test, with the command that fixes it, when the binaries are missing.
 func Start(t testing.TB) (*rest.Config, client.Client) {
 	t.Helper()
+	_, cfg, c := StartEnv(t)
+	return cfg, c
+}
+
+// StartEnv is Start that also returns the environment, for tests that add
+// users of their own (Environment.AddUser) to play an ordinary user against
+// the API server's RBAC.
+func StartEnv(t testing.TB) (*envtest.Environment, *rest.Config, client.Client) {
+	t.Helper()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		assets = filepath.Join(devcluster.CacheDir(), "bin", "k8s-"+devcluster.K8sVersion)
@@ -50,7 +59,7 @@ func Start(t testing.TB) (*rest.Config, client.Client) {
 	if err != nil {
 		t.Fatalf("create client: %v", err)
 	}
-	return cfg, c
+	return env, cfg, c
 }
 
 // Scheme returns a new scheme with the built-in Kubernetes types and Partita's.

@@ -50,6 +50,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
 {{- define "partita.mpsKeeperName" -}}{{ include "partita.fullname" . }}-mps-keeper{{- end -}}
 {{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
+{{- define "partita.consoleName" -}}{{ include "partita.fullname" . }}-console{{- end -}}
 {{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}
 {{/* kube-scheduler's client certificate for the extender, with its own CA. */}}
 {{- define "partita.schedulerClientSecret" -}}{{ include "partita.fullname" . }}-scheduler-client-cert{{- end -}}

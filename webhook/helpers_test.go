@@ -76,6 +76,10 @@ type testOptions struct {
 	gate          bool
 	modes         []v1alpha1.IsolationMode
 	schedulerName string
+	// trusted replaces DefaultIdentities(partitaNamespace).
+	trusted *Identities
+	// policy adds Rego modules to the default bundle.
+	policy map[string]string
 }
 
 // newTestServer returns a server with a real policy engine over testState,
@@ -90,12 +94,21 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 	if err := engine.SetState(ctx, testState(t)); err != nil {
 		t.Fatal(err)
 	}
+	if opts.policy != nil {
+		if _, err := engine.Load(ctx, policy.DefaultBundle().Overlay(opts.policy), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	modes := opts.modes
 	if modes == nil {
 		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
 	}
+	trusted := DefaultIdentities(partitaNamespace)
+	if opts.trusted != nil {
+		trusted = *opts.trusted
+	}
 	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
-		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(DefaultIdentities(partitaNamespace)))
+		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(trusted))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -376,8 +376,12 @@ func WaitForPolicies(ctx context.Context, cs kubernetes.Interface, namespace str
 			return false, nil
 		}
 		_, err = cs.CoreV1().Pods(namespace).Create(ctx, probe([]corev1.EnvVar{{Name: EnvVisibleDevices, Value: "all"}}), dry)
-		if err == nil || !strings.Contains(err.Error(), "ValidatingAdmissionPolicy") {
-			last = fmt.Errorf("a pod with %s=all was not refused by the validating policy: %v", EnvVisibleDevices, err)
+		switch {
+		case err == nil:
+			last = fmt.Errorf("a pod with %s=all was admitted: the validating policy does not run yet", EnvVisibleDevices)
+			return false, nil
+		case !strings.Contains(err.Error(), "ValidatingAdmissionPolicy"):
+			last = fmt.Errorf("a pod with %s=all was refused, but not by the validating policy: %w", EnvVisibleDevices, err)
 			return false, nil
 		}
 		return true, nil

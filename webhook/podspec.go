@@ -234,7 +234,7 @@ func podSpecErrors(pod *corev1.Pod, mpsDir string, chk specCheck) field.ErrorLis
 	for _, c := range ctrs {
 		for j, m := range c.c.VolumeMounts {
 			p := c.path.Child("volumeMounts").Index(j)
-			if m.Name == MPSVolume && !(c.isGPU && isMPSMount(m)) {
+			if m.Name == MPSVolume && (!c.isGPU || !isMPSMount(m)) {
 				errs = append(errs, field.Forbidden(p, mpsMountText))
 			}
 			if reachesContainerDevices(m.MountPath) {

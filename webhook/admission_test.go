@@ -60,6 +60,8 @@ func TestAdmission(t *testing.T) {
 		"deny-over-queue-limit":       {path: PathMutatePods},
 		"deny-malformed-object":       {path: PathMutatePods},
 		"deny-fake-mirror-pod":        {path: PathMutatePods},
+		"deny-privileged-gpu":         {path: PathMutatePods},
+		"deny-hostpath-mps":           {path: PathMutatePods},
 
 		"validate-create-canonical":       {path: PathValidatePods},
 		"validate-create-not-mutated":     {path: PathValidatePods},
@@ -76,6 +78,8 @@ func TestAdmission(t *testing.T) {
 		"validate-ephemeral-all":          {path: PathValidatePods},
 		"validate-ephemeral-not-mutated":  {path: PathValidatePods},
 		"validate-ephemeral-void":         {path: PathValidatePods},
+		"validate-status-spoof":           {path: PathValidatePods},
+		"validate-binding-cdi":            {path: PathValidatePods},
 
 		"policy-valid":  {path: PathValidatePolicies},
 		"policy-broken": {path: PathValidatePolicies},

@@ -96,10 +96,10 @@ func celSystemAnnotationMessage(k string) string {
 func celTrusted(id Identities) string {
 	var parts []string
 	if len(id.Users) > 0 {
-		parts = append(parts, "request.userInfo.username in "+celStrs(id.Users))
+		parts = append(parts, "request.userInfo.?username.orValue('') in "+celStrs(id.Users))
 	}
 	if len(id.Groups) > 0 {
-		parts = append(parts, "request.userInfo.groups.exists(g, g in "+celStrs(id.Groups)+")")
+		parts = append(parts, "request.userInfo.?groups.orValue([]).exists(g, g in "+celStrs(id.Groups)+")")
 	}
 	if len(parts) == 0 {
 		return "false"
@@ -110,7 +110,7 @@ func celTrusted(id Identities) string {
 // celNotMirrorPod: the request is not a kubelet creating (or updating) the
 // API copy of a static pod, which the webhook leaves alone too (isMirrorPod).
 func celNotMirrorPod() string {
-	return fmt.Sprintf("!(request.userInfo.username.startsWith('system:node:') && %s in %s)",
+	return fmt.Sprintf("!(request.userInfo.?username.orValue('').startsWith('system:node:') && %s in %s)",
 		celStr("kubernetes.io/config.mirror"), celAnnotations("object"))
 }
 

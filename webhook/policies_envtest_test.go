@@ -333,3 +333,21 @@ func TestUpdateDoorsAPIServer(t *testing.T) {
 		t.Errorf("GPU Operator pod's env = %v, want it untouched", env)
 	}
 }
+
+// TestPoliciesTrustGroups: the policies compile and judge with trusted
+// groups (the webhook's default identities) as with trusted users.
+func TestPoliciesTrustGroups(t *testing.T) {
+	s := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	o := ConfigurationOptions{Namespace: partitaNamespace, URL: "https://127.0.0.1:1", ExcludedNamespaces: DefaultExcludedNamespaces(),
+		Policies: true, AdmissionGate: true, Trusted: DefaultIdentities(partitaNamespace)}
+	if err := Register(ctx, s.admin, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPolicies(ctx, s.admin, doorNamespace, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d := doors()["a device annotation without a GPU"]
+	s.tryDoor(t, d, "groups", true)
+}

@@ -138,7 +138,7 @@ renders it (checked by helm/chart_test.go): who is trusted (the extender, as
 from files/admission-cel.yaml.
 */}}
 {{- define "partita.celTrusted" -}}
-(request.userInfo.username in ['system:serviceaccount:{{ .Release.Namespace }}:{{ include "partita.extenderName" . }}'])
+(request.userInfo.?username.orValue('') in ['system:serviceaccount:{{ .Release.Namespace }}:{{ include "partita.extenderName" . }}'])
 {{- end -}}
 
 {{- define "partita.celParams" -}}

@@ -71,13 +71,15 @@ generate: $(CONTROLLER_GEN)
 	$(MAKE) chart-sync
 
 # The chart carries copies of the CRDs and of the default Rego policy (Helm
-# reads files only from inside the chart); they are copied, never edited.
+# reads files only from inside the chart), and the admission policies' CEL
+# generated from the webhook package; they are copied, never edited.
 chart-sync:
 	rm -f $(CHART)/crds/*.yaml $(CHART)/files/policy/*.rego
 	mkdir -p $(CHART)/crds $(CHART)/files/policy
 	cp crds/*.yaml $(CHART)/crds/
 	cp policy/rego/*.rego $(CHART)/files/policy/
 	rm -f $(CHART)/files/policy/*_test.rego
+	go test ./helm/ -run '^TestChartAdmissionCEL$$' -count=1 -update
 
 # Fails when the generated deepcopy or CRDs are stale, or the chart's copies
 # drifted from crds/ and policy/rego/.

@@ -108,8 +108,20 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the chart's MutatingWebhookConfiguration: %v", err)
 	}
-	if got := fmt.Sprint(mwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values); got != "[kube-system "+ns+"]" {
-		t.Errorf("mutating webhook excludes %s, want kube-system and %s", got, ns)
+	if got := fmt.Sprint(mwc.Webhooks[0].NamespaceSelector.MatchExpressions[0].Values); got != "[kube-system "+ns+" gpu-operator]" {
+		t.Errorf("mutating webhook excludes %s, want kube-system, %s and gpu-operator", got, ns)
+	}
+	// The admission policies are the chart's too, and select what the
+	// webhooks select.
+	vap, err := clientset.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, chartRelease+"-partita-pods", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the chart's ValidatingAdmissionPolicy: %v", err)
+	}
+	if got, want := fmt.Sprint(vap.Spec.MatchConstraints.NamespaceSelector), fmt.Sprint(mwc.Webhooks[0].NamespaceSelector); got != want {
+		t.Errorf("validating policy selects %s, the webhook %s", got, want)
+	}
+	if _, err := clientset.AdmissionregistrationV1().MutatingAdmissionPolicyBindings().Get(ctx, chartRelease+"-partita-void", metav1.GetOptions{}); err != nil {
+		t.Errorf("the chart's MutatingAdmissionPolicyBinding: %v", err)
 	}
 
 	start = time.Now()
@@ -191,20 +203,24 @@ func assertNothingLeft(ctx context.Context, t *testing.T, ns string) {
 	}
 	instance := "app.kubernetes.io/instance=" + chartRelease
 	kinds := map[schema.GroupVersionResource]bool{ // true: namespaced
-		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}:                       false,
-		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}:                false,
-		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}:   false,
-		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}: false,
-		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}:                       true,
-		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}:                              true,
-		{Group: "apps", Version: "v1", Resource: "deployments"}:                                             true,
-		{Group: "apps", Version: "v1", Resource: "daemonsets"}:                                              true,
-		{Group: "", Version: "v1", Resource: "services"}:                                                    true,
-		{Group: "", Version: "v1", Resource: "configmaps"}:                                                  true,
-		{Group: "", Version: "v1", Resource: "secrets"}:                                                     true,
-		{Group: "", Version: "v1", Resource: "serviceaccounts"}:                                             true,
-		{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}:                                  true,
-		{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}:                                   true,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}:                         false,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterrolebindings"}:                  false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingwebhookconfigurations"}:     false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingwebhookconfigurations"}:   false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}:       false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicybindings"}: false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicies"}:         false,
+		{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "mutatingadmissionpolicybindings"}:   false,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "rolebindings"}:                         true,
+		{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "roles"}:                                true,
+		{Group: "apps", Version: "v1", Resource: "deployments"}:                                               true,
+		{Group: "apps", Version: "v1", Resource: "daemonsets"}:                                                true,
+		{Group: "", Version: "v1", Resource: "services"}:                                                      true,
+		{Group: "", Version: "v1", Resource: "configmaps"}:                                                    true,
+		{Group: "", Version: "v1", Resource: "secrets"}:                                                       true,
+		{Group: "", Version: "v1", Resource: "serviceaccounts"}:                                               true,
+		{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}:                                    true,
+		{Group: "coordination.k8s.io", Version: "v1", Resource: "leases"}:                                     true,
 	}
 	poll(t, 90*time.Second, "nothing of the release left", func() (bool, string) {
 		var left []string

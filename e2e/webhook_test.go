@@ -444,16 +444,26 @@ func TestWebhookWiresMPSClients(t *testing.T) {
 	for _, e := range got.Spec.Containers[0].Env {
 		env[e.Name] = e
 	}
-	if e := env[webhook.EnvMPSPipeDirectory]; e.Value != webhook.DefaultMPSDir+"/$(PARTITA_DEVICE)/pipe" {
-		t.Errorf("%s = %q", webhook.EnvMPSPipeDirectory, e.Value)
+	if e := env[webhook.EnvMPSPipeDirectory]; e.Value != webhook.MPSPipeMountPath {
+		t.Errorf("%s = %q, want %q", webhook.EnvMPSPipeDirectory, e.Value, webhook.MPSPipeMountPath)
 	}
 	if e := env[webhook.EnvPartitaDevice]; e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != "metadata.annotations['"+v1alpha1.AnnotationDevicesPrefix+"main']" {
 		t.Errorf("%s = %+v, want the devices annotation", webhook.EnvPartitaDevice, e)
 	}
-	if ms := got.Spec.Containers[0].VolumeMounts; !slices.ContainsFunc(ms, func(m corev1.VolumeMount) bool {
-		return m.Name == webhook.MPSVolume && m.MountPath == webhook.DefaultMPSDir
-	}) {
-		t.Errorf("volume mounts %v lack %s at %s", ms, webhook.MPSVolume, webhook.DefaultMPSDir)
+	// The client mounts its own device's pipe directory, never the MPS
+	// root: the kubelet picks <mps-dir>/<uuid>/pipe from PARTITA_DEVICE.
+	var mpsMounts []corev1.VolumeMount
+	for _, m := range got.Spec.Containers[0].VolumeMounts {
+		if m.Name == webhook.MPSVolume {
+			mpsMounts = append(mpsMounts, m)
+		}
+	}
+	if len(mpsMounts) != 1 || mpsMounts[0].MountPath != webhook.MPSPipeMountPath || mpsMounts[0].SubPathExpr != "$(PARTITA_DEVICE)/pipe" || mpsMounts[0].SubPath != "" {
+		t.Errorf("MPS mounts %+v, want one at %s with subPathExpr $(PARTITA_DEVICE)/pipe", mpsMounts, webhook.MPSPipeMountPath)
+	}
+	if i := slices.IndexFunc(got.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == webhook.MPSVolume }); i < 0 ||
+		got.Spec.Volumes[i].HostPath == nil || got.Spec.Volumes[i].HostPath.Path != webhook.DefaultMPSDir {
+		t.Errorf("volumes %+v, want %s the hostPath %s", got.Spec.Volumes, webhook.MPSVolume, webhook.DefaultMPSDir)
 	}
 	createPods(ctx, t, clientset, []*corev1.Pod{extGPUPod(ns, "half", 500, 1, sel)}, 1)
 	poll(t, 60*time.Second, "the MPS client bound with its device", func() (bool, string) {

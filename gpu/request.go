@@ -296,7 +296,7 @@ func ApplyCanonical(pod *corev1.Pod, req *PodRequest, referenceDeviceMemoryMiB i
 		// left in place they would ask kube-scheduler for resources that
 		// Partita's nodes do not advertise (NVIDIA's device plugin is off
 		// there), and the pod would never schedule.
-		for _, r := range []corev1.ResourceName{ResourceNVIDIAGPU, ResourceHAMiGPUMem, ResourceHAMiGPUMemPercentage, ResourceHAMiGPUCores} {
+		for _, r := range ForeignResourceNames() {
 			delete(res.Requests, r)
 			delete(res.Limits, r)
 		}
@@ -633,6 +633,42 @@ func (p *parser) checkInitContainers() {
 			}
 		}
 	}
+}
+
+// RequestAnnotations are the pod annotations whose presence, whatever their
+// value, makes ParsePod read a GPU request: the canonical request keys and
+// Run:ai's. With ResourceNames they say which pods ask for GPUs, for
+// admission rules that cannot call ParsePod (the API server's CEL).
+func RequestAnnotations() []string {
+	return []string{
+		v1alpha1.AnnotationGPUFraction, v1alpha1.AnnotationGPUMemory, v1alpha1.AnnotationGPUCount, v1alpha1.AnnotationGPUCores,
+		AnnotationRunAIGPUFraction, AnnotationRunAIGPUMemory, AnnotationRunAIGPUFractionNumDevices,
+	}
+}
+
+// ResourceNames are the container resources that make a GPU container when
+// their quantity is not zero (on an init container, a refused request).
+func ResourceNames() []corev1.ResourceName {
+	names := gpuResourceNames()
+	return names[:]
+}
+
+// ForeignResourceNames are the GPU resources of other dialects, which
+// ApplyCanonical replaces with partita.dev/gpu-milli.
+func ForeignResourceNames() []corev1.ResourceName {
+	return []corev1.ResourceName{ResourceNVIDIAGPU, ResourceHAMiGPUMem, ResourceHAMiGPUMemPercentage, ResourceHAMiGPUCores}
+}
+
+// ForeignAnnotations and ForeignLabels are the keys of other dialects that
+// ParsePod reads (requests, queues, gangs); Partita's own keys all start
+// with partita.dev/.
+func ForeignAnnotations() []string {
+	return []string{AnnotationRunAIGPUFraction, AnnotationRunAIGPUMemory, AnnotationRunAIGPUFractionNumDevices, AnnotationRunAIPodGroup}
+}
+
+// ForeignLabels: see ForeignAnnotations.
+func ForeignLabels() []string {
+	return []string{LabelRunAIQueue, LabelKAIQueue, LabelCoschedulingPodGroup}
 }
 
 // gpuResourceNames are the container resources that make a GPU container.

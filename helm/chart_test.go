@@ -143,10 +143,14 @@ func TestChartRefusesBadValues(t *testing.T) {
 // objects decodes a multi-document manifest into ConfigMaps and webhook
 // configurations by name, and counts every kind.
 type objects struct {
-	configMaps map[string]corev1.ConfigMap
-	mutating   []admissionregistrationv1.MutatingWebhookConfiguration
-	validating []admissionregistrationv1.ValidatingWebhookConfiguration
-	kinds      map[string]int
+	configMaps  map[string]corev1.ConfigMap
+	mutating    []admissionregistrationv1.MutatingWebhookConfiguration
+	validating  []admissionregistrationv1.ValidatingWebhookConfiguration
+	vaps        []admissionregistrationv1.ValidatingAdmissionPolicy
+	vapBindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	maps        []admissionregistrationv1.MutatingAdmissionPolicy
+	mapBindings []admissionregistrationv1.MutatingAdmissionPolicyBinding
+	kinds       map[string]int
 }
 
 func decode(t *testing.T, manifest []byte) objects {
@@ -185,6 +189,20 @@ func decode(t *testing.T, manifest []byte) objects {
 				t.Fatal(err)
 			}
 			o.validating = append(o.validating, v)
+		case "ValidatingAdmissionPolicy":
+			// The agent's own-node policy has a test of its own
+			// (TestChartAgentPolicy); these are the pod admission policies.
+			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicy](t, doc); v.Name != agentPolicyName {
+				o.vaps = append(o.vaps, v)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, doc); v.Name != agentPolicyName {
+				o.vapBindings = append(o.vapBindings, v)
+			}
+		case "MutatingAdmissionPolicy":
+			o.maps = append(o.maps, decodeStrict[admissionregistrationv1.MutatingAdmissionPolicy](t, doc))
+		case "MutatingAdmissionPolicyBinding":
+			o.mapBindings = append(o.mapBindings, decodeStrict[admissionregistrationv1.MutatingAdmissionPolicyBinding](t, doc))
 		}
 	}
 }
@@ -238,27 +256,130 @@ func TestChartSchedulerConfig(t *testing.T) {
 	}
 }
 
-// TestChartWebhookConfigurations: the chart's webhook configurations are
-// those the webhook package generates (docs/operations.md), bar labels,
-// annotations and the CA that cert-controller or cert-manager injects.
+func decodeStrict[T any](t *testing.T, doc []byte) T {
+	t.Helper()
+	var v T
+	if err := yaml.UnmarshalStrict(doc, &v); err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestChartWebhookConfigurations: the chart's webhook configurations and
+// admission policies are those the webhook package generates (and `partita
+// dev up` registers; docs/operations.md), bar labels, annotations and the CA
+// that cert-controller or cert-manager injects.
 func TestChartWebhookConfigurations(t *testing.T) {
-	objs := decode(t, render(t, "--set", "webhook.excludeNamespaces={monitoring}"))
-	if len(objs.mutating) != 1 || len(objs.validating) != 1 {
-		t.Fatalf("got %d mutating and %d validating configurations, want 1 each", len(objs.mutating), len(objs.validating))
-	}
 	port := int32(443)
-	o := webhook.ConfigurationOptions{Name: "partita", Namespace: "partita-system", ExcludedNamespaces: []string{"monitoring"},
-		Service: &admissionregistrationv1.ServiceReference{Name: "partita-webhook", Namespace: "partita-system", Port: &port}}
-	wantM, wantV := webhook.MutatingConfiguration(o), webhook.ValidatingConfiguration(o)
-	gotM, gotV := objs.mutating[0], objs.validating[0]
-	if gotM.Name != wantM.Name || gotV.Name != wantV.Name {
-		t.Errorf("names %q, %q; want %q", gotM.Name, gotV.Name, wantM.Name)
+	base := webhook.ConfigurationOptions{Name: "partita", Namespace: "partita-system", ExcludedNamespaces: []string{"gpu-operator"},
+		Service:  &admissionregistrationv1.ServiceReference{Name: "partita-webhook", Namespace: "partita-system", Port: &port},
+		Policies: true, AdmissionGate: true, MPSDir: "/run/partita/mps",
+		Trusted: webhook.Identities{Users: []string{"system:serviceaccount:partita-system:partita-extender"}}}
+	with := func(f func(*webhook.ConfigurationOptions)) webhook.ConfigurationOptions {
+		o := base
+		f(&o)
+		return o
 	}
-	if diff := cmp.Diff(wantM.Webhooks, gotM.Webhooks); diff != "" {
-		t.Errorf("mutating webhooks (-webhook package,+chart):\n%s", diff)
+	cases := map[string]struct {
+		args []string
+		want webhook.ConfigurationOptions
+	}{
+		"defaults": {want: base},
+		"more namespaces, labels, another MPS dir, no gate": {
+			args: []string{"--set", "webhook.excludeNamespaces={gpu-operator,monitoring}", "--set", "webhook.namespaceSelector.matchLabels.gpu=yes",
+				"--set", "agent.mpsDir=/var/lib/mps/", "--set", "webhook.admissionGate=false"},
+			want: with(func(o *webhook.ConfigurationOptions) {
+				o.ExcludedNamespaces = []string{"gpu-operator", "monitoring"}
+				o.NamespaceLabels = map[string]string{"gpu": "yes"}
+				o.MPSDir, o.AdmissionGate = "/var/lib/mps", false
+			}),
+		},
+		"no admission policies, failing open": {
+			args: []string{"--set", "admissionPolicies.enabled=false", "--set", "webhook.failurePolicy=Ignore"},
+			want: with(func(o *webhook.ConfigurationOptions) {
+				o.Policies = false
+				o.FailurePolicy = ptrTo(admissionregistrationv1.Ignore)
+			}),
+		},
 	}
-	if diff := cmp.Diff(wantV.Webhooks, gotV.Webhooks); diff != "" {
-		t.Errorf("validating webhooks (-webhook package,+chart):\n%s", diff)
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			objs := decode(t, render(t, tc.args...))
+			if len(objs.mutating) != 1 || len(objs.validating) != 1 {
+				t.Fatalf("got %d mutating and %d validating configurations, want 1 each", len(objs.mutating), len(objs.validating))
+			}
+			o := tc.want
+			wantM, wantV := webhook.MutatingConfiguration(o), webhook.ValidatingConfiguration(o)
+			gotM, gotV := objs.mutating[0], objs.validating[0]
+			if gotM.Name != wantM.Name || gotV.Name != wantV.Name {
+				t.Errorf("names %q, %q; want %q", gotM.Name, gotV.Name, wantM.Name)
+			}
+			if diff := cmp.Diff(wantM.Webhooks, gotM.Webhooks); diff != "" {
+				t.Errorf("mutating webhooks (-webhook package,+chart):\n%s", diff)
+			}
+			if diff := cmp.Diff(wantV.Webhooks, gotV.Webhooks); diff != "" {
+				t.Errorf("validating webhooks (-webhook package,+chart):\n%s", diff)
+			}
+			if !o.Policies {
+				if n := len(objs.vaps) + len(objs.vapBindings) + len(objs.maps) + len(objs.mapBindings); n != 0 {
+					t.Errorf("%d admission policies and bindings rendered with admissionPolicies.enabled=false", n)
+				}
+				return
+			}
+			if len(objs.vaps) != 1 || len(objs.vapBindings) != 1 || len(objs.maps) != 1 || len(objs.mapBindings) != 1 {
+				t.Fatalf("got %d, %d, %d, %d policies and bindings, want one each", len(objs.vaps), len(objs.vapBindings), len(objs.maps), len(objs.mapBindings))
+			}
+			for _, c := range []struct {
+				what              string
+				wantName, gotName string
+				want, got         any
+			}{
+				{"ValidatingAdmissionPolicy", webhook.ValidatingPolicy(o).Name, objs.vaps[0].Name, webhook.ValidatingPolicy(o).Spec, objs.vaps[0].Spec},
+				{"ValidatingAdmissionPolicyBinding", webhook.ValidatingPolicyBinding(o).Name, objs.vapBindings[0].Name, webhook.ValidatingPolicyBinding(o).Spec, objs.vapBindings[0].Spec},
+				{"MutatingAdmissionPolicy", webhook.MutatingPolicy(o).Name, objs.maps[0].Name, webhook.MutatingPolicy(o).Spec, objs.maps[0].Spec},
+				{"MutatingAdmissionPolicyBinding", webhook.MutatingPolicyBinding(o).Name, objs.mapBindings[0].Name, webhook.MutatingPolicyBinding(o).Spec, objs.mapBindings[0].Spec},
+			} {
+				if c.gotName != c.wantName {
+					t.Errorf("%s is named %q, want %q", c.what, c.gotName, c.wantName)
+				}
+				if diff := cmp.Diff(c.want, c.got); diff != "" {
+					t.Errorf("%s (-webhook package,+chart):\n%s", c.what, diff)
+				}
+			}
+		})
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// admissionCELFile is the chart's copy of the admission objects' constant
+// CEL (webhook.Constants), which its templates read.
+const admissionCELFile = "partita/files/admission-cel.yaml"
+
+// admissionCELHeader heads the generated file.
+const admissionCELHeader = `# Generated from webhook.Constants by 'make chart-sync'; do not edit.
+# The constant CEL of the admission policies and the webhooks'
+# matchConditions: templates/admission-policies.yaml and
+# templates/webhook-configurations.yaml add what depends on values.
+`
+
+// TestChartAdmissionCEL: the chart's CEL is the webhook package's (make
+// chart-sync writes it, as -update does).
+func TestChartAdmissionCEL(t *testing.T) {
+	b, err := yaml.Marshal(webhook.Constants())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := admissionCELHeader + string(b)
+	if *update {
+		if err := os.WriteFile(admissionCELFile, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(admissionCELFile)
+	if err != nil || string(got) != want {
+		t.Errorf("%s is not webhook.Constants() (%v): run 'make chart-sync'", admissionCELFile, err)
 	}
 }
 
@@ -454,6 +575,10 @@ func TestChartExtenderTrust(t *testing.T) {
 // TestChartAgentPolicy: the policy that ties agents to their nodes ships
 // by default, for the agent's ServiceAccount only, and lets a token that
 // names no node through only with agent.simulatedFleet (partita dev up).
+// agentPolicyName is the ValidatingAdmissionPolicy (and binding) that ties
+// each agent to its node in the default release.
+const agentPolicyName = "partita-agent-own-node"
+
 func TestChartAgentPolicy(t *testing.T) {
 	cases := map[string]struct {
 		args []string

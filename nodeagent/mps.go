@@ -288,6 +288,10 @@ func (m *mpsManager) target(d *mpsDaemon) mpsTarget {
 	return d.target
 }
 
+// pipeDir is <Dir>/<UUID>/pipe, the contract with the webhook: an MPS
+// client mounts exactly this directory (subPathExpr $(PARTITA_DEVICE)/pipe
+// at webhook.MPSPipeMountPath). It is created and never removed, since a
+// client's bind mount would keep pointing at a removed directory.
 func (m *mpsManager) pipeDir(uuid string) string { return filepath.Join(m.cfg.Dir, uuid, "pipe") }
 func (m *mpsManager) logDir(uuid string) string  { return filepath.Join(m.cfg.Dir, uuid, "log") }
 

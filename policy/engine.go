@@ -132,6 +132,15 @@ type prepared struct {
 	version string
 	source  string
 	queries [numPoints]rego.PreparedEvalQuery
+	// opts say what the modules read of the input.
+	opts inputOptions
+}
+
+// inputOptions say which costly parts of an input the policy in force
+// reads, so that inputs leave out the others.
+type inputOptions struct {
+	// podSpec: some rule may read input.pod.spec.
+	podSpec bool
 }
 
 // Option configures an Engine.
@@ -257,7 +266,39 @@ func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
 			return nil, fmt.Errorf("prepare %s query: %w", point, err)
 		}
 	}
+	p.opts.podSpec = readsPodSpec(compiler)
 	return p, nil
+}
+
+// readsPodSpec reports whether a module may read input.pod.spec: a
+// reference to input, input.pod or input.pod.spec, or to any of them by a
+// variable key (input[k], input.pod[k]). The pod spec is the costliest part
+// of the admission input (a JSON round trip of the whole spec), and most
+// policies never read it.
+func readsPodSpec(c *ast.Compiler) bool {
+	if c == nil {
+		return true
+	}
+	key := func(r ast.Ref, i int, want string) bool {
+		if len(r) <= i {
+			return true
+		}
+		s, ok := r[i].Value.(ast.String)
+		return !ok || string(s) == want
+	}
+	found := false
+	for _, m := range c.Modules {
+		ast.WalkRefs(m, func(r ast.Ref) bool {
+			if !found && r[0].Equal(ast.InputRootDocument) && key(r, 1, "pod") && key(r, 2, "spec") {
+				found = true
+			}
+			return found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
 }
 
 // SetConfig replaces data.partita.config.
@@ -297,7 +338,7 @@ func (e *Engine) Admission(ctx context.Context, in *AdmissionInput) (*AdmissionD
 type policyInput interface {
 	// value builds the input as an AST value, so that evaluation needs no
 	// JSON round trip.
-	value() (ast.Value, error)
+	value(opts inputOptions) (ast.Value, error)
 }
 
 // decide evaluates one decision point of the policy in force on in, and
@@ -319,7 +360,7 @@ func decide[D any](ctx context.Context, e *Engine, point decisionPoint, in polic
 
 func evaluate[D any](ctx context.Context, timeout time.Duration, p *prepared, point decisionPoint, in policyInput, read func(version string, v any, defined bool) (D, error)) (D, error) {
 	var zero D
-	input, err := in.value()
+	input, err := in.value(p.opts)
 	if err != nil {
 		return zero, fmt.Errorf("build input: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/partitatest"
@@ -258,4 +259,77 @@ func counterValue(t testing.TB, reg *prometheus.Registry, name, label string) fl
 		}
 	}
 	return 0
+}
+
+// TestEngineInputPodSpec: a rule on the pod's spec sees it in the shape of
+// the Kubernetes API (the example of docs/policy.md).
+func TestEngineInputPodSpec(t *testing.T) {
+	e := newTestEngine(t)
+	_, err := e.Load(t.Context(), DefaultBundle().Overlay(map[string]string{"spec.rego": `package partita.admission
+
+deny contains msg if {
+	some i, c in input.pod.spec.containers
+	not c.securityContext.runAsNonRoot
+	msg := sprintf("GPU containers run as non-root: set spec.containers[%d].securityContext.runAsNonRoot (%s)", [i, c.name])
+}
+
+deny contains msg if {
+	some v in input.pod.spec.volumes
+	v.hostPath
+	msg := sprintf("GPU pods mount no hostPath; volume %s mounts %s", [v.name, v.hostPath.path])
+}
+`}), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := input("team-a", "team-a", 500)
+	in.Pod.Spec = partitatest.MakePod("p", "team-a").Container("main").Container("sidecar").
+		HostPath("data", "/data").Obj().Spec.DeepCopy()
+	nonRoot := true
+	in.Pod.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsNonRoot: &nonRoot}
+	got, err := e.Admission(t.Context(), in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"GPU containers run as non-root: set spec.containers[1].securityContext.runAsNonRoot (sidecar)",
+		"GPU pods mount no hostPath; volume data mounts /data",
+	}
+	if diff := cmp.Diff(want, got.Deny); diff != "" {
+		t.Errorf("denials (-want,+got):\n%s", diff)
+	}
+}
+
+// TestReadsPodSpec: the spec goes into the input only for policies that
+// may read it, however they reach it.
+func TestReadsPodSpec(t *testing.T) {
+	cases := map[string]struct {
+		rule string
+		want bool
+	}{
+		"the default policy":         {want: false},
+		"input.pod.spec":             {rule: `deny contains "x" if input.pod.spec.hostPID`, want: true},
+		"input.pod by a variable":    {rule: `deny contains "x" if { p := input.pod; p.spec.hostPID }`, want: true},
+		"input.pod[k]":               {rule: `deny contains k if { some k, _ in input.pod; k == "spec" }`, want: true},
+		"input whole":                {rule: `deny contains "x" if { walk(input, [p, v]); v == "privileged" }`, want: true},
+		"input.pod.labels only":      {rule: `deny contains "x" if input.pod.labels.x`, want: false},
+		"input.request only":         {rule: `deny contains "x" if input.request.gpuMilli > 1`, want: false},
+		"input[k] with a computed k": {rule: `deny contains "x" if { k := "pod"; input[k].spec.hostPID }`, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEngine(t)
+			b := DefaultBundle()
+			if tc.rule != "" {
+				b = b.Overlay(map[string]string{"probe.rego": "package partita.admission\n\n" + tc.rule + "\n"})
+			}
+			p, err := e.prepare(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.opts.podSpec != tc.want {
+				t.Errorf("reads the pod spec = %v, want %v", p.opts.podSpec, tc.want)
+			}
+		})
+	}
 }

@@ -1,7 +1,12 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+
 	"github.com/open-policy-agent/opa/v1/ast"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // AdmissionInput is the input document of data.partita.admission: one pod
@@ -14,7 +19,8 @@ type AdmissionInput struct {
 	User UserInfo
 	// Namespace is the pod's namespace.
 	Namespace string
-	// Pod is the pod's metadata and a few spec fields, never the whole spec.
+	// Pod is the pod's metadata, a few spec fields, and its spec as
+	// written.
 	Pod PodInfo
 	// Request is the pod's GPU request in canonical form.
 	Request Request
@@ -44,6 +50,10 @@ type PodInfo struct {
 	PriorityClassName string
 	// ServiceAccountName is spec.serviceAccountName.
 	ServiceAccountName string
+	// Spec is the pod's spec as its author wrote it (before Partita's
+	// mutation), in the JSON shape of the Kubernetes API: input.pod.spec.
+	// Nil leaves input.pod.spec out; so does a policy that never reads it.
+	Spec *corev1.PodSpec
 }
 
 // MaxAnnotationValueLen is the longest annotation value the policy input
@@ -93,7 +103,7 @@ type ContainerRequest struct {
 // value builds the Rego input as AST terms directly: this runs for every
 // admission, and going through JSON or reflection costs more than the
 // policy itself.
-func (in *AdmissionInput) value() (ast.Value, error) {
+func (in *AdmissionInput) value(opts inputOptions) (ast.Value, error) {
 	groups := make([]*ast.Term, 0, len(in.User.Groups))
 	for _, g := range in.User.Groups {
 		groups = append(groups, ast.StringTerm(g))
@@ -121,6 +131,25 @@ func (in *AdmissionInput) value() (ast.Value, error) {
 	for k, v := range in.Pod.Labels {
 		labels = append(labels, ast.Item(ast.StringTerm(k), ast.StringTerm(v)))
 	}
+	pod := []*ast.Term{
+		ast.InternedTerm("name"), ast.StringTerm(in.Pod.Name),
+		ast.InternedTerm("generateName"), ast.StringTerm(in.Pod.GenerateName),
+		ast.InternedTerm("labels"), ast.ObjectTerm(labels...),
+		ast.InternedTerm("annotations"), ast.ObjectTerm(annotations...),
+		ast.InternedTerm("priorityClassName"), ast.StringTerm(in.Pod.PriorityClassName),
+		ast.InternedTerm("serviceAccountName"), ast.StringTerm(in.Pod.ServiceAccountName),
+	}
+	if in.Pod.Spec != nil && opts.podSpec {
+		spec, err := specValue(in.Pod.Spec)
+		if err != nil {
+			return nil, err
+		}
+		pod = append(pod, ast.InternedTerm("spec"), ast.NewTerm(spec))
+	}
+	podItems := make([][2]*ast.Term, 0, len(pod)/2)
+	for i := 0; i < len(pod); i += 2 {
+		podItems = append(podItems, ast.Item(pod[i], pod[i+1]))
+	}
 	return ast.NewObject(
 		ast.Item(ast.InternedTerm("operation"), ast.StringTerm(in.Operation)),
 		ast.Item(ast.InternedTerm("user"), ast.ObjectTerm(
@@ -128,14 +157,7 @@ func (in *AdmissionInput) value() (ast.Value, error) {
 			ast.Item(ast.InternedTerm("groups"), ast.ArrayTerm(groups...)),
 		)),
 		ast.Item(ast.InternedTerm("namespace"), ast.StringTerm(in.Namespace)),
-		ast.Item(ast.InternedTerm("pod"), ast.ObjectTerm(
-			ast.Item(ast.InternedTerm("name"), ast.StringTerm(in.Pod.Name)),
-			ast.Item(ast.InternedTerm("generateName"), ast.StringTerm(in.Pod.GenerateName)),
-			ast.Item(ast.InternedTerm("labels"), ast.ObjectTerm(labels...)),
-			ast.Item(ast.InternedTerm("annotations"), ast.ObjectTerm(annotations...)),
-			ast.Item(ast.InternedTerm("priorityClassName"), ast.StringTerm(in.Pod.PriorityClassName)),
-			ast.Item(ast.InternedTerm("serviceAccountName"), ast.StringTerm(in.Pod.ServiceAccountName)),
-		)),
+		ast.Item(ast.InternedTerm("pod"), ast.ObjectTerm(podItems...)),
 		ast.Item(ast.InternedTerm("request"), ast.ObjectTerm(
 			ast.Item(ast.InternedTerm("dialect"), ast.StringTerm(in.Request.Dialect)),
 			ast.Item(ast.InternedTerm("queue"), ast.StringTerm(in.Request.Queue)),
@@ -152,3 +174,16 @@ func intTerm(v int64) *ast.Term { return ast.InternedTerm(int(v)) }
 
 // lastAppliedAnnotation is kubectl's copy of the whole applied object.
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
+
+// specValue is a pod spec as Rego sees it: its Kubernetes JSON.
+func specValue(spec *corev1.PodSpec) (ast.Value, error) {
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode the pod spec: %w", err)
+	}
+	v, err := ast.ValueFromReader(bytes.NewReader(b))
+	if err != nil {
+		return nil, fmt.Errorf("read the pod spec: %w", err)
+	}
+	return v, nil
+}

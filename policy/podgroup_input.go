@@ -68,7 +68,7 @@ func (e *Engine) PodGroupAdmission(ctx context.Context, in *PodGroupAdmissionInp
 }
 
 // value builds the Rego input as AST terms, as AdmissionInput does.
-func (in *PodGroupAdmissionInput) value() (ast.Value, error) {
+func (in *PodGroupAdmissionInput) value(inputOptions) (ast.Value, error) {
 	groups := make([]*ast.Term, 0, len(in.User.Groups))
 	for _, g := range in.User.Groups {
 		groups = append(groups, ast.StringTerm(g))

@@ -125,7 +125,7 @@ func readQuota(version string, v any, defined bool) (*QuotaDecision, error) {
 // does: the admitter asks for every workload it considers, so a JSON round
 // trip per call would cost more than the policy. The terms come from one
 // arena, and keys are constants, which need no allocation of their own.
-func (in *QuotaInput) value() (ast.Value, error) {
+func (in *QuotaInput) value(inputOptions) (ast.Value, error) {
 	a := termArena{free: make([]ast.Term, quotaInputTerms+quotaQueueTerms*len(in.Ancestors))}
 	ancestors := make([]*ast.Term, 0, len(in.Ancestors))
 	for i := range in.Ancestors {

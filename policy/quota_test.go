@@ -227,7 +227,7 @@ func TestQuotaInputValue(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := in.value()
+			got, err := in.value(inputOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

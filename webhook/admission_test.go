@@ -68,6 +68,8 @@ func TestAdmission(t *testing.T) {
 		"deny-over-queue-limit":       {path: PathMutatePods},
 		"deny-malformed-object":       {path: PathMutatePods},
 		"deny-fake-mirror-pod":        {path: PathMutatePods},
+		"deny-privileged-gpu":         {path: PathMutatePods},
+		"deny-hostpath-mps":           {path: PathMutatePods},
 
 		"validate-create-canonical":             {path: PathValidatePods},
 		"validate-create-not-mutated":           {path: PathValidatePods},
@@ -86,6 +88,8 @@ func TestAdmission(t *testing.T) {
 		"validate-ephemeral-void":               {path: PathValidatePods},
 		"validate-create-no-queue":              {path: PathValidatePods},
 		"validate-create-member-queue-conflict": {path: PathValidatePods},
+		"validate-status-spoof":                 {path: PathValidatePods},
+		"validate-binding-cdi":                  {path: PathValidatePods},
 
 		"podgroup-create-own-queue":              {path: PathValidatePodGroups},
 		"podgroup-create-foreign-queue":          {path: PathValidatePodGroups},

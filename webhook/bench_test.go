@@ -19,11 +19,25 @@ import (
 // policy, canonical form, patch) and the validating review of the result,
 // JSON encoding and decoding included. It reports the p50 and p99 of one
 // mutate+validate pair.
+//
+// spec-policy adds a rule on input.pod.spec, which makes the webhook put
+// the pod's spec into the policy's input: what an operator's rule on the
+// spec costs (docs/policy.md).
 func BenchmarkAdmission(b *testing.B) {
-	for name, file := range map[string]string{"runai-fraction": "mutate-runai-fraction", "hami-sidecar": "mutate-sidecar-and-init"} {
+	specRule := map[string]string{"spec.rego": "package partita.admission\n\ndeny contains \"no privileged GPU pods\" if {\n\tsome c in input.pod.spec.containers\n\tc.securityContext.privileged\n}\n"}
+	cases := map[string]struct {
+		file   string
+		policy map[string]string
+	}{
+		"runai-fraction":             {file: "mutate-runai-fraction"},
+		"hami-sidecar":               {file: "mutate-sidecar-and-init"},
+		"runai-fraction-spec-policy": {file: "mutate-runai-fraction", policy: specRule},
+		"hami-sidecar-spec-policy":   {file: "mutate-sidecar-and-init", policy: specRule},
+	}
+	for name, tc := range cases {
 		b.Run(name, func(b *testing.B) {
-			h := newTestServer(b, testOptions{gate: true})
-			req := readCase(b, file)
+			h := newTestServer(b, testOptions{gate: true, policy: tc.policy})
+			req := readCase(b, tc.file)
 			mutateBody := reviewBody(b, req)
 			resp := post(b, h, PathMutatePods, req)
 			mutated := *req

@@ -3,6 +3,7 @@ package webhook
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -13,27 +14,35 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestConfigurations keeps the webhook configurations in a golden file that
-// docs/operations.md quotes: the in-cluster form (Service, CA injected by
-// cert-controller) and the dev cluster's (url, CA bundle).
+// TestConfigurations keeps the webhook configurations and admission
+// policies in golden files that docs/operations.md quotes: the in-cluster
+// form (Service, CA injected by cert-controller), the dev cluster's (url,
+// CA bundle), and the layout for clusters without admission policies.
 func TestConfigurations(t *testing.T) {
+	extender := Identities{Users: []string{"system:serviceaccount:partita-system:partita-extender"}}
+	svc := &admissionregistrationv1.ServiceReference{Namespace: "partita-system", Name: "partita-webhook", Port: ptr.To[int32](443)}
 	cases := map[string]ConfigurationOptions{
-		"in-cluster": {Namespace: "partita-system", Service: &admissionregistrationv1.ServiceReference{
-			Namespace: "partita-system", Name: "partita-webhook", Port: ptr.To[int32](443)}},
+		"in-cluster": {Namespace: "partita-system", Service: svc, ExcludedNamespaces: DefaultExcludedNamespaces(),
+			Policies: true, AdmissionGate: true, Trusted: extender},
+		"no-policies": {Namespace: "partita-system", Service: svc, ExcludedNamespaces: DefaultExcludedNamespaces(), AdmissionGate: true, Trusted: extender},
 		"dev": {Namespace: "partita-system", URL: "https://127.0.0.1:40123", CABundle: []byte("-----BEGIN CERTIFICATE-----\n...\n"),
-			ExcludedNamespaces: []string{"kube-system", "local-path-storage"}},
+			ExcludedNamespaces: []string{"kube-system", "local-path-storage"}, Policies: true, AdmissionGate: true, Trusted: extender},
 	}
 	for name, o := range cases {
 		t.Run(name, func(t *testing.T) {
-			m, err := yaml.Marshal(MutatingConfiguration(o))
-			if err != nil {
-				t.Fatal(err)
+			objs := []any{MutatingConfiguration(o), ValidatingConfiguration(o)}
+			if o.Policies {
+				objs = append(objs, ValidatingPolicy(o), ValidatingPolicyBinding(o), MutatingPolicy(o), MutatingPolicyBinding(o))
 			}
-			v, err := yaml.Marshal(ValidatingConfiguration(o))
-			if err != nil {
-				t.Fatal(err)
+			var docs []string
+			for _, obj := range objs {
+				b, err := yaml.Marshal(obj)
+				if err != nil {
+					t.Fatal(err)
+				}
+				docs = append(docs, string(b))
 			}
-			got := string(m) + "---\n" + string(v)
+			got := strings.Join(docs, "---\n")
 			path := filepath.Join("testdata", "configurations-"+name+".yaml")
 			if *update {
 				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
@@ -54,7 +63,7 @@ func TestConfigurations(t *testing.T) {
 
 func TestRegister(t *testing.T) {
 	cs := fake.NewClientset()
-	o := ConfigurationOptions{Namespace: "partita-system", URL: "https://127.0.0.1:1"}
+	o := ConfigurationOptions{Namespace: "partita-system", URL: "https://127.0.0.1:1", Policies: true}
 	if err := Register(t.Context(), cs, o); err != nil {
 		t.Fatal(err)
 	}
@@ -78,5 +87,16 @@ func TestRegister(t *testing.T) {
 	}
 	if _, err := cs.CoreV1().Namespaces().Get(t.Context(), "partita-system", metav1.GetOptions{}); err != nil {
 		t.Errorf("namespace not created: %v", err)
+	}
+	if _, err := cs.AdmissionregistrationV1().MutatingAdmissionPolicies().Get(t.Context(), VoidPolicyName(DefaultConfigurationName), metav1.GetOptions{}); err != nil {
+		t.Errorf("mutating policy not created: %v", err)
+	}
+	// Turned off, the policies go.
+	o.Policies = false
+	if err := Register(t.Context(), cs, o); err != nil {
+		t.Fatalf("register without policies: %v", err)
+	}
+	if _, err := cs.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(t.Context(), PodPolicyName(DefaultConfigurationName), metav1.GetOptions{}); err == nil {
+		t.Error("the validating policy is still there without Policies")
 	}
 }

@@ -15,8 +15,17 @@
 //     from Partita's own identities; pods that skipped the mutation;
 //     changes to a pod's GPU request after creation; and policy ConfigMaps
 //     that do not compile.
+//   - Routes to a GPU around Partita (podspec.go): privileged containers
+//     in GPU pods, hostPaths into the devices or the MPS directory, mounts
+//     of the MPS volume other than a GPU container's own device's pipe,
+//     device-list mounts and CDI requests, refused from anyone.
+//   - The admission policies (policies.go, cel.go): the same refusals as
+//     CEL that the API server runs itself, NVIDIA_VISIBLE_DEVICES=void for
+//     pods that ask for no GPU, and the refusal of GPU pods the webhook did
+//     not reach; with them the webhooks see only the pods that touch GPUs.
 //   - Serving: gin over TLS with certificates reloaded on change, /healthz,
-//     /readyz and /metrics, and the webhook configurations themselves.
+//     /readyz and /metrics, and the webhook configurations and policies
+//     themselves.
 //
 // webhook imports gpu, policy and api/v1alpha1; nothing imports it but
 // cmd/partita.

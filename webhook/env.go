@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -27,10 +26,12 @@ const (
 	// EnvDeviceSMLimit is HAMi-core's compute limit (hami-core mode).
 	EnvDeviceSMLimit = "CUDA_DEVICE_SM_LIMIT"
 	// EnvMPSPipeDirectory is where an MPS client finds its device's control
-	// daemon (mps mode): <mps-dir>/<device UUID>/pipe, the agent's layout.
+	// daemon (mps mode): MPSPipeMountPath, where the container mounts
+	// <mps-dir>/<device UUID>/pipe and nothing else of the MPS directory.
 	EnvMPSPipeDirectory = "CUDA_MPS_PIPE_DIRECTORY"
 	// EnvPartitaDevice is the UUID of the container's device, from its
-	// allocation annotation, for EnvMPSPipeDirectory to expand.
+	// allocation annotation; the kubelet expands it in the MPS mount's
+	// subPathExpr.
 	EnvPartitaDevice = "PARTITA_DEVICE"
 	// VisibleDevicesVoid makes the NVIDIA runtime mount no device, whatever
 	// the image sets.
@@ -41,9 +42,19 @@ const (
 // and log directories, one per device UUID.
 const DefaultMPSDir = "/run/partita/mps"
 
-// MPSVolume is the name of the volume through which an MPS client reaches
-// the daemons' pipes; only Partita adds it.
+// MPSVolume is the name of the hostPath volume of the MPS directory
+// through which an MPS client reaches its device's daemon; only Partita
+// adds and mounts it.
 const MPSVolume = "partita-mps"
+
+// MPSPipeMountPath is where an MPS client container sees its own device's
+// pipe directory, <mps-dir>/<device UUID>/pipe (the agent's layout,
+// nodeagent/mps.go): the mount's subPathExpr picks the device's directory
+// when the container starts, so no container sees another device's pipe.
+const MPSPipeMountPath = "/run/partita/mps-pipe"
+
+// mpsSubPathExpr is the MPS mount's subPathExpr.
+const mpsSubPathExpr = "$(" + EnvPartitaDevice + ")/pipe"
 
 // Prefixes of env names that only Partita sets.
 const (
@@ -61,11 +72,6 @@ func isDeviceEnv(name string) bool {
 // over several devices run without MPS).
 func usesMPSPipe(c gpu.ContainerRequest) bool { return c.Count == 1 && !c.Whole() }
 
-// mpsPipeDirectory is the value of EnvMPSPipeDirectory under mpsDir.
-func mpsPipeDirectory(mpsDir string) string {
-	return strings.TrimRight(mpsDir, "/") + "/$(" + EnvPartitaDevice + ")/pipe"
-}
-
 // annotationRef is an env source that the kubelet resolves from the pod's
 // annotation at container start. The annotation is written at bind; until
 // then (and on a pod that never got devices) it resolves to "", which the
@@ -82,7 +88,7 @@ func annotationRef(key string) *corev1.EnvVarSource {
 // placed, so it carries the env of every mode it may land in; a layer that
 // is not running ignores its variables. Memory limits come with slices
 // only (whole devices have none), compute limits only when asked for.
-func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode, mpsDir string) []corev1.EnvVar {
+func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode) []corev1.EnvVar {
 	devices := annotationRef(v1alpha1.AnnotationDevicesPrefix + c.Name)
 	out := []corev1.EnvVar{{Name: EnvVisibleDevices, ValueFrom: devices}}
 	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + c.Name)
@@ -91,11 +97,11 @@ func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode, mpsDir
 		switch m {
 		case v1alpha1.IsolationMPS:
 			if usesMPSPipe(c) {
-				// The kubelet expands $(PARTITA_DEVICE) from the entry
-				// before it; off an mps node the directory has no daemon
+				// The kubelet expands $(PARTITA_DEVICE) in the mount's
+				// subPathExpr; off an mps node the directory has no daemon
 				// and CUDA runs without MPS.
 				out = append(out, corev1.EnvVar{Name: EnvPartitaDevice, ValueFrom: devices},
-					corev1.EnvVar{Name: EnvMPSPipeDirectory, Value: mpsPipeDirectory(mpsDir)})
+					corev1.EnvVar{Name: EnvMPSPipeDirectory, Value: MPSPipeMountPath})
 			}
 			if !c.Whole() {
 				out = append(out, corev1.EnvVar{Name: EnvMPSPinnedMemLimit, ValueFrom: memRef})
@@ -115,14 +121,16 @@ func deviceEnvFor(c gpu.ContainerRequest, modes []v1alpha1.IsolationMode, mpsDir
 	return out
 }
 
-// addMPSMount mounts the daemons' directory (a hostPath, created empty on
-// nodes without MPS) into c, adding the pod's volume once.
+// addMPSMount mounts the container's own device's pipe directory (the
+// daemons' directory is a hostPath, created empty on nodes without MPS,
+// and the kubelet creates the device's directory in it if it is missing)
+// into c, adding the pod's volume once.
 func addMPSMount(pod *corev1.Pod, c *corev1.Container, mpsDir string) {
 	if !slices.ContainsFunc(pod.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == MPSVolume }) {
 		pod.Spec.Volumes = append(pod.Spec.Volumes, mpsVolume(mpsDir))
 	}
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == MPSVolume }) {
-		c.VolumeMounts = append(c.VolumeMounts, corev1.VolumeMount{Name: MPSVolume, MountPath: mpsDir})
+		c.VolumeMounts = append(c.VolumeMounts, mpsMount())
 	}
 }
 
@@ -156,7 +164,7 @@ func injectEnv(pod *corev1.Pod, req *gpu.PodRequest, modes []v1alpha1.IsolationM
 	for i := range pod.Spec.Containers {
 		c := &pod.Spec.Containers[i]
 		if cr, ok := gpuCtrs[c.Name]; ok {
-			addEnv(c, deviceEnvFor(cr, modes, mpsDir))
+			addEnv(c, deviceEnvFor(cr, modes))
 			if mps && usesMPSPipe(cr) {
 				addMPSMount(pod, c, mpsDir)
 			}
@@ -180,26 +188,44 @@ func gpuContainers(req *gpu.PodRequest) map[string]gpu.ContainerRequest {
 	return out
 }
 
+// gpuEnvForm is the one form a device variable may take in a GPU
+// container: a reference to one of the container's own allocation
+// annotations (refPrefix + container name), or a fixed value.
+type gpuEnvForm struct {
+	name, refPrefix, value string
+}
+
+// gpuEnvForms are the device variables a GPU container may carry, as
+// deviceEnvFor writes them; the CEL rules are built from the same table.
+func gpuEnvForms() []gpuEnvForm {
+	return []gpuEnvForm{
+		{name: EnvVisibleDevices, refPrefix: v1alpha1.AnnotationDevicesPrefix},
+		{name: EnvPartitaDevice, refPrefix: v1alpha1.AnnotationDevicesPrefix},
+		{name: EnvMPSPipeDirectory, value: MPSPipeMountPath},
+		{name: EnvMPSPinnedMemLimit, refPrefix: v1alpha1.AnnotationMemLimitPrefix},
+		{name: EnvMPSActiveThreads, refPrefix: v1alpha1.AnnotationSMLimitPrefix},
+		{name: EnvDeviceMemoryLimit, refPrefix: v1alpha1.AnnotationMemLimitPrefix},
+		{name: EnvDeviceSMLimit, refPrefix: v1alpha1.AnnotationSMLimitPrefix},
+	}
+}
+
 // allowedDeviceEnv is the one form each device variable may take in a
-// container: a reference to that container's own allocation annotation on
-// a GPU container, "void" on any other. Every other device variable is
-// refused.
-func allowedDeviceEnv(container string, isGPU bool, mpsDir string) map[string]corev1.EnvVar {
+// container: gpuEnvForms on a GPU container, "void" on any other. Every
+// other device variable is refused.
+func allowedDeviceEnv(container string, isGPU bool) map[string]corev1.EnvVar {
 	if !isGPU {
 		return map[string]corev1.EnvVar{EnvVisibleDevices: {Name: EnvVisibleDevices, Value: VisibleDevicesVoid}}
 	}
-	memRef := annotationRef(v1alpha1.AnnotationMemLimitPrefix + container)
-	smRef := annotationRef(v1alpha1.AnnotationSMLimitPrefix + container)
-	devices := annotationRef(v1alpha1.AnnotationDevicesPrefix + container)
-	return map[string]corev1.EnvVar{
-		EnvVisibleDevices:    {Name: EnvVisibleDevices, ValueFrom: devices},
-		EnvPartitaDevice:     {Name: EnvPartitaDevice, ValueFrom: devices},
-		EnvMPSPipeDirectory:  {Name: EnvMPSPipeDirectory, Value: mpsPipeDirectory(mpsDir)},
-		EnvMPSPinnedMemLimit: {Name: EnvMPSPinnedMemLimit, ValueFrom: memRef},
-		EnvMPSActiveThreads:  {Name: EnvMPSActiveThreads, ValueFrom: smRef},
-		EnvDeviceMemoryLimit: {Name: EnvDeviceMemoryLimit, ValueFrom: memRef},
-		EnvDeviceSMLimit:     {Name: EnvDeviceSMLimit, ValueFrom: smRef},
+	forms := gpuEnvForms()
+	out := make(map[string]corev1.EnvVar, len(forms))
+	for _, f := range forms {
+		if f.refPrefix != "" {
+			out[f.name] = corev1.EnvVar{Name: f.name, ValueFrom: annotationRef(f.refPrefix + container)}
+		} else {
+			out[f.name] = corev1.EnvVar{Name: f.name, Value: f.value}
+		}
 	}
+	return out
 }
 
 // envMatches compares a variable with its allowed form; the API server
@@ -228,7 +254,7 @@ func envMatches(got, want corev1.EnvVar) bool {
 // deviceEnvErrors refuses device env that the pod sets itself: any device
 // variable not in its allowed form, in regular, init and ephemeral
 // containers.
-func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest, mpsDir string) field.ErrorList {
+func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest) field.ErrorList {
 	var errs field.ErrorList
 	gpuCtrs := gpuContainers(req)
 	check := func(path *field.Path, c *corev1.Container, kind containerKind) {
@@ -239,7 +265,7 @@ func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest, mpsDir string) field.
 				continue
 			}
 			if allowed == nil {
-				allowed = allowedDeviceEnv(c.Name, isGPU, mpsDir)
+				allowed = allowedDeviceEnv(c.Name, isGPU)
 			}
 			if want, ok := allowed[e.Name]; ok && envMatches(e, want) {
 				continue
@@ -262,14 +288,6 @@ func deviceEnvErrors(pod *corev1.Pod, req *gpu.PodRequest, mpsDir string) field.
 		c := corev1.Container(pod.Spec.EphemeralContainers[i].EphemeralContainerCommon)
 		check(field.NewPath("spec", "ephemeralContainers").Index(i).Child("env"), &c, kindEphemeral)
 	}
-	// The MPS volume reaches every daemon's pipe: only Partita adds it, to
-	// the GPU containers it wires to their own device's daemon.
-	for i, v := range pod.Spec.Volumes {
-		if v.Name == MPSVolume && !equality.Semantic.DeepEqual(v, mpsVolume(mpsDir)) {
-			errs = append(errs, field.Forbidden(field.NewPath("spec", "volumes").Index(i).Child("name"),
-				fmt.Sprintf("the volume %s is added by Partita on clusters with MPS nodes: a pod cannot mount the MPS daemons itself; rename the volume", MPSVolume)))
-		}
-	}
 	return errs
 }
 
@@ -282,21 +300,32 @@ const (
 	kindEphemeral
 )
 
+// The tails of deviceEnvMessage, shared with the CEL rules.
+const (
+	envGPUText       = " is set by Partita from the devices assigned at bind: a pod cannot choose its own GPUs; remove it"
+	envEphemeralText = ` is set by Partita: a debug container gets "void" and no GPU; remove it`
+	envPlainText     = ` is set by Partita: a container without a GPU request gets "void"; remove it, or ask for a GPU (for example the annotation partita.dev/gpu-fraction)`
+	envLimitText     = " is set by Partita for the node's isolation mode: a pod cannot set its own GPU limits; remove it"
+	voidMissingText  = "NVIDIA_VISIBLE_DEVICES=void is missing: the container did not pass Partita's mutating webhook or mutating admission policy; " +
+		"check that both are installed (docs/operations.md)"
+)
+
 func deviceEnvMessage(e corev1.EnvVar, kind containerKind) string {
 	what := e.Name
 	if e.Value != "" {
 		what = fmt.Sprintf("%s=%q", e.Name, shorten(e.Value))
 	}
-	if e.Name == EnvVisibleDevices {
-		switch kind {
-		case kindGPU:
-			return what + " is set by Partita from the devices assigned at bind: a pod cannot choose its own GPUs; remove it"
-		case kindEphemeral:
-			return what + ` is set by Partita: a debug container gets "void" and no GPU; remove it`
-		}
-		return what + ` is set by Partita: a container without a GPU request gets "void"; remove it, or ask for a GPU (for example the annotation partita.dev/gpu-fraction)`
+	switch {
+	case e.Name == EnvPartitaDevice:
+		return what + envGPUText
+	case e.Name != EnvVisibleDevices:
+		return what + envLimitText
+	case kind == kindGPU:
+		return what + envGPUText
+	case kind == kindEphemeral:
+		return what + envEphemeralText
 	}
-	return what + " is set by Partita for the node's isolation mode: a pod cannot set its own GPU limits; remove it"
+	return what + envPlainText
 }
 
 // shorten keeps an echoed value readable.

@@ -20,6 +20,11 @@ const (
 	// ReasonSystemKey: the request sets a system annotation or device env
 	// that only Partita may write.
 	ReasonSystemKey DenialReason = "SystemKey"
+	// ReasonDeviceAccess: the pod reaches GPUs around Partita: a privileged
+	// container in a GPU pod, a hostPath into the devices or the MPS pipes,
+	// a mount where the NVIDIA runtime reads device requests, a CDI
+	// annotation.
+	ReasonDeviceAccess DenialReason = "DeviceAccess"
 	// ReasonPolicy: the Rego policy denied the pod.
 	ReasonPolicy DenialReason = "Policy"
 	// ReasonPolicyError: the policy failed to decide; the pod is refused

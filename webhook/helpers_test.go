@@ -85,6 +85,10 @@ type testOptions struct {
 	requireQueue bool
 	// defaultQueue replaces the cluster's default queue.
 	defaultQueue string
+	// trusted replaces DefaultIdentities(partitaNamespace).
+	trusted *Identities
+	// policy adds Rego modules to the default bundle.
+	policy map[string]string
 }
 
 // testObjects are the objects pods and PodGroups name: in team-a, PodGroup
@@ -105,6 +109,15 @@ func testObjects(t testing.TB) client.Reader {
 func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) http.Handler {
 	t.Helper()
 	engine := newTestEngine(t)
+	if opts.policy != nil {
+		if _, err := engine.Load(context.Background(), policy.DefaultBundle().Overlay(opts.policy), "test"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trusted := DefaultIdentities(partitaNamespace)
+	if opts.trusted != nil {
+		trusted = *opts.trusted
+	}
 	modes := opts.modes
 	if modes == nil {
 		modes = []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing}
@@ -118,7 +131,7 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 		defaultQueue = ""
 	}
 	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
-		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(DefaultIdentities(partitaNamespace)),
+		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(trusted),
 		WithReferences(refs), WithDefaultQueue(defaultQueue))
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

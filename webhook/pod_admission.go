@@ -69,8 +69,8 @@ func WithPreemptionNever(on bool) PodOption { return func(a *PodAdmission) { a.p
 
 // WithMPSDir sets the directory of the MPS daemons' pipes on the nodes (the
 // agent's --mps-dir, DefaultMPSDir by default): GPU containers of one-device
-// slices mount it and find their device's daemon there.
-func WithMPSDir(dir string) PodOption { return func(a *PodAdmission) { a.mpsDir = dir } }
+// slices mount their own device's pipe directory from it.
+func WithMPSDir(dir string) PodOption { return func(a *PodAdmission) { a.mpsDir = cleanDir(dir) } }
 
 // WithSchedulerName writes spec.schedulerName into every GPU pod when name
 // is not empty. A cluster that runs Partita's kube-scheduler beside the
@@ -109,22 +109,26 @@ func NewPodAdmission(p PolicyEvaluator, cv ClusterView, opts ...PodOption) *PodA
 }
 
 // checkPod reads the pod's GPU request and refuses what nobody but Partita
-// may create: parser errors, and (unless the user is trusted) system
-// annotations and device env.
+// may create: parser errors, (unless the user is trusted) system
+// annotations and device env, and (from anyone) the routes to a GPU around
+// Partita (podSpecErrors).
 func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo) (*gpu.PodRequest, error) {
 	req, errs := gpu.ParsePod(pod)
 	var sys field.ErrorList
 	if !a.trusted.Trusts(user) {
 		sys = systemAnnotationErrors(pod.Annotations)
 		if len(errs) == 0 {
-			sys = append(sys, deviceEnvErrors(pod, req, a.mpsDir)...)
+			sys = append(sys, deviceEnvErrors(pod, req)...)
 		}
 	}
+	spec := podSpecErrors(pod, a.mpsDir, specCheck{gpuPod: req != nil, gpuContainers: gpuContainers(req), create: true})
 	switch {
 	case len(errs) > 0:
-		return nil, &DenialError{Reason: ReasonInvalidRequest, Errs: append(errs, sys...)}
+		return nil, &DenialError{Reason: ReasonInvalidRequest, Errs: append(append(errs, sys...), spec...)}
 	case len(sys) > 0:
-		return nil, &DenialError{Reason: ReasonSystemKey, Errs: sys}
+		return nil, &DenialError{Reason: ReasonSystemKey, Errs: append(sys, spec...)}
+	case len(spec) > 0:
+		return nil, &DenialError{Reason: ReasonDeviceAccess, Errs: spec}
 	}
 	return req, nil
 }
@@ -169,6 +173,7 @@ func (a *PodAdmission) policyInput(ar *admissionv1.AdmissionRequest, pod *corev1
 			Annotations:        pod.Annotations,
 			PriorityClassName:  pod.Spec.PriorityClassName,
 			ServiceAccountName: pod.Spec.ServiceAccountName,
+			Spec:               &pod.Spec,
 		},
 		Request: policy.Request{
 			Dialect:   string(req.Dialect),

@@ -7,6 +7,8 @@ import (
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/partita-dev/partita/gpu"
 )
 
 // subresourceEphemeral is the subresource `kubectl debug` adds containers
@@ -75,8 +77,8 @@ func (a *PodAdmission) mutateEphemeral(ar *admissionv1.AdmissionRequest) Result 
 	if err != nil {
 		return Result{Err: err}
 	}
-	if errs := a.ephemeralEnvErrors(ar, old, pod, false); len(errs) > 0 {
-		return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
+	if err := a.checkEphemeral(ar, old, pod, false); err != nil {
+		return Result{Err: err}
 	}
 	out := pod.DeepCopy()
 	for i := range out.Spec.EphemeralContainers {
@@ -101,6 +103,23 @@ func decodeOldNew(ar *admissionv1.AdmissionRequest) (*corev1.Pod, *corev1.Pod, e
 		return nil, nil, err
 	}
 	return old, pod, nil
+}
+
+// checkEphemeral refuses ephemeral containers an update adds with device
+// env of their own, (once mutated, requireVoid) without
+// NVIDIA_VISIBLE_DEVICES=void, privileged in a GPU pod, or with a mount
+// that reaches GPUs (podSpecErrors).
+func (a *PodAdmission) checkEphemeral(ar *admissionv1.AdmissionRequest, old, pod *corev1.Pod, requireVoid bool) error {
+	env := a.ephemeralEnvErrors(ar, old, pod, requireVoid)
+	req, _ := gpu.ParsePod(pod)
+	spec := podSpecErrors(pod, a.mpsDir, specCheck{gpuPod: req != nil, isNew: func(name string) bool { return !hasEphemeral(old, name) }})
+	switch {
+	case len(env) > 0:
+		return &DenialError{Reason: ReasonSystemKey, Errs: append(env, spec...)}
+	case len(spec) > 0:
+		return &DenialError{Reason: ReasonDeviceAccess, Errs: spec}
+	}
+	return nil
 }
 
 func hasEphemeral(pod *corev1.Pod, name string) bool {

@@ -18,6 +18,10 @@ import (
 // subresourceBinding is the subresource a scheduler binds pods through.
 const subresourceBinding = "binding"
 
+// subresourceStatus is the subresource the kubelet writes pod status
+// through; it also takes labels and annotations.
+const subresourceStatus = "status"
+
 // Validate answers the validating webhook, which sees each object after
 // every mutation: new pods, pod updates, ephemeral containers and
 // bindings.
@@ -31,13 +35,17 @@ func (a *PodAdmission) Validate(ctx context.Context, ar *admissionv1.AdmissionRe
 		return a.validateCreate(ctx, ar)
 	case ar.SubResource == "" && ar.Operation == admissionv1.Update:
 		return a.validateUpdate(ar)
+	case ar.SubResource == subresourceStatus && ar.Operation == admissionv1.Update:
+		// The status subresource keeps the labels and annotations it is
+		// sent: it is a pod update like any other there.
+		return a.validateUpdate(ar)
 	case ar.SubResource == subresourceEphemeral && ar.Operation == admissionv1.Update:
 		old, pod, err := decodeOldNew(ar)
 		if err != nil {
 			return Result{Err: err}
 		}
-		if errs := a.ephemeralEnvErrors(ar, old, pod, true); len(errs) > 0 {
-			return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
+		if err := a.checkEphemeral(ar, old, pod, true); err != nil {
+			return Result{Err: err}
 		}
 	}
 	return Result{}
@@ -141,11 +149,13 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 		if hasAdmissionGate(old) && !hasAdmissionGate(pod) {
 			// Removing the gate would skip the queues, their limits and the
 			// gang's all-or-nothing start.
-			errs = append(errs, field.Forbidden(field.NewPath("spec", "schedulingGates"),
-				"the scheduling gate "+v1alpha1.SchedulingGateAdmission+" is removed only by Partita's admission loop, when the pod's queue and gang admit it; see why it waits with `kubectl partita why`"))
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "schedulingGates"), gateRemovedText))
 		}
 		if len(errs) > 0 {
 			return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs}}
+		}
+		if errs := changedCDIAnnotations(old.Annotations, pod.Annotations); len(errs) > 0 {
+			return Result{Err: &DenialError{Reason: ReasonDeviceAccess, Errs: errs}}
 		}
 	}
 	oldReq, oldErrs := gpu.ParsePod(old)
@@ -231,7 +241,7 @@ func (a *PodAdmission) ephemeralEnvErrors(ar *admissionv1.AdmissionRequest, old,
 			errs = append(errs, field.Forbidden(path.Index(j), deviceEnvMessage(e, kindEphemeral)))
 		}
 		if requireVoid && !hasVoid {
-			errs = append(errs, field.Required(path, "NVIDIA_VISIBLE_DEVICES=void is missing: the container did not pass Partita's mutating webhook"))
+			errs = append(errs, field.Required(path, voidMissingText))
 		}
 	}
 	return errs
@@ -249,8 +259,12 @@ func (a *PodAdmission) validateBinding(ar *admissionv1.AdmissionRequest) Result 
 		return Result{Err: err}
 	}
 	if errs := systemAnnotationErrors(b.Annotations); len(errs) > 0 {
-		return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs, Messages: []string{
-			"only Partita's extender may bind a pod with device annotations"}}}
+		return Result{Err: &DenialError{Reason: ReasonSystemKey, Errs: errs, Messages: []string{bindingSystemText}}}
+	}
+	// The API server copies a Binding's annotations onto the pod before its
+	// containers are created: a CDI request there would reach the runtime.
+	if errs := cdiAnnotationErrors(b.Annotations); len(errs) > 0 {
+		return Result{Err: &DenialError{Reason: ReasonDeviceAccess, Errs: errs}}
 	}
 	return Result{}
 }

@@ -67,11 +67,19 @@ func changedSystemAnnotations(old, updated map[string]string) field.ErrorList {
 		if hadOld == hasNew && ov == nv {
 			continue
 		}
-		errs = append(errs, field.Forbidden(annotationsPath().Key(k),
-			"is written only by Partita: no one else may add, change or remove it; leave it as it was"))
+		errs = append(errs, field.Forbidden(annotationsPath().Key(k), systemAnnotationChangedText))
 	}
 	return errs
 }
+
+// Messages about system annotations, shared with the CEL rules.
+const (
+	systemAnnotationBindText    = "is written only by Partita when it binds the pod: a pod cannot choose its own GPU or node; remove it"
+	systemAnnotationLoopText    = "is written only by Partita's admission loop; remove it"
+	systemAnnotationChangedText = "is written only by Partita: no one else may add, change or remove it; leave it as it was"
+	bindingSystemText           = "only Partita's extender may bind a pod with device annotations"
+	gateRemovedText             = "the scheduling gate " + v1alpha1.SchedulingGateAdmission + " is removed only by Partita's admission loop, when the pod's queue and gang admit it; see why it waits with `kubectl partita why`"
+)
 
 func systemAnnotationMessage(key string) string {
 	switch {
@@ -79,9 +87,9 @@ func systemAnnotationMessage(key string) string {
 		strings.HasPrefix(key, v1alpha1.AnnotationMemLimitPrefix),
 		strings.HasPrefix(key, v1alpha1.AnnotationSMLimitPrefix),
 		key == v1alpha1.AnnotationNode:
-		return "is written only by Partita when it binds the pod: a pod cannot choose its own GPU or node; remove it"
+		return systemAnnotationBindText
 	default:
-		return "is written only by Partita's admission loop; remove it"
+		return systemAnnotationLoopText
 	}
 }
 

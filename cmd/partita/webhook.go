@@ -70,6 +70,7 @@ type webhookFlags struct {
 	trustedUsers    []string
 	trustedGroups   []string
 	excluded        []string
+	policies        bool
 	maxRequestBytes int64
 	batchInterval   time.Duration
 	qps             float32
@@ -127,7 +128,8 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.StringVar(&f.defaultQueue, "default-queue", v1alpha1.DefaultQueueName, "the queue of GPU pods that name none, whose PodGroup names none and whose namespace has no default (ignored with --require-queue); the Queue must exist, or such pods are refused")
 	fl.StringSliceVar(&f.trustedUsers, "trusted-users", nil, "users that may write system annotations and device env, e.g. system:serviceaccount:<namespace>:partita-extender (besides --trusted-groups)")
 	fl.StringSliceVar(&f.trustedGroups, "trusted-groups", nil, "groups that may write system annotations and device env (default, when neither flag is set: system:serviceaccounts:<namespace>)")
-	fl.StringSliceVar(&f.excluded, "exclude-namespaces", nil, "namespaces the pod webhooks skip besides kube-system and --namespace (with --dev-register)")
+	fl.StringSliceVar(&f.excluded, "exclude-namespaces", webhook.DefaultExcludedNamespaces(), "namespaces the pod webhooks and admission policies skip besides kube-system and --namespace (with --dev-register)")
+	fl.BoolVar(&f.policies, "admission-policies", true, "with --dev-register: also install the ValidatingAdmissionPolicy and MutatingAdmissionPolicy (Kubernetes 1.36 or later) and call the webhooks only for pods that ask for GPUs or carry Partita's keys; false makes the webhooks see every pod, as on older clusters")
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", webhook.DefaultMaxRequestBytes, "largest AdmissionReview body accepted; larger ones get 413")
 	fl.DurationVar(&f.batchInterval, "batch-interval", policy.DefaultBatchInterval, "how long queue, namespace and policy changes gather before the policy sees them")
 	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
@@ -378,12 +380,18 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 			err := webhook.Register(gctx, cs, webhook.ConfigurationOptions{
 				Name: f.configName, Namespace: f.namespace, ExcludedNamespaces: f.excluded,
 				URL: "https://" + l.Addr().String(), CABundle: caBundle,
+				Policies: f.policies, MPSDir: f.mpsDir, AdmissionGate: f.admissionGate, Trusted: f.trusted(),
 			})
 			if err != nil {
 				return err
 			}
 			if err := webhook.WaitForRegistration(gctx, cs, registrationProbeNamespace, 30*time.Second); err != nil {
 				return err
+			}
+			if f.policies {
+				if err := webhook.WaitForPolicies(gctx, cs, registrationProbeNamespace, 30*time.Second); err != nil {
+					return err
+				}
 			}
 			registered.Store(true)
 			log.Info("Registered the webhook configurations", "name", f.configName, "url", "https://"+l.Addr().String())

@@ -38,9 +38,17 @@ version=$(git describe --tags --always --dirty 2>/dev/null || echo kind)
 docker build --build-arg VERSION="$version" -t "$image" .
 kind load docker-image "$image" --name "$cluster"
 
+# The admission policies need MutatingAdmissionPolicy in
+# admissionregistration.k8s.io/v1 (Kubernetes 1.36): older node images run
+# without them, as docs/install.md says.
+policies=false
+if kubectl api-resources --api-group=admissionregistration.k8s.io -o name | grep -qx mutatingadmissionpolicies.admissionregistration.k8s.io &&
+  kubectl get --raw /apis/admissionregistration.k8s.io/v1 | grep -q '"mutatingadmissionpolicies"'; then
+  policies=true
+fi
 helm upgrade --install partita helm/partita --namespace partita-system --create-namespace \
   --set image.repository="${image%:*}" --set image.tag="${image##*:}" --set image.pullPolicy=Never \
-  --set agent.simulate=8xH100-80GB \
+  --set agent.simulate=8xH100-80GB --set admissionPolicies.enabled="$policies" \
   --wait --timeout 5m
 kubectl -n partita-system get pods -o wide
 

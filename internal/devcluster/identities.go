@@ -46,8 +46,10 @@ const tokenLifetime = 30 * 24 * 60 * 60
 
 // devWebhookRegistration is what the dev cluster's webhook needs beyond the
 // chart's RBAC, because outside a cluster it does what helm does in one
-// (--dev-register): create its webhook configurations the first time, and
-// send a dry-run pod into namespace default to see the API server call it.
+// (--dev-register): create its webhook configurations the first time,
+// install the admission policies and their bindings (helm's job in a
+// cluster; the chart's ServiceAccount has no right to them), and send
+// dry-run pods into namespace default to see the API server apply them.
 const devWebhookRegistration = `apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata:
@@ -56,6 +58,13 @@ rules:
 - apiGroups: [admissionregistration.k8s.io]
   resources: [mutatingwebhookconfigurations, validatingwebhookconfigurations]
   verbs: [create]
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, mutatingadmissionpolicies, mutatingadmissionpolicybindings]
+  verbs: [create]
+- apiGroups: [admissionregistration.k8s.io]
+  resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, mutatingadmissionpolicies, mutatingadmissionpolicybindings]
+  resourceNames: [partita-pods, partita-void]
+  verbs: [get, update, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

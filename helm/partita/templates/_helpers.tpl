@@ -148,6 +148,29 @@ matchExpressions:
   {{- end }}
 {{- end -}}
 
+{{/*
+The admission objects' CEL that depends on values, as webhook.ConfigurationOptions
+renders it (checked by helm/chart_test.go): who is trusted (the extender, as
+--trusted-users says), the MPS directory, the admission gate. The rest comes
+from files/admission-cel.yaml.
+*/}}
+{{- define "partita.celTrusted" -}}
+(request.userInfo.?username.orValue('') in ['system:serviceaccount:{{ .Release.Namespace }}:{{ include "partita.extenderName" . }}'])
+{{- end -}}
+
+{{- define "partita.celParams" -}}
+- name: mpsDir
+  expression: {{ printf "'%s'" (clean (print "/" .Values.agent.mpsDir)) | quote }}
+- name: admissionGate
+  expression: {{ and .Values.webhook.admissionGate .Values.extender.admission.enabled | toString | quote }}
+- name: trusted
+  expression: {{ include "partita.celTrusted" . | quote }}
+{{- end -}}
+
+{{- define "partita.admissionCEL" -}}
+{{- .Files.Get "files/admission-cel.yaml" -}}
+{{- end -}}
+
 {{/* Refuses clusters older than 1.30; a development build (v0.0.0) passes. */}}
 {{- define "partita.checkKubeVersion" -}}
 {{- $v := .Capabilities.KubeVersion.Version -}}

@@ -1,0 +1,353 @@
+package webhook
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/envtestutil"
+)
+
+// These tests run the admission chain of a real API server (envtest): the
+// policies as Register installs them, and the webhook served in-process,
+// then stopped.
+
+const testExtender = "system:serviceaccount:partita-system:partita-extender"
+
+// apiServer is an envtest API server with namespaces team-a (managed),
+// gpu-operator (excluded by default) and Partita's, and clients as the
+// admin and as alice, who may edit team-a and, beyond that, write pod
+// status, ephemeral containers and bindings there: more than a tenant
+// usually has, to try those doors too.
+type apiServer struct {
+	cfg   *rest.Config
+	admin kubernetes.Interface
+	alice kubernetes.Interface
+}
+
+func startAPIServer(t *testing.T) *apiServer {
+	t.Helper()
+	cfg, _ := envtestutil.Start(t)
+	admin, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	// envtest runs no controller-manager, which aggregates the edit role:
+	// alice gets its pod rights by hand, and more.
+	for _, ns := range []string{doorNamespace, "gpu-operator", partitaNamespace} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		role := &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "alice", Namespace: ns},
+			Rules: []rbacv1.PolicyRule{
+				{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "get", "list", "update", "patch", "delete"}},
+				{APIGroups: []string{""}, Resources: []string{"pods/status", "pods/ephemeralcontainers"}, Verbs: []string{"update", "patch"}},
+				{APIGroups: []string{""}, Resources: []string{"pods/binding"}, Verbs: []string{"create"}},
+			},
+		}
+		if _, err := admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "alice"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "alice"},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	userCfg := rest.CopyConfig(cfg)
+	userCfg.Impersonate = rest.ImpersonationConfig{UserName: "alice", Groups: []string{"system:authenticated"}}
+	alice, err := kubernetes.NewForConfig(userCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &apiServer{cfg: cfg, admin: admin, alice: alice}
+}
+
+// serveWebhook serves the webhook (modes time-slicing and mps, the
+// admission gate, the extender trusted) on loopback until stop is called,
+// and registers it with the policies.
+func (s *apiServer) serveWebhook(t *testing.T) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	ca, err := EnsureDevCertificates(DevCertificateOptions{Dir: dir, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Now: time.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cw, err := WatchCertificates(ctx, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newTestServer(t, testOptions{gate: true, modes: []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing, v1alpha1.IsolationMPS},
+		trusted: &Identities{Users: []string{testExtender}}})
+	done := make(chan error, 1)
+	go func() { done <- ServeTLS(ctx, l, h, cw.GetCertificate) }()
+	o := ConfigurationOptions{Namespace: partitaNamespace, URL: "https://" + l.Addr().String(), CABundle: ca,
+		ExcludedNamespaces: DefaultExcludedNamespaces(), Policies: true, AdmissionGate: true, Trusted: Identities{Users: []string{testExtender}}}
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	if err := Register(rctx, s.admin, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForRegistration(rctx, s.admin, doorNamespace, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPolicies(rctx, s.admin, doorNamespace, 30*time.Second); err != nil {
+		vap, _ := s.admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(rctx, PodPolicyName(o.name()), metav1.GetOptions{})
+		t.Fatalf("%v\nvalidating policy status: %+v", err, vap.Status)
+	}
+	var stopped bool
+	stop = func() {
+		if stopped {
+			return
+		}
+		stopped = true
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, http.ErrServerClosed) && !errors.Is(err, context.Canceled) {
+			t.Errorf("serve: %v", err)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// tryDoor creates d's pod as alice and checks the outcome the layer at
+// hand owes: the API server's own validation, else (down) the outage's,
+// else the refusal, else admission; a refused pod must not be stored.
+func (s *apiServer) tryDoor(t *testing.T, d door, suffix string, down bool) {
+	t.Helper()
+	ctx := t.Context()
+	pod := d.pod.DeepCopy()
+	pod.Name += "-" + suffix
+	want := d.refused
+	switch {
+	case d.api != "":
+		want = d.api
+	case down && d.down != "":
+		want = d.down
+	}
+	got, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, pod, metav1.CreateOptions{})
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && err == nil:
+		t.Fatalf("admitted, want a refusal with %q", want)
+	case want != "" && !strings.Contains(err.Error(), want):
+		t.Fatalf("refused with\n  %v\nwant it to contain\n  %s", err, want)
+	case want != "":
+		if _, err := s.admin.CoreV1().Pods(doorNamespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Fatalf("a refused pod was stored (get: %v)", err)
+		}
+	case d.check != nil:
+		d.check(t, got)
+	}
+}
+
+// TestDoorsAPIServer: each door through a real API server with the
+// webhook, then with the webhook stopped.
+func TestDoorsAPIServer(t *testing.T) {
+	s := startAPIServer(t)
+	stop := s.serveWebhook(t)
+	t.Run("webhook up", func(t *testing.T) {
+		for name, d := range doors() {
+			t.Run(name, func(t *testing.T) { s.tryDoor(t, d, "up", false) })
+		}
+	})
+	stop()
+	t.Run("webhook down", func(t *testing.T) {
+		for name, d := range doors() {
+			t.Run(name, func(t *testing.T) { s.tryDoor(t, d, "down", true) })
+		}
+	})
+}
+
+// TestUpdateDoorsAPIServer: what a tenant with more rights than usual
+// tries on existing pods (status, ephemeral containers, bindings, gates),
+// with the webhook up and down; and the excluded namespaces, which keep
+// whatever they ask for.
+func TestUpdateDoorsAPIServer(t *testing.T) {
+	s := startAPIServer(t)
+	stop := s.serveWebhook(t)
+	ctx := t.Context()
+	plain, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, plainPod("plain").Obj(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpuPod, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, gpuDoorPod("gpu").Obj(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	debug := func(name string, f func(*corev1.EphemeralContainer)) corev1.EphemeralContainer {
+		ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: name, Image: "busybox",
+			TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}}
+		if f != nil {
+			f(&ec)
+		}
+		return ec
+	}
+	addEphemeral := func(pod *corev1.Pod, ec corev1.EphemeralContainer) (*corev1.Pod, error) {
+		cur, err := s.admin.CoreV1().Pods(doorNamespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		cur.Spec.EphemeralContainers = append(cur.Spec.EphemeralContainers, ec)
+		return s.alice.CoreV1().Pods(doorNamespace).UpdateEphemeralContainers(ctx, pod.Name, cur, metav1.UpdateOptions{})
+	}
+	spoof := `{"metadata":{"annotations":{"` + v1alpha1.AnnotationDevicesPrefix + `main":"` + fakeUUID + `"}}}`
+	cases := map[string]struct {
+		do      func(suffix string) (*corev1.Pod, error)
+		refused string
+		check   func(*testing.T, *corev1.Pod)
+	}{
+		"a device annotation written through pods/status": {
+			do: func(string) (*corev1.Pod, error) {
+				return s.alice.CoreV1().Pods(doorNamespace).Patch(ctx, gpuPod.Name, types.MergePatchType, []byte(spoof), metav1.PatchOptions{}, "status")
+			},
+			refused: "metadata.annotations[partita.dev/devices.main]: Forbidden: is written only by Partita: no one else may add, change or remove it",
+		},
+		"a device annotation patched onto a pod without a GPU": {
+			do: func(string) (*corev1.Pod, error) {
+				return s.alice.CoreV1().Pods(doorNamespace).Patch(ctx, plain.Name, types.MergePatchType, []byte(spoof), metav1.PatchOptions{})
+			},
+			refused: "metadata.annotations[partita.dev/devices.main]: Forbidden: is written only by Partita",
+		},
+		"the admission gate removed by its tenant": {
+			do: func(string) (*corev1.Pod, error) {
+				return s.alice.CoreV1().Pods(doorNamespace).Patch(ctx, gpuPod.Name, types.StrategicMergePatchType,
+					[]byte(`{"spec":{"$setElementOrder/schedulingGates":[],"schedulingGates":[{"$patch":"delete","name":"`+v1alpha1.SchedulingGateAdmission+`"}]}}`), metav1.PatchOptions{})
+			},
+			refused: "spec.schedulingGates: Forbidden: the scheduling gate partita.dev/admission is removed only by Partita's admission loop",
+		},
+		"a binding that names a device": {
+			do: func(string) (*corev1.Pod, error) {
+				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: gpuPod.Name, Annotations: map[string]string{v1alpha1.AnnotationDevicesPrefix + "main": fakeUUID}},
+					Target: corev1.ObjectReference{Kind: "Node", Name: "gpu-node-0"}}
+				return nil, s.alice.CoreV1().Pods(doorNamespace).Bind(ctx, b, metav1.CreateOptions{})
+			},
+			refused: "metadata.annotations[partita.dev/devices.main]: Forbidden: is written only by Partita when it binds the pod: a pod cannot choose its own GPU or node; remove it; only Partita's extender may bind",
+		},
+		"a debug container gets void": {
+			do: func(suffix string) (*corev1.Pod, error) { return addEphemeral(plain, debug("debug-"+suffix, nil)) },
+			check: func(t *testing.T, p *corev1.Pod) {
+				ec := p.Spec.EphemeralContainers[len(p.Spec.EphemeralContainers)-1]
+				if e, ok := envOf(corev1.Container(ec.EphemeralContainerCommon), EnvVisibleDevices); !ok || e.Value != VisibleDevicesVoid {
+					t.Errorf("debug container env %v, want %s=void", ec.Env, EnvVisibleDevices)
+				}
+			},
+		},
+		"a debug container that asks for every GPU": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				return addEphemeral(plain, debug("all-"+suffix, func(ec *corev1.EphemeralContainer) {
+					ec.Env = []corev1.EnvVar{{Name: EnvVisibleDevices, Value: "all"}}
+				}))
+			},
+			refused: `].env[0]: Forbidden: NVIDIA_VISIBLE_DEVICES="all" is set by Partita: a debug container gets "void" and no GPU`,
+		},
+		"a privileged debug container in a GPU pod": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				return addEphemeral(gpuPod, debug("priv-"+suffix, func(ec *corev1.EphemeralContainer) {
+					ec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+				}))
+			},
+			refused: "].securityContext.privileged: Forbidden: a privileged container sees every device",
+		},
+		"a debug container that mounts the MPS pipes": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				return addEphemeral(gpuPod, debug("mps-"+suffix, func(ec *corev1.EphemeralContainer) {
+					ec.VolumeMounts = []corev1.VolumeMount{{Name: MPSVolume, MountPath: "/mps"}}
+				}))
+			},
+			refused: "].volumeMounts[0]: Forbidden: the volume partita-mps is mounted by Partita only",
+		},
+	}
+	for _, phase := range []struct {
+		name string
+		down bool
+	}{{"webhook up", false}, {"webhook down", true}} {
+		if phase.down {
+			stop()
+		}
+		t.Run(phase.name, func(t *testing.T) {
+			for name, tc := range cases {
+				t.Run(name, func(t *testing.T) {
+					before, err := s.admin.CoreV1().Pods(doorNamespace).List(ctx, metav1.ListOptions{})
+					if err != nil {
+						t.Fatal(err)
+					}
+					got, err := tc.do(strings.ReplaceAll(phase.name, "webhook ", ""))
+					switch {
+					case tc.refused == "" && err != nil:
+						t.Fatalf("refused: %v", err)
+					case tc.refused != "" && err == nil:
+						t.Fatalf("admitted, want a refusal with %q", tc.refused)
+					case tc.refused != "" && !strings.Contains(err.Error(), tc.refused):
+						t.Fatalf("refused with\n  %v\nwant it to contain\n  %s", err, tc.refused)
+					case tc.refused != "":
+						after, err := s.admin.CoreV1().Pods(doorNamespace).List(ctx, metav1.ListOptions{})
+						if err != nil {
+							t.Fatal(err)
+						}
+						if before.ResourceVersion != after.ResourceVersion {
+							t.Fatalf("a refused write changed the namespace's pods (resourceVersion %s, now %s)", before.ResourceVersion, after.ResourceVersion)
+						}
+					case tc.check != nil:
+						tc.check(t, got)
+					}
+				})
+			}
+		})
+	}
+
+	// Namespaces Partita does not manage keep what they ask for, and get
+	// nothing added (the GPU Operator's DaemonSets set all).
+	op := plainPod("dcgm-exporter").Env("main", EnvVisibleDevices, "all").HostPath("dev", "/dev").Privileged("main").Obj()
+	op.Namespace = "gpu-operator"
+	got, err := s.alice.CoreV1().Pods("gpu-operator").Create(ctx, op, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a GPU Operator pod was refused: %v", err)
+	}
+	if env := got.Spec.Containers[0].Env; len(env) != 1 || env[0].Value != "all" {
+		t.Errorf("GPU Operator pod's env = %v, want it untouched", env)
+	}
+}
+
+// TestPoliciesTrustGroups: the policies compile and judge with trusted
+// groups (the webhook's default identities) as with trusted users.
+func TestPoliciesTrustGroups(t *testing.T) {
+	s := startAPIServer(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	o := ConfigurationOptions{Namespace: partitaNamespace, URL: "https://127.0.0.1:1", ExcludedNamespaces: DefaultExcludedNamespaces(),
+		Policies: true, AdmissionGate: true, Trusted: DefaultIdentities(partitaNamespace)}
+	if err := Register(ctx, s.admin, o); err != nil {
+		t.Fatal(err)
+	}
+	if err := WaitForPolicies(ctx, s.admin, doorNamespace, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	d := doors()["a device annotation without a GPU"]
+	s.tryDoor(t, d, "groups", true)
+}

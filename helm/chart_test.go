@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -274,5 +275,127 @@ func TestEmbeddedChart(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("embedded chart lacks %s: %v", f, err)
 		}
+	}
+}
+
+// workloads is what TestChartIdentities reads of a rendering: each pod
+// template's ServiceAccount and containers, the ServiceAccounts, and the
+// roles each ServiceAccount is bound to.
+type workloads struct {
+	podAccounts map[string]string   // workload kind/name -> serviceAccountName
+	containers  map[string][]string // workload kind/name -> container names
+	accounts    map[string]bool
+	bound       map[string][]string // ServiceAccount -> "ClusterRole/x", "Role/ns/x"
+}
+
+func decodeWorkloads(t *testing.T, manifest []byte) workloads {
+	t.Helper()
+	w := workloads{podAccounts: map[string]string{}, containers: map[string][]string{}, accounts: map[string]bool{}, bound: map[string][]string{}}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return w
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name, Namespace string }
+			Spec     struct {
+				Template struct {
+					Spec corev1.PodSpec
+				}
+			}
+			RoleRef  struct{ Kind, Name string }
+			Subjects []struct{ Kind, Name, Namespace string }
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil || obj.Kind == "" {
+			continue
+		}
+		switch obj.Kind {
+		case "Deployment", "DaemonSet":
+			key := obj.Kind + "/" + obj.Metadata.Name
+			w.podAccounts[key] = obj.Spec.Template.Spec.ServiceAccountName
+			for _, c := range obj.Spec.Template.Spec.Containers {
+				w.containers[key] = append(w.containers[key], c.Name)
+			}
+		case "ServiceAccount":
+			w.accounts[obj.Metadata.Name] = true
+		case "ClusterRoleBinding", "RoleBinding":
+			role := obj.RoleRef.Kind + "/" + obj.RoleRef.Name
+			if obj.Kind == "RoleBinding" {
+				role = obj.RoleRef.Kind + "/" + obj.Metadata.Namespace + "/" + obj.RoleRef.Name
+			}
+			for _, s := range obj.Subjects {
+				if s.Kind == "ServiceAccount" {
+					w.bound[s.Name] = append(w.bound[s.Name], role)
+				}
+			}
+		}
+	}
+}
+
+// TestChartIdentities: every pod runs under a ServiceAccount of the
+// chart, every ServiceAccount of the chart is some pod's, and
+// kube-scheduler runs under the scheduler's own ServiceAccount, which holds
+// system:kube-scheduler and may take the scheduler's Lease. (The scheduler
+// once ran inside the extender's pod, as the extender, and could never
+// become leader.)
+func TestChartIdentities(t *testing.T) {
+	cases := map[string]struct {
+		args          []string
+		wantScheduler bool
+	}{
+		"second scheduler":  {wantScheduler: true},
+		"default scheduler": {args: []string{"--set", "scheduler.mode=default"}},
+		"no agent":          {args: []string{"--set", "agent.enabled=false"}, wantScheduler: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := decodeWorkloads(t, render(t, tc.args...))
+			used := map[string]bool{}
+			for wl, sa := range w.podAccounts {
+				if !w.accounts[sa] {
+					t.Errorf("%s runs as ServiceAccount %q, which the chart does not create", wl, sa)
+				}
+				used[sa] = true
+			}
+			for sa := range w.accounts {
+				if !used[sa] {
+					t.Errorf("ServiceAccount %s belongs to no pod (bindings: %v)", sa, w.bound[sa])
+				}
+			}
+			var schedulers []string
+			for wl, cs := range w.containers {
+				for _, c := range cs {
+					if c == "kube-scheduler" {
+						schedulers = append(schedulers, wl)
+					}
+				}
+			}
+			if !tc.wantScheduler {
+				if len(schedulers) > 0 {
+					t.Errorf("kube-scheduler runs in %v, want none with scheduler.mode=default", schedulers)
+				}
+				return
+			}
+			if diff := cmp.Diff([]string{"Deployment/partita-scheduler"}, schedulers); diff != "" {
+				t.Errorf("workloads running kube-scheduler (-want,+got):\n%s", diff)
+			}
+			if got := w.podAccounts["Deployment/partita-scheduler"]; got != "partita-scheduler" {
+				t.Errorf("kube-scheduler runs as %q, want its own ServiceAccount partita-scheduler", got)
+			}
+			if got := w.containers["Deployment/partita-extender"]; !cmp.Equal(got, []string{"extender"}) {
+				t.Errorf("extender pod containers %v, want the extender alone", got)
+			}
+			for _, role := range []string{"ClusterRole/system:kube-scheduler", "ClusterRole/system:volume-scheduler",
+				"Role/kube-system/extension-apiserver-authentication-reader", "Role/partita-system/partita-scheduler"} {
+				if !slices.Contains(w.bound["partita-scheduler"], role) {
+					t.Errorf("ServiceAccount partita-scheduler is not bound to %s (bound: %v)", role, w.bound["partita-scheduler"])
+				}
+			}
+		})
 	}
 }

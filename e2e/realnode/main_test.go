@@ -16,11 +16,14 @@ package realnode
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -74,6 +77,7 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "e2e/realnode: %v\n(make test installs the packages with hack/real-node-deps.sh and builds the images with make images)\n", err)
 		return 1
 	}
+	removeLeftover()
 	if before, err = realnode.TakeHostSnapshot(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "e2e/realnode: read the host's state:", err)
 		return 1
@@ -107,6 +111,28 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// removeLeftover takes down the real node of an earlier run of these tests
+// that died without its dev down (one real node per host: it would refuse
+// this run's); a cluster rn-<pid> whose process is gone is one.
+func removeLeftover() {
+	b, err := os.ReadFile(filepath.Join(realnode.RunDir, "state.json"))
+	if err != nil {
+		return
+	}
+	var st struct{ Cluster string }
+	if json.Unmarshal(b, &st) != nil {
+		return
+	}
+	pid, err := strconv.Atoi(strings.TrimPrefix(st.Cluster, "rn-"))
+	if err != nil || !strings.HasPrefix(st.Cluster, "rn-") || syscall.Kill(pid, 0) == nil {
+		return
+	}
+	fmt.Fprintf(os.Stderr, "e2e/realnode: taking down cluster %s, left by an earlier run\n", st.Cluster)
+	if out, err := partita(context.Background(), "dev", "down", "--name", st.Cluster); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e/realnode: dev down --name %s: %v\n%s", st.Cluster, err, out)
+	}
 }
 
 // findBinary returns PARTITA_BIN or builds the binary into a temp dir.

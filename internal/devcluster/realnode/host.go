@@ -133,7 +133,7 @@ func (n *Node) claimHost(ctx context.Context) error {
 func foreignNode() error {
 	var problems []string
 	for _, d := range kubepodsCgroups() {
-		problems = append(problems, "the cgroup "+d+" exists: another kubelet runs (or ran) here")
+		problems = append(problems, "the cgroup "+d+" exists: another kubelet runs (or ran) here (a dev cluster's whose state in "+RunDir+" is gone? 'partita dev down --name <it>' removes it)")
 	}
 	if _, err := os.Stat(filepath.Join("/sys/class/net", Bridge)); err == nil {
 		problems = append(problems, "the network interface "+Bridge+" exists (remove a leftover with 'ip link delete "+Bridge+"')")

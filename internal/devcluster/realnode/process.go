@@ -14,14 +14,20 @@ import (
 
 func (n *Node) pidFile(component string) string { return n.path("pids", component+".pid") }
 
-// pid is the component's pid from its pid file, 0 without one.
+// pid is the component's pid from its pid file, 0 without one or when
+// that pid is no longer the component (a pid file left by a reboot may name
+// another process since): its command line must name the node's directory.
 func (n *Node) pid(component string) int {
 	b, err := os.ReadFile(n.pidFile(component))
 	if err != nil {
 		return 0
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
+	if err != nil || pid <= 0 {
+		return 0
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !strings.Contains(string(cmdline), n.cfg.Dir+"/") {
 		return 0
 	}
 	return pid

@@ -121,7 +121,10 @@ func (c *Cluster) RealNode() *realnode.Node {
 // that a real node can join it: kwok manages only the nodes it is meant to
 // (kwokctl's binary runtime would have it take over every node, the real
 // one too), and the API server reaches kubelets (client certificate,
-// InternalIP first) and serves the kubernetes Service's IP to pods.
+// InternalIP first), serves the kubernetes Service's IP to pods, and
+// publishes the front proxy's CA as kubeadm's clusters do (in-cluster
+// servers such as the chart's kube-scheduler read it from
+// kube-system/extension-apiserver-authentication).
 func (c *Cluster) kwokctlConfig() string {
 	pki := filepath.Join(c.Dir(), "pki")
 	return `apiVersion: config.kwok.x-k8s.io/v1alpha1
@@ -140,6 +143,11 @@ componentsPatches:
   - {key: kubelet-preferred-address-types, value: "InternalIP,Hostname"}
   - {key: service-cluster-ip-range, value: "` + realnode.ServiceCIDR + `"}
   - {key: enable-admission-plugins, value: NodeRestriction}
+  - {key: requestheader-client-ca-file, value: "` + filepath.Join(pki, "ca.crt") + `"}
+  - {key: requestheader-allowed-names, value: kwok-admin}
+  - {key: requestheader-username-headers, value: X-Remote-User}
+  - {key: requestheader-group-headers, value: X-Remote-Group}
+  - {key: requestheader-extra-headers-prefix, value: X-Remote-Extra-}
 `
 }
 

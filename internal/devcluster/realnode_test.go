@@ -140,6 +140,11 @@ func TestKwokctlConfig(t *testing.T) {
 		"kube-apiserver --kubelet-preferred-address-types":        "InternalIP,Hostname",
 		"kube-apiserver --service-cluster-ip-range":               realnode.ServiceCIDR,
 		"kube-apiserver --enable-admission-plugins":               "NodeRestriction",
+		"kube-apiserver --requestheader-client-ca-file":           filepath.Join(pki, "ca.crt"),
+		"kube-apiserver --requestheader-allowed-names":            "kwok-admin",
+		"kube-apiserver --requestheader-username-headers":         "X-Remote-User",
+		"kube-apiserver --requestheader-group-headers":            "X-Remote-Group",
+		"kube-apiserver --requestheader-extra-headers-prefix":     "X-Remote-Extra-",
 	}
 	if diff := cmp.Diff(want, args); diff != "" {
 		t.Errorf("component arguments (-want,+got):\n%s", diff)

@@ -152,6 +152,25 @@ func foreignNode() error {
 	return nil
 }
 
+// enableBridgeNetfilter makes bridged traffic pass iptables, which
+// kube-proxy needs when a pod reaches a Service whose endpoint is on the
+// same bridge (the reply must be un-NATed): the chart's kube-scheduler
+// calls the extender that way. Down restores the values (WatchedSysctls).
+func enableBridgeNetfilter() error {
+	key := "net.bridge.bridge-nf-call-iptables"
+	if _, err := os.Stat(sysctlPath(key)); err != nil {
+		return &HostError{Problems: []string{"the kernel's bridge netfilter is off (no /proc/sys/net/bridge): load it with 'modprobe br_netfilter'"}}
+	}
+	for _, k := range []string{key, "net.bridge.bridge-nf-call-ip6tables"} {
+		if b, err := os.ReadFile(sysctlPath(k)); err == nil && strings.TrimSpace(string(b)) != "1" {
+			if err := os.WriteFile(sysctlPath(k), []byte("1"), 0o644); err != nil {
+				return fmt.Errorf("set sysctl %s=1: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
 func sysctlPath(key string) string {
 	return filepath.Join("/proc/sys", strings.ReplaceAll(key, ".", "/"))
 }

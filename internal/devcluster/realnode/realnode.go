@@ -134,6 +134,9 @@ func (n *Node) Up(ctx context.Context, cs kubernetes.Interface) error {
 	if err := n.claimHost(ctx); err != nil {
 		return err
 	}
+	if err := enableBridgeNetfilter(); err != nil {
+		return err
+	}
 	if err := n.writeFiles(); err != nil {
 		return err
 	}

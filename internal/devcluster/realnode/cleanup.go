@@ -109,7 +109,7 @@ func (n *Node) stopAndUnmount(ctx context.Context, all bool) error {
 		dirs = append(dirs, n.cfg.RunDir)
 	}
 	victims := func() []int {
-		pids := processesUsing(dirs...)
+		pids := nodeProcesses(dirs...)
 		if all {
 			pids = append(pids, kubepodsProcesses()...)
 		}
@@ -166,6 +166,26 @@ func alive(pid int) bool {
 		return stat[i+2] != 'Z'
 	}
 	return true
+}
+
+// nodePrograms are the programs of the node's own processes.
+var nodePrograms = map[string]bool{"containerd": true, "containerd-shim-runc-v2": true, "kubelet": true, "kube-proxy": true, "runc": true}
+
+// nodeProcesses are the processes of processesUsing that run one of
+// nodePrograms: a shell or an editor that merely names the node's
+// directory is left alone.
+func nodeProcesses(dirs ...string) []int {
+	var pids []int
+	for _, pid := range processesUsing(dirs...) {
+		exe, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+		if err != nil {
+			continue
+		}
+		if nodePrograms[filepath.Base(strings.TrimSuffix(exe, " (deleted)"))] {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 // processesUsing lists the live processes whose command line mentions one

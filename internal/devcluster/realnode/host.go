@@ -95,7 +95,7 @@ func (n *Node) claimHost(ctx context.Context) error {
 	case err == nil && st.Dir == n.cfg.Dir:
 		return nil
 	case err == nil:
-		if _, derr := os.Stat(st.Dir); derr == nil && len(processesUsing(st.Dir, n.cfg.RunDir)) > 0 {
+		if _, derr := os.Stat(st.Dir); derr == nil && len(nodeProcesses(st.Dir, n.cfg.RunDir)) > 0 {
 			return fmt.Errorf("cluster %q already runs this host's real node (one per host: kubelet's ports, iptables and cgroups are the host's); stop it with 'partita dev down --name %s'", st.Cluster, st.Cluster)
 		}
 		n.printf("Cleaning up the real node that cluster %q left behind", st.Cluster)

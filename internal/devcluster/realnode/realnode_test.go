@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"sigs.k8s.io/yaml"
@@ -362,5 +363,34 @@ func TestDownWithoutNode(t *testing.T) {
 	}
 	if b, err := os.ReadFile(n.statePath()); err != nil || string(b) != string(state) {
 		t.Errorf("another cluster's host state after down: %q, %v", b, err)
+	}
+}
+
+// TestNodeProcessesSpareOthers: down kills the node's programs that name
+// its directory, never another program that merely names it (a shell, an
+// editor, a test).
+func TestNodeProcessesSpareOthers(t *testing.T) {
+	dir := t.TempDir()
+	// A shell whose command line names the directory ($0), as a user's
+	// would.
+	cmd := exec.Command("sh", "-c", "sleep 60; :", dir+"/kubelet/config.yaml")
+	if err := cmd.Start(); err != nil {
+		t.Skipf("no sh: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	// Until the child has exec'd, its command line is still the test's.
+	found := false
+	for deadline := time.Now().Add(5 * time.Second); !found && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		for _, p := range processesUsing(dir) {
+			found = found || p == cmd.Process.Pid
+		}
+	}
+	if !found {
+		t.Fatalf("processesUsing does not see pid %d", cmd.Process.Pid)
+	}
+	for _, p := range nodeProcesses(dir) {
+		if p == cmd.Process.Pid {
+			t.Errorf("nodeProcesses would kill the shell (pid %d)", p)
+		}
 	}
 }

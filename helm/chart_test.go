@@ -399,3 +399,20 @@ func TestChartIdentities(t *testing.T) {
 		})
 	}
 }
+
+// TestChartRefusesOldKubernetes: before 1.30 scheduling gates are not GA;
+// the chart says so instead of installing a webhook that gates pods
+// forever.
+func TestChartRefusesOldKubernetes(t *testing.T) {
+	bin := helmBinary(t)
+	for version, wantOK := range map[string]bool{"v1.29.9": false, "v1.30.0": true, devcluster.K8sVersion: true, "v0.0.0-master": true} {
+		cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", version)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case wantOK && err != nil:
+			t.Errorf("Kubernetes %s refused: %v\n%s", version, err, out)
+		case !wantOK && (err == nil || !strings.Contains(string(out), "Partita needs Kubernetes 1.30 or newer (scheduling gates); this cluster runs "+version)):
+			t.Errorf("Kubernetes %s: %v, want the chart to refuse it:\n%s", version, err, out)
+		}
+	}
+}

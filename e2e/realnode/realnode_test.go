@@ -276,14 +276,33 @@ func TestRealNodeWebhookRotatesItsCertificate(t *testing.T) {
 	}
 }
 
-// TestRealNodeExtenderFailover: killing the extender's pod hands its Lease
-// to the replacement, and GPU pods created afterwards still bind.
+// TestRealNodeExtenderFailover: the extender's leader dies, twice: its
+// process is killed with SIGKILL (the Lease is not released; kubelet
+// restarts the container), then its pod is deleted (the Deployment makes a
+// new one). Each time a new leader takes the Lease and a GPU pod created
+// afterwards still binds.
 func TestRealNodeExtenderFailover(t *testing.T) {
 	needCluster(t)
-	ctx := testContext(t, 4*time.Minute)
-	oldPod := waitComponent(ctx, t, "extender", 1)[0]
-	waitLeader(ctx, t, "partita-extender", oldPod.Name)
-	if err := clientset.CoreV1().Pods(ns).Delete(ctx, oldPod.Name, metav1.DeleteOptions{}); err != nil {
+	ctx := testContext(t, 5*time.Minute)
+	pod := waitComponent(ctx, t, "extender", 1)[0]
+	waitLeader(ctx, t, "partita-extender", pod.Name)
+	before := leaseHolder(ctx, t, "partita-extender")
+
+	start := time.Now()
+	pid := containerPID(ctx, t, &pod, "extender")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 the extender (pid %d): %v", pid, err)
+	}
+	poll(t, 2*time.Minute, "a new extender process to take the Lease", func() (bool, string) {
+		h := leaseHolder(ctx, t, "partita-extender")
+		return h != before && h != "", "held by " + h
+	})
+	t.Logf("after kill -9 the Lease changed hands in %s", time.Since(start).Round(100*time.Millisecond))
+	waitComponent(ctx, t, "extender", 1)
+	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-kill", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
+
+	start = time.Now()
+	if err := clientset.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var newPod corev1.Pod
@@ -292,7 +311,7 @@ func TestRealNodeExtenderFailover(t *testing.T) {
 		var seen []string
 		for _, p := range pods {
 			seen = append(seen, p.Name+" "+string(p.Status.Phase))
-			if p.Name != oldPod.Name && p.DeletionTimestamp == nil && podReady(&p) {
+			if p.Name != pod.Name && p.DeletionTimestamp == nil && podReady(&p) {
 				newPod = p
 				return true, ""
 			}
@@ -300,7 +319,45 @@ func TestRealNodeExtenderFailover(t *testing.T) {
 		return false, strings.Join(seen, ", ")
 	})
 	waitLeader(ctx, t, "partita-extender", newPod.Name)
+	t.Logf("after deleting the pod the new pod led in %s", time.Since(start).Round(100*time.Millisecond))
 	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-failover", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
+}
+
+// leaseHolder is a Lease's whole holder identity.
+func leaseHolder(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// containerPID is the host pid of a pod's container, from containerd.
+func containerPID(ctx context.Context, t *testing.T, pod *corev1.Pod, container string) int {
+	t.Helper()
+	p, err := clientset.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		id := strings.TrimPrefix(cs.ContainerID, "containerd://")
+		var info struct {
+			Info struct {
+				Pid int `json:"pid"`
+			} `json:"info"`
+		}
+		out := crictl(ctx, t, "inspect", id)
+		if err := json.Unmarshal([]byte(out), &info); err != nil || info.Info.Pid == 0 {
+			t.Fatalf("crictl inspect %s: %v\n%s", id, err, out)
+		}
+		return info.Info.Pid
+	}
+	t.Fatalf("pod %s has no container %s", pod.Name, container)
+	return 0
 }
 
 // TestRealNodeChartUpgrade: helm upgrade rolls the components on the real

@@ -27,7 +27,7 @@ CHART := helm/partita
 # Benchmarks run briefly in `make test`; `make bench` runs them in full.
 BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
-.PHONY: all build image cluster-bins chromium console-vendor demo test test-unit test-e2e bench generate chart-sync verify-generated lint clean
+.PHONY: all build image images real-node-deps cluster-bins chromium console-vendor demo test test-unit test-e2e test-real-node bench generate chart-sync verify-generated lint clean
 
 all: build
 
@@ -54,6 +54,22 @@ chromium:
 # console/web/vendor/; its output is committed, so builds need no npm.
 console-vendor:
 	hack/vendor-uplot.sh
+
+# The images of the dev cluster's real node, without Docker (hack/images):
+# Partita's (localhost/partita/partita:dev, from bin/partita), the sample
+# workload (localhost/partita/sample:dev), and kube-scheduler, CoreDNS and
+# the pause image from the cluster binaries, as tarballs in bin/images/
+# that `partita dev up --real-node` loads. Unchanged images are kept.
+images: build cluster-bins
+	mkdir -p bin/images/programs
+	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/images/programs/ ./hack/images/sample ./hack/images/pause
+	go run ./hack/images --partita $(BIN) --programs bin/images/programs --cluster-bin $(CLUSTER_BIN) --out bin/images
+
+# The Debian packages the real node needs (runc, CNI plugins, iptables,
+# conntrack, iproute2); does nothing when they are installed. Without root
+# it only says what is missing (the real-node tests skip without root).
+real-node-deps:
+	bash hack/real-node-deps.sh --if-root
 
 $(CONTROLLER_GEN):
 	mkdir -p $(TOOLS)
@@ -99,17 +115,22 @@ demo: build cluster-bins
 	$(BIN) dev demo --console
 
 # Unit and envtest integration tests, short benchmarks, then end-to-end tests on
-# a real dev cluster.
-test: build cluster-bins chromium
+# a real dev cluster: the kwok suite (e2e/), then the chart on the real node
+# (e2e/realnode/, needs root), one package at a time.
+test: build cluster-bins chromium images real-node-deps
 	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
 	go test -count=1 $(BENCH_SHORT) ./gpu/...
-	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -timeout 20m ./e2e/...
+	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -p 1 -timeout 20m ./e2e/...
 
 test-unit:
 	KUBEBUILDER_ASSETS=$(CLUSTER_BIN) go test -count=1 $$(go list ./... | grep -v /e2e)
 
-test-e2e: build cluster-bins chromium
-	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/...
+test-e2e: build cluster-bins chromium images real-node-deps
+	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -p 1 -v -timeout 20m ./e2e/...
+
+# Only the chart on the real node (e2e/realnode/).
+test-real-node: build cluster-bins images real-node-deps
+	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/ ./console/

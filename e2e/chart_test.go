@@ -83,11 +83,20 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	runHelm(ctx, t, append([]string{"install", chartRelease, chartDir, "-n", ns, "--create-namespace", "--wait", "--timeout", "3m"}, chartValues...)...)
 	t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
 	webhookName, extenderName, agentName := chartRelease+"-partita-webhook", chartRelease+"-partita-extender", chartRelease+"-partita-agent"
+	schedulerName := chartRelease + "-partita-scheduler"
 	waitRunning(ctx, t, ns, "webhook", 2)
 	waitRunning(ctx, t, ns, "extender", 1)
+	waitRunning(ctx, t, ns, "scheduler", 1)
 	waitRunning(ctx, t, ns, "agent", len(gpuNodes.Items))
-	if c := containersOf(ctx, t, ns, extenderName); c != "extender,kube-scheduler" {
-		t.Errorf("extender pod containers %q, want the extender and kube-scheduler", c)
+	if c := containersOf(ctx, t, ns, extenderName); c != "extender" {
+		t.Errorf("extender pod containers %q, want the extender alone", c)
+	}
+	// kube-scheduler runs in its own pod, as its own ServiceAccount.
+	if c := containersOf(ctx, t, ns, schedulerName); c != "kube-scheduler" {
+		t.Errorf("scheduler pod containers %q, want kube-scheduler", c)
+	}
+	if d, err := clientset.AppsV1().Deployments(ns).Get(ctx, schedulerName, metav1.GetOptions{}); err != nil || d.Spec.Template.Spec.ServiceAccountName != schedulerName {
+		t.Errorf("scheduler Deployment's ServiceAccount: %v, want %s", err, schedulerName)
 	}
 	ds, err := clientset.AppsV1().DaemonSets(ns).Get(ctx, agentName, metav1.GetOptions{})
 	if err != nil {
@@ -134,6 +143,10 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	if c := containersOf(ctx, t, ns, extenderName); c != "extender" {
 		t.Errorf("after scheduler.mode=default the extender pod has containers %q, want the extender alone", c)
 	}
+	if _, err := clientset.AppsV1().Deployments(ns).Get(ctx, schedulerName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the scheduler's Deployment after scheduler.mode=default: %v, want it gone", err)
+	}
+	waitRunning(ctx, t, ns, "scheduler", 0)
 	if ds, err = clientset.AppsV1().DaemonSets(ns).Get(ctx, agentName, metav1.GetOptions{}); err != nil || !ds.Spec.Template.Spec.HostPID {
 		t.Errorf("agent hostPID after enforce=kill: %v (%v)", ds != nil && ds.Spec.Template.Spec.HostPID, err)
 	}

@@ -487,15 +487,17 @@ func secretVolume(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path 
 
 // TestChartExtenderTrust: only kube-scheduler reaches the extender. The
 // extender requires its client certificate (the CA of a Secret of its own,
-// without the CA's key), the scheduler beside it presents that certificate,
-// the webhook rotates it (or cert-manager issues it), and a NetworkPolicy
-// lets only the scheduler's pods reach the port.
+// without the CA's key), the chart's scheduler Deployment presents that
+// certificate and its configuration names it, the webhook rotates it (or
+// cert-manager issues it), and a NetworkPolicy lets only the scheduler's
+// pods reach the port.
 func TestChartExtenderTrust(t *testing.T) {
 	const clientSecret = "partita-scheduler-client-cert"
 	manifest := render(t)
-	var ext, wh appsv1.Deployment
-	if !find(t, manifest, "Deployment", "partita-extender", &ext) || !find(t, manifest, "Deployment", "partita-webhook", &wh) {
-		t.Fatal("no extender or webhook Deployment")
+	var ext, wh, sched appsv1.Deployment
+	if !find(t, manifest, "Deployment", "partita-extender", &ext) || !find(t, manifest, "Deployment", "partita-webhook", &wh) ||
+		!find(t, manifest, "Deployment", "partita-scheduler", &sched) {
+		t.Fatal("no extender, webhook or scheduler Deployment")
 	}
 	e := container(t, &ext, "extender")
 	for _, want := range []string{"--client-ca-file=/etc/partita/client-ca/ca.crt", "--client-allowed-names=partita-scheduler"} {
@@ -509,9 +511,29 @@ func TestChartExtenderTrust(t *testing.T) {
 	if s, keys := secretVolume(t, &ext, e, "/etc/partita/client-ca"); s != clientSecret || !slices.Equal(keys, []string{"ca.crt"}) {
 		t.Errorf("extender's client CA from %s %v, want %s [ca.crt]", s, keys, clientSecret)
 	}
-	ks := container(t, &ext, "kube-scheduler")
-	if s, keys := secretVolume(t, &ext, ks, "/etc/partita/scheduler-client"); s != clientSecret || !slices.Equal(keys, []string{"tls.crt", "tls.key"}) {
+	ks := container(t, &sched, "kube-scheduler")
+	if s, keys := secretVolume(t, &sched, ks, "/etc/partita/scheduler-client"); s != clientSecret || !slices.Equal(keys, []string{"tls.crt", "tls.key"}) {
 		t.Errorf("scheduler's client certificate from %s %v, want %s [tls.crt tls.key]", s, keys, clientSecret)
+	}
+	if s, keys := secretVolume(t, &sched, ks, "/etc/partita/extender-ca"); s != "partita-webhook-cert" || !slices.Equal(keys, []string{"ca.crt"}) {
+		t.Errorf("scheduler's extender CA from %s %v, want partita-webhook-cert [ca.crt]", s, keys)
+	}
+	// The configuration it reads calls the extender's Service with that CA
+	// and that certificate.
+	var cm corev1.ConfigMap
+	if !find(t, manifest, "ConfigMap", "partita-scheduler-config", &cm) {
+		t.Fatal("no scheduler ConfigMap")
+	}
+	for _, want := range []string{
+		`urlPrefix: "https://partita-extender.partita-system.svc:443"`,
+		`enableHTTPS: true`,
+		`caFile: "/etc/partita/extender-ca/ca.crt"`,
+		`certFile: "/etc/partita/scheduler-client/tls.crt"`,
+		`keyFile: "/etc/partita/scheduler-client/tls.key"`,
+	} {
+		if !strings.Contains(cm.Data["config.yaml"], want) {
+			t.Errorf("scheduler configuration lacks %q:\n%s", want, cm.Data["config.yaml"])
+		}
 	}
 	w := container(t, &wh, "webhook")
 	for _, want := range []string{"--client-cert-secret-name=" + clientSecret, "--client-cert-common-name=partita-scheduler"} {
@@ -546,9 +568,20 @@ func TestChartExtenderTrust(t *testing.T) {
 	if diff := cmp.Diff(extenderPods, np.Spec.PodSelector.MatchLabels); diff != "" {
 		t.Errorf("NetworkPolicy selects (-extender pods,+got):\n%s", diff)
 	}
+	// The scheduler Deployment's pods are what the policy admits, and
+	// those are the pods its selector matches.
+	if diff := cmp.Diff(sched.Spec.Selector.MatchLabels, sched.Spec.Template.Labels); diff != "" {
+		t.Errorf("scheduler pods' labels differ from its selector (-selector,+labels):\n%s", diff)
+	}
 	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].From) != 1 || np.Spec.Ingress[0].From[0].PodSelector == nil ||
-		!cmp.Equal(extenderPods, np.Spec.Ingress[0].From[0].PodSelector.MatchLabels) || len(np.Spec.Ingress[0].Ports) != 1 {
-		t.Errorf("NetworkPolicy ingress = %+v, want the extender's pods (where kube-scheduler runs) on one port", np.Spec.Ingress)
+		np.Spec.Ingress[0].From[0].NamespaceSelector != nil || len(np.Spec.Ingress[0].Ports) != 1 {
+		t.Fatalf("NetworkPolicy ingress = %+v, want one peer (the scheduler's pods in the release's namespace) on one port", np.Spec.Ingress)
+	}
+	if diff := cmp.Diff(sched.Spec.Template.Labels, np.Spec.Ingress[0].From[0].PodSelector.MatchLabels); diff != "" {
+		t.Errorf("NetworkPolicy admits (-scheduler pods,+got):\n%s", diff)
+	}
+	if cmp.Equal(extenderPods, np.Spec.Ingress[0].From[0].PodSelector.MatchLabels) {
+		t.Error("NetworkPolicy admits the extender's own pods, which run no scheduler")
 	}
 
 	// The cluster's own scheduler: no policy unless told where it is.
@@ -625,5 +658,144 @@ func TestChartConsoleProxyNeedsItsCA(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "console.authProxy.clientCAConfigMap") {
 		t.Errorf("authProxy without its CA: err %v, want a refusal naming clientCAConfigMap:\n%s", err, out)
+	}
+}
+
+// workloads is what TestChartIdentities reads of a rendering: each pod
+// template's ServiceAccount and containers, the ServiceAccounts, and the
+// roles each ServiceAccount is bound to.
+type workloads struct {
+	podAccounts map[string]string   // workload kind/name -> serviceAccountName
+	containers  map[string][]string // workload kind/name -> container names
+	accounts    map[string]bool
+	bound       map[string][]string // ServiceAccount -> "ClusterRole/x", "Role/ns/x"
+}
+
+func decodeWorkloads(t *testing.T, manifest []byte) workloads {
+	t.Helper()
+	w := workloads{podAccounts: map[string]string{}, containers: map[string][]string{}, accounts: map[string]bool{}, bound: map[string][]string{}}
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(manifest)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return w
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		var obj struct {
+			Kind     string
+			Metadata struct{ Name, Namespace string }
+			Spec     struct {
+				Template struct {
+					Spec corev1.PodSpec
+				}
+			}
+			RoleRef  struct{ Kind, Name string }
+			Subjects []struct{ Kind, Name, Namespace string }
+		}
+		if err := yaml.Unmarshal(doc, &obj); err != nil || obj.Kind == "" {
+			continue
+		}
+		switch obj.Kind {
+		case "Deployment", "DaemonSet":
+			key := obj.Kind + "/" + obj.Metadata.Name
+			w.podAccounts[key] = obj.Spec.Template.Spec.ServiceAccountName
+			for _, c := range obj.Spec.Template.Spec.Containers {
+				w.containers[key] = append(w.containers[key], c.Name)
+			}
+		case "ServiceAccount":
+			w.accounts[obj.Metadata.Name] = true
+		case "ClusterRoleBinding", "RoleBinding":
+			role := obj.RoleRef.Kind + "/" + obj.RoleRef.Name
+			if obj.Kind == "RoleBinding" {
+				role = obj.RoleRef.Kind + "/" + obj.Metadata.Namespace + "/" + obj.RoleRef.Name
+			}
+			for _, s := range obj.Subjects {
+				if s.Kind == "ServiceAccount" {
+					w.bound[s.Name] = append(w.bound[s.Name], role)
+				}
+			}
+		}
+	}
+}
+
+// TestChartIdentities: every pod runs under a ServiceAccount of the
+// chart, every ServiceAccount of the chart is some pod's, and
+// kube-scheduler runs under the scheduler's own ServiceAccount, which holds
+// system:kube-scheduler and may take the scheduler's Lease. (The scheduler
+// once ran inside the extender's pod, as the extender, and could never
+// become leader.)
+func TestChartIdentities(t *testing.T) {
+	cases := map[string]struct {
+		args          []string
+		wantScheduler bool
+	}{
+		"second scheduler":  {wantScheduler: true},
+		"default scheduler": {args: []string{"--set", "scheduler.mode=default"}},
+		"no agent":          {args: []string{"--set", "agent.enabled=false"}, wantScheduler: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := decodeWorkloads(t, render(t, tc.args...))
+			used := map[string]bool{}
+			for wl, sa := range w.podAccounts {
+				if !w.accounts[sa] {
+					t.Errorf("%s runs as ServiceAccount %q, which the chart does not create", wl, sa)
+				}
+				used[sa] = true
+			}
+			for sa := range w.accounts {
+				if !used[sa] {
+					t.Errorf("ServiceAccount %s belongs to no pod (bindings: %v)", sa, w.bound[sa])
+				}
+			}
+			var schedulers []string
+			for wl, cs := range w.containers {
+				for _, c := range cs {
+					if c == "kube-scheduler" {
+						schedulers = append(schedulers, wl)
+					}
+				}
+			}
+			if !tc.wantScheduler {
+				if len(schedulers) > 0 {
+					t.Errorf("kube-scheduler runs in %v, want none with scheduler.mode=default", schedulers)
+				}
+				return
+			}
+			if diff := cmp.Diff([]string{"Deployment/partita-scheduler"}, schedulers); diff != "" {
+				t.Errorf("workloads running kube-scheduler (-want,+got):\n%s", diff)
+			}
+			if got := w.podAccounts["Deployment/partita-scheduler"]; got != "partita-scheduler" {
+				t.Errorf("kube-scheduler runs as %q, want its own ServiceAccount partita-scheduler", got)
+			}
+			if got := w.containers["Deployment/partita-extender"]; !cmp.Equal(got, []string{"extender"}) {
+				t.Errorf("extender pod containers %v, want the extender alone", got)
+			}
+			for _, role := range []string{"ClusterRole/system:kube-scheduler", "ClusterRole/system:volume-scheduler",
+				"Role/kube-system/extension-apiserver-authentication-reader", "Role/partita-system/partita-scheduler"} {
+				if !slices.Contains(w.bound["partita-scheduler"], role) {
+					t.Errorf("ServiceAccount partita-scheduler is not bound to %s (bound: %v)", role, w.bound["partita-scheduler"])
+				}
+			}
+		})
+	}
+}
+
+// TestChartRefusesOldKubernetes: before 1.30 scheduling gates are not GA;
+// the chart says so instead of installing a webhook that gates pods
+// forever.
+func TestChartRefusesOldKubernetes(t *testing.T) {
+	bin := helmBinary(t)
+	for version, wantOK := range map[string]bool{"v1.29.9": false, "v1.30.0": true, devcluster.K8sVersion: true, "v0.0.0-master": true} {
+		cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", version)
+		out, err := cmd.CombinedOutput()
+		switch {
+		case wantOK && err != nil:
+			t.Errorf("Kubernetes %s refused: %v\n%s", version, err, out)
+		case !wantOK && (err == nil || !strings.Contains(string(out), "Partita needs Kubernetes 1.30 or newer (scheduling gates); this cluster runs "+version)):
+			t.Errorf("Kubernetes %s: %v, want the chart to refuse it:\n%s", version, err, out)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -10,11 +11,14 @@ import (
 
 	"github.com/partita-dev/partita/internal/demo"
 	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // devFlags are shared by every `partita dev` subcommand.
 type devFlags struct {
 	opts devcluster.Options
+	// mode is --mode as given; empty keeps the cluster's (host for a new one).
+	mode string
 }
 
 func (f *devFlags) register(cmd *cobra.Command) {
@@ -31,12 +35,39 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 		return nil, err
 	}
 	opts.PartitaBinary = bin
-	opts.SchedulerConfig = devSchedulerConfig()
-	opts.Prepare = devPrepare
-	if opts.HostProcesses, err = devHostProcesses(); err != nil {
+	if opts.ImagesDir == "" {
+		opts.ImagesDir = defaultImagesDir(bin)
+	}
+	// --real-node and --mode default to what the cluster has.
+	probe, err := devcluster.New(devcluster.Options{Name: opts.Name, WorkDir: opts.WorkDir, GPUModel: opts.GPUModel})
+	if err != nil {
+		return nil, err
+	}
+	saved, known := probe.SavedSettings()
+	if known && !cmd.Flags().Changed("real-node") {
+		opts.RealNode = saved.RealNode
+	}
+	opts.Mode = devcluster.Mode(f.mode)
+	if opts.Mode == "" {
+		opts.Mode = saved.Mode
+	}
+	if opts.Mode == devcluster.ModeHost {
+		// kwokctl's kube-scheduler calls the host extender over mTLS with
+		// the certificates devPrepare writes; in mode chart the chart's
+		// kube-scheduler and extender have the chart's.
+		opts.SchedulerConfig = devSchedulerConfig()
+		opts.Prepare = devPrepare
+	}
+	if opts.HostProcesses, err = devHostProcesses(opts.Mode); err != nil {
 		return nil, err
 	}
 	return devcluster.New(opts)
+}
+
+// defaultImagesDir is where `make images` writes the real node's images:
+// bin/images beside bin/partita.
+func defaultImagesDir(partitaBinary string) string {
+	return filepath.Join(filepath.Dir(partitaBinary), "images")
 }
 
 func newDevCommand() *cobra.Command {
@@ -62,7 +93,16 @@ func newDevUpCommand(f *devFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Create (or repair) the dev cluster and its simulated GPU nodes",
-		Args:  cobra.NoArgs,
+		Long: `Create (or repair) the dev cluster: a control plane, simulated GPU nodes (kwok)
+and Partita.
+
+--real-node adds real-node-0, a real kubelet with containerd, CNI, kube-proxy
+and CoreDNS on this host, whose pods really run (needs root, the packages of
+hack/real-node-deps.sh and the images of 'make images'; docs/real-node.md).
+--mode chart installs Partita from its Helm chart onto the real node
+(release partita in partita-system) instead of running it as host processes.
+Both are kept by later runs of up and end with 'partita dev down'.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.cluster(cmd)
 			if err != nil {
@@ -72,6 +112,9 @@ func newDevUpCommand(f *devFlags) *cobra.Command {
 		},
 	}
 	addNodeFlags(cmd, f)
+	cmd.Flags().BoolVar(&f.opts.RealNode, "real-node", false, "add the real node "+realnode.NodeName+" (kubelet, containerd, kube-proxy, CoreDNS on this host; needs root)")
+	cmd.Flags().StringVar(&f.mode, "mode", "", "where Partita runs: host (processes on the host) or chart (the Helm chart on the real node); default: the cluster's, host for a new one")
+	cmd.Flags().StringVar(&f.opts.ImagesDir, "images-dir", "", "directory with the real node's image tarballs (default: images/ beside the partita binary, where 'make images' writes them)")
 	return cmd
 }
 
@@ -139,6 +182,10 @@ func newDevStatusCommand(f *devFlags) *cobra.Command {
 			fmt.Fprintf(out, "API server:  %s\n", st.APIServer)
 			fmt.Fprintf(out, "Kubeconfig:  %s\n", st.Kubeconfig)
 			fmt.Fprintf(out, "GPU nodes:   %d (%d ready)\n", st.GPUNodes, st.ReadyNodes)
+			fmt.Fprintf(out, "Partita:     mode %s\n", st.Mode)
+			if st.RealNode {
+				fmt.Fprintf(out, "Real node:   %s\n", realnode.NodeName)
+			}
 			names := make([]string, 0, len(st.Components))
 			for n := range st.Components {
 				names = append(names, n)

@@ -21,13 +21,20 @@ const extenderSA = devcluster.ChartRelease + "-extender"
 // ({port:NAME}, stable across restarts, so the webhook configurations'
 // URLs stay right) and with the token of its chart ServiceAccount (never as
 // admin, never impersonating).
-func devHostProcesses() ([]devcluster.HostProcess, error) {
+//
+// In mode chart the chart runs the webhook, the extender and the real
+// node's agent; the host keeps only an agent for the simulated nodes.
+func devHostProcesses(mode devcluster.Mode) ([]devcluster.HostProcess, error) {
+	selector := v1alpha1.LabelGPUNode + "=true"
+	if mode == devcluster.ModeChart {
+		selector += "," + devcluster.SimulatedNodeSelector
+	}
 	agent := devcluster.HostProcess{
 		Name: "agent",
-		// One agent serves every simulated GPU node, with devices from
-		// their GPU Feature Discovery labels.
+		// One agent serves every simulated GPU node (and in mode host the
+		// real node), with devices from their GPU Feature Discovery labels.
 		Args: []string{"agent", "--kubeconfig", "{kubeconfig}",
-			"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true",
+			"--simulate-nodes=" + selector,
 			// Heartbeats every 15s, so that the extender's 45s bound below
 			// calls a stopped agent silent within a minute in tests.
 			"--sync-interval", "2s", "--heartbeat-interval", "15s", "--overuse-report-interval", "1m",
@@ -70,6 +77,9 @@ func devHostProcesses() ([]devcluster.HostProcess, error) {
 			"--agent-heartbeat-timeout", "45s", "--v", "2"},
 		ReadyURL:       "https://127.0.0.1:{port:extender}/readyz",
 		ServiceAccount: extenderSA,
+	}
+	if mode == devcluster.ModeChart {
+		return []devcluster.HostProcess{agent}, nil
 	}
 	return []devcluster.HostProcess{agent, wh, ext}, nil
 }

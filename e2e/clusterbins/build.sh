@@ -113,7 +113,8 @@ fi
 
 if need crictl; then
   log "installing crictl $CRICTL_VERSION"
-  GOBIN=$bin CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
+    "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
 fi
 
 if need coredns; then

@@ -20,6 +20,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // K8sVersion is the Kubernetes release the cluster binaries are built from.
@@ -62,6 +64,15 @@ type Options struct {
 	// HostProcesses are Partita's own processes to run on the host once the
 	// cluster is up.
 	HostProcesses []HostProcess
+	// RealNode adds the real node (realnode.NodeName: kubelet, containerd,
+	// kube-proxy, CoreDNS on this host) beside the simulated ones.
+	RealNode bool
+	// Mode says where Partita runs: ModeHost (HostProcesses) or ModeChart
+	// (the chart on the real node; HostProcesses then serve the simulated
+	// nodes only). Empty means ModeHost.
+	Mode Mode
+	// ImagesDir holds the real node's image tarballs (make images).
+	ImagesDir string
 	// Out receives progress lines meant for a person.
 	Out io.Writer
 }
@@ -87,6 +98,7 @@ func DefaultOptions() Options {
 		GPUModel:    "H100-80GB",
 		BinDir:      filepath.Join(CacheDir(), "bin", "k8s-"+K8sVersion),
 		WorkDir:     filepath.Join(CacheDir(), "kwok"),
+		Mode:        ModeHost,
 		Out:         io.Discard,
 	}
 }
@@ -112,6 +124,17 @@ func New(opts Options) (*Cluster, error) {
 	}
 	if _, ok := GPUModels[opts.GPUModel]; !ok {
 		return nil, fmt.Errorf("--gpu-model %q: unknown; use one of %s", opts.GPUModel, strings.Join(ModelNames(), ", "))
+	}
+	switch opts.Mode {
+	case "":
+		opts.Mode = ModeHost
+	case ModeHost:
+	case ModeChart:
+		if !opts.RealNode {
+			return nil, fmt.Errorf("--mode chart runs the chart's containers, which need a real node: add --real-node")
+		}
+	default:
+		return nil, fmt.Errorf("--mode %q: use %s (Partita's processes on the host) or %s (the Helm chart on the real node)", opts.Mode, ModeHost, ModeChart)
 	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
@@ -197,6 +220,15 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.checkBinaries(); err != nil {
 		return err
 	}
+	if c.opts.RealNode {
+		// Before anything is created: say everything the host lacks.
+		if err := realnode.CheckHost(c.opts.BinDir, c.opts.ImagesDir); err != nil {
+			return err
+		}
+	}
+	if err := c.checkSettings(); err != nil {
+		return err
+	}
 	start := time.Now()
 	if c.opts.Prepare != nil {
 		if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
@@ -218,7 +250,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 		}
 	} else {
 		c.printf("Creating cluster %q (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)", c.opts.Name)
-		args := []string{"create", "cluster",
+		config, err := c.writeKwokctlConfig()
+		if err != nil {
+			return err
+		}
+		args := []string{"--config", config, "create", "cluster",
 			"--runtime", "binary",
 			"--kubeconfig", "",
 			"--timeout", "120s",
@@ -261,8 +297,12 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := InstallCRDs(ctx, cfg); err != nil {
 		return err
 	}
-	if err := c.ensureDefaultQueue(ctx, cfg); err != nil {
-		return err
+	// In mode chart the chart creates the default queue (helm would refuse
+	// to adopt one made here).
+	if c.opts.Mode != ModeChart {
+		if err := c.ensureDefaultQueue(ctx, cfg); err != nil {
+			return err
+		}
 	}
 	cs, err := c.Clientset()
 	if err != nil {
@@ -274,16 +314,34 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := waitNodesReady(ctx, cs, c.opts.Nodes, 60*time.Second); err != nil {
 		return err
 	}
+	if err := c.saveSettings(); err != nil {
+		return fmt.Errorf("save the cluster's settings: %w", err)
+	}
+	if c.opts.RealNode {
+		if err := c.upRealNode(ctx); err != nil {
+			return err
+		}
+	}
+	if c.opts.Mode == ModeChart {
+		if err := c.installChart(ctx); err != nil {
+			return err
+		}
+	}
 	if len(c.opts.HostProcesses) > 0 {
-		if err := c.ensureIdentities(ctx, cfg, c.opts.HostProcesses); err != nil {
+		// In mode chart the chart has made the ServiceAccounts and RBAC.
+		if err := c.ensureIdentities(ctx, cfg, c.opts.HostProcesses, c.opts.Mode == ModeHost); err != nil {
 			return err
 		}
 		if err := c.startHostProcesses(ctx, c.opts.PartitaBinary, c.opts.HostProcesses); err != nil {
 			return err
 		}
 	}
-	c.printf("Cluster %q is up with %d simulated GPU nodes (%d x %s each) in %.1fs",
-		c.opts.Name, c.opts.Nodes, c.opts.GPUsPerNode, c.opts.GPUModel, time.Since(start).Seconds())
+	extra := ""
+	if c.opts.RealNode {
+		extra = " and the real node " + realnode.NodeName
+	}
+	c.printf("Cluster %q is up with %d simulated GPU nodes (%d x %s each)%s, Partita in mode %s, in %.1fs",
+		c.opts.Name, c.opts.Nodes, c.opts.GPUsPerNode, c.opts.GPUModel, extra, c.opts.Mode, time.Since(start).Seconds())
 	c.printf("Kubeconfig: %s", c.KubeconfigPath())
 	return nil
 }
@@ -292,6 +350,14 @@ func (c *Cluster) Up(ctx context.Context) error {
 // the cluster does not exist.
 func (c *Cluster) Down(ctx context.Context) error {
 	var errs []error
+	// The real node first: it holds mounts in the cluster's directories
+	// and changed the host.
+	if err := c.downRealNode(ctx); err != nil {
+		if len(realnode.MountsUnder(c.realNodeDir())) > 0 {
+			return err
+		}
+		errs = append(errs, err)
+	}
 	if c.exists() {
 		if _, err := c.kwokctl(ctx, "delete", "cluster"); err != nil {
 			errs = append(errs, err)

@@ -125,8 +125,9 @@ func (c *Cluster) RBACManifest(ctx context.Context) ([]byte, error) {
 // RBAC (and what the dev webhook needs to register itself), and writes a
 // kubeconfig with a fresh token (TokenRequest) for each ServiceAccount. The
 // processes then run with exactly the permissions a chart install gives
-// them, so a missing or excessive permission shows in the tests.
-func (c *Cluster) ensureIdentities(ctx context.Context, cfg *rest.Config, procs []HostProcess) error {
+// them, so a missing or excessive permission shows in the tests. Without
+// applyRBAC (mode chart: helm installed the RBAC) it only writes the tokens.
+func (c *Cluster) ensureIdentities(ctx context.Context, cfg *rest.Config, procs []HostProcess, applyRBAC bool) error {
 	var accounts []string
 	for _, p := range procs {
 		if p.ServiceAccount != "" {
@@ -144,12 +145,14 @@ func (c *Cluster) ensureIdentities(ctx context.Context, cfg *rest.Config, procs 
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("create namespace %s: %w", PartitaNamespace, err)
 	}
-	manifest, err := c.RBACManifest(ctx)
-	if err != nil {
-		return fmt.Errorf("render the chart's RBAC: %w", err)
-	}
-	if err := Apply(ctx, cfg, append(append(manifest, "\n---\n"...), devWebhookRegistration...)); err != nil {
-		return fmt.Errorf("apply the chart's RBAC: %w", err)
+	if applyRBAC {
+		manifest, err := c.RBACManifest(ctx)
+		if err != nil {
+			return fmt.Errorf("render the chart's RBAC: %w", err)
+		}
+		if err := Apply(ctx, cfg, append(append(manifest, "\n---\n"...), devWebhookRegistration...)); err != nil {
+			return fmt.Errorf("apply the chart's RBAC: %w", err)
+		}
 	}
 	admin, err := clientcmd.LoadFromFile(c.KubeconfigPath())
 	if err != nil {

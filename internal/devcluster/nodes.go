@@ -54,6 +54,10 @@ const (
 	kwokNodeType       = "type"
 )
 
+// SimulatedNodeSelector selects the simulated (kwok) nodes and not the
+// real one.
+const SimulatedNodeSelector = kwokNodeType + "=kwok"
+
 // NodeName is the name of the i-th simulated GPU node.
 func NodeName(i int) string { return fmt.Sprintf("gpu-node-%d", i) }
 

@@ -26,6 +26,10 @@ type Status struct {
 	Components map[string]string `json:"components,omitempty"`
 	GPUNodes   int               `json:"gpuNodes"`
 	ReadyNodes int               `json:"readyNodes"`
+	// Mode is where Partita runs (host or chart); RealNode whether the
+	// cluster has the real node.
+	Mode     Mode `json:"mode,omitempty"`
+	RealNode bool `json:"realNode"`
 }
 
 // Status inspects the cluster without changing it.
@@ -36,6 +40,14 @@ func (c *Cluster) Status(ctx context.Context) Status {
 	}
 	st.Kubeconfig = c.KubeconfigPath()
 	st.Components = c.componentStates()
+	saved, _ := c.SavedSettings()
+	st.Mode, st.RealNode = saved.Mode, saved.RealNode
+	if node := c.RealNode(); node.Exists() {
+		st.RealNode = true
+		for k, v := range node.Status() {
+			st.Components[k] = v
+		}
+	}
 	for _, p := range c.opts.HostProcesses {
 		st.Components["partita-"+p.Name] = "stopped"
 		if c.hostProcessRunning(p.Name) {

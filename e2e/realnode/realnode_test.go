@@ -1,0 +1,707 @@
+package realnode
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/internal/devcluster/realnode"
+)
+
+// The tests run in this order; the last ones uninstall the chart and stop
+// the cluster.
+
+const (
+	ns        = devcluster.PartitaNamespace
+	release   = devcluster.ChartRelease
+	sampleRef = "localhost/partita/sample:dev"
+)
+
+// TestRealNodeJoined: the real node is a real kubelet and containerd of the
+// cluster's release, beside the kwok nodes, and the API server reaches it
+// (logs, exec) while pods reach the API server and CoreDNS.
+func TestRealNodeJoined(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	node, err := clientset.CoreV1().Nodes().Get(ctx, realnode.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := node.Status.NodeInfo
+	if info.KubeletVersion != devcluster.K8sVersion || !strings.HasPrefix(info.ContainerRuntimeVersion, "containerd://2.") {
+		t.Errorf("kubelet %q, runtime %q; want %s and containerd 2", info.KubeletVersion, info.ContainerRuntimeVersion, devcluster.K8sVersion)
+	}
+	if node.Labels[v1alpha1.LabelGPUNode] != "true" || node.Annotations["kwok.x-k8s.io/node"] != "" {
+		t.Errorf("real node labels %v, annotations %v: want a GPU node that kwok does not manage", node.Labels, node.Annotations)
+	}
+	kwokNodes, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: devcluster.SimulatedNodeSelector})
+	if err != nil || len(kwokNodes.Items) != simulatedNodes {
+		t.Fatalf("simulated nodes: %v (%v), want %d beside the real one", kwokNodes, err, simulatedNodes)
+	}
+	// The server reports the release too (kubectl version).
+	v, err := clientset.Discovery().ServerVersion()
+	if err != nil || v.GitVersion != devcluster.K8sVersion {
+		t.Errorf("server version %v (%v), want %s", v, err, devcluster.K8sVersion)
+	}
+
+	pod := samplePod("joined", nil)
+	pod.Spec.Containers[0].Args = []string{"--lookup", "kubernetes.default.svc." + realnode.ClusterDomain}
+	pod = createPod(ctx, t, "default", pod)
+	waitRunning(ctx, t, pod)
+	logs := waitLogLine(ctx, t, pod, "lookup ")
+	if want := "lookup kubernetes.default.svc.cluster.local: " + realnode.APIServiceIP; !strings.Contains(logs, want) {
+		t.Errorf("the pod's DNS: want %q in its log:\n%s", want, logs)
+	}
+	if !strings.Contains(logs, "KUBERNETES_SERVICE_HOST="+realnode.APIServiceIP) {
+		t.Errorf("the pod's env lacks the kubernetes Service:\n%s", logs)
+	}
+	// exec goes API server -> kubelet -> containerd.
+	out := kubectl(ctx, t, "exec", "-n", "default", pod.Name, "--", "/sample", "--exit")
+	if !strings.Contains(out, "HOSTNAME="+pod.Name) {
+		t.Errorf("kubectl exec printed:\n%s", out)
+	}
+}
+
+// TestRealNodeChartInstalled: `dev up --mode chart` installed the release
+// as docs/install.md does, every component runs on the real node, and the
+// chart's kube-scheduler runs as its own ServiceAccount and leads.
+func TestRealNodeChartInstalled(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	if out := helm(ctx, t, "status", release, "-n", ns); !strings.Contains(out, "STATUS: deployed") {
+		t.Errorf("helm status:\n%s", out)
+	}
+	want := map[string]int{"webhook": 2, "extender": 1, "scheduler": 1, "agent": 1}
+	for component, n := range want {
+		pods := waitComponent(ctx, t, component, n)
+		for _, p := range pods {
+			if p.Spec.NodeName != realnode.NodeName {
+				t.Errorf("%s pod %s on %q, want %s", component, p.Name, p.Spec.NodeName, realnode.NodeName)
+			}
+		}
+	}
+	sched := waitComponent(ctx, t, "scheduler", 1)[0]
+	if sched.Spec.ServiceAccountName != release+"-scheduler" {
+		t.Errorf("kube-scheduler runs as %q, want %s-scheduler", sched.Spec.ServiceAccountName, release)
+	}
+	waitLeader(ctx, t, release+"-scheduler", sched.Name)
+	ext := waitComponent(ctx, t, "extender", 1)[0]
+	waitLeader(ctx, t, "partita-extender", ext.Name)
+	// The real node's GPUs come from the chart's agent (agent.simulate).
+	poll(t, time.Minute, "GPUNode "+realnode.NodeName+" with the simulated devices", func() (bool, string) {
+		var gn v1alpha1.GPUNode
+		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+			return false, err.Error()
+		}
+		return len(gn.Status.Devices) == gpusPerNode, fmt.Sprintf("%d devices", len(gn.Status.Devices))
+	})
+}
+
+// TestRealNodeGPUPodSeesItsDevices: a GPU pod goes through the chart's
+// webhook, its kube-scheduler and its extender's bind to the real node,
+// and its container is given exactly the devices on its
+// partita.dev/devices.<container> annotation.
+func TestRealNodeGPUPodSeesItsDevices(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	cases := map[string]*corev1.Pod{
+		"half a GPU": samplePod("half", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}),
+		"two whole GPUs": func() *corev1.Pod {
+			p := samplePod("two", nil)
+			p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": resource.MustParse("2")}
+			return p
+		}(),
+	}
+	for name, pod := range cases {
+		t.Run(name, func(t *testing.T) {
+			checkGPUPod(ctx, t, createPod(ctx, t, "default", pod))
+		})
+	}
+}
+
+// checkGPUPod waits until the pod runs on the real node through Partita's
+// scheduler and checks the device env its container printed.
+func checkGPUPod(ctx context.Context, t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	pod = waitRunning(ctx, t, pod)
+	if pod.Spec.SchedulerName != "partita" {
+		t.Errorf("schedulerName %q, want partita (the webhook sends GPU pods to the chart's scheduler)", pod.Spec.SchedulerName)
+	}
+	if pod.Spec.NodeName != realnode.NodeName {
+		t.Fatalf("pod on %q, want %s", pod.Spec.NodeName, realnode.NodeName)
+	}
+	c := pod.Spec.Containers[0].Name
+	devices := pod.Annotations[v1alpha1.AnnotationDevicesPrefix+c]
+	if devices == "" {
+		t.Fatalf("no %s%s annotation: the extender did not bind it; annotations %v", v1alpha1.AnnotationDevicesPrefix, c, pod.Annotations)
+	}
+	logs := waitLogLine(ctx, t, pod, "NVIDIA_VISIBLE_DEVICES=")
+	if got := envFromLog(logs, "NVIDIA_VISIBLE_DEVICES"); got != devices {
+		t.Errorf("container %s got NVIDIA_VISIBLE_DEVICES=%q, its annotation says %q; log:\n%s", c, got, devices, logs)
+	}
+}
+
+// TestRealNodeNoGPUPodSeesVoid: a pod that asks for no GPU gets
+// NVIDIA_VISIBLE_DEVICES=void and no device annotation.
+func TestRealNodeNoGPUPodSeesVoid(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 2*time.Minute)
+	pod := waitRunning(ctx, t, createPod(ctx, t, "default", samplePod("void", nil)))
+	for k := range pod.Annotations {
+		if strings.HasPrefix(k, v1alpha1.AnnotationDevicesPrefix) {
+			t.Errorf("a pod without a GPU request has %s", k)
+		}
+	}
+	logs := waitLogLine(ctx, t, pod, "NVIDIA_VISIBLE_DEVICES=")
+	if got := envFromLog(logs, "NVIDIA_VISIBLE_DEVICES"); got != "void" {
+		t.Errorf("NVIDIA_VISIBLE_DEVICES=%q, want void; log:\n%s", got, logs)
+	}
+}
+
+// TestRealNodeWebhookRotatesItsCertificate: the webhook's cert-controller
+// renews its serving certificate (here forced by removing it from the
+// Secret) under the same CA; both webhook pods pick the new one up from
+// their Secret volume, and the API server keeps reaching the webhook all
+// along.
+func TestRealNodeWebhookRotatesItsCertificate(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 4*time.Minute)
+	secretName := release + "-webhook-cert"
+	old, err := clientset.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldCert := certID(t, old.Data["tls.crt"])
+	webhooks := waitComponent(ctx, t, "webhook", 2)
+	for _, p := range webhooks {
+		if got := servingCert(t, p.Status.PodIP); got != oldCert {
+			t.Fatalf("webhook pod %s serves certificate %s, the Secret holds %s", p.Name, got, oldCert)
+		}
+	}
+
+	// Admission requests all along: a server-side dry run calls both pod
+	// webhooks and stores nothing.
+	var (
+		lock     sync.Mutex
+		failures []string
+		calls    int
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			p := samplePod("dry", map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"})
+			got, err := clientset.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			lock.Lock()
+			calls++
+			switch {
+			case err != nil:
+				failures = append(failures, time.Now().Format(time.RFC3339Nano)+" "+err.Error())
+			case got.Annotations[v1alpha1.AnnotationGPUCount] == "":
+				failures = append(failures, "a pod was admitted without the webhook's canonical annotations")
+			}
+			lock.Unlock()
+		}
+	}()
+
+	patch := []byte(`[{"op":"remove","path":"/data/tls.crt"},{"op":"remove","path":"/data/tls.key"}]`)
+	if _, err := clientset.CoreV1().Secrets(ns).Patch(ctx, secretName, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var newCert string
+	poll(t, time.Minute, "the webhook to write a new serving certificate into "+secretName, func() (bool, string) {
+		s, err := clientset.CoreV1().Secrets(ns).Get(ctx, secretName, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(s.Data["tls.crt"]) == 0 {
+			return false, "no tls.crt yet"
+		}
+		if string(s.Data["ca.crt"]) != string(old.Data["ca.crt"]) {
+			t.Errorf("the CA changed too; a renewal keeps it (the API server trusts it through the injected caBundle)")
+		}
+		newCert = certID(t, s.Data["tls.crt"])
+		return newCert != oldCert, "still " + newCert
+	})
+	for _, p := range webhooks {
+		poll(t, 2*time.Minute, "webhook pod "+p.Name+" to serve the new certificate", func() (bool, string) {
+			got := servingCert(t, p.Status.PodIP)
+			return got == newCert, "serves " + got + ", want " + newCert
+		})
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	<-done
+	lock.Lock()
+	defer lock.Unlock()
+	if len(failures) > 0 || calls < 5 {
+		t.Errorf("%d of %d admission requests failed during the rotation (want none):\n%s", len(failures), calls, strings.Join(failures, "\n"))
+	}
+	mwc, err := clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(mwc.Webhooks[0].ClientConfig.CABundle) != string(old.Data["ca.crt"]) {
+		t.Errorf("the mutating webhook's caBundle is not the Secret's CA")
+	}
+}
+
+// TestRealNodeExtenderFailover: the extender's leader dies, twice: its
+// process is killed with SIGKILL (the Lease is not released; kubelet
+// restarts the container), then its pod is deleted (the Deployment makes a
+// new one). Each time a new leader takes the Lease and a GPU pod created
+// afterwards still binds.
+func TestRealNodeExtenderFailover(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	pod := waitComponent(ctx, t, "extender", 1)[0]
+	waitLeader(ctx, t, "partita-extender", pod.Name)
+	before := leaseHolder(ctx, t, "partita-extender")
+
+	start := time.Now()
+	pid := containerPID(ctx, t, &pod, "extender")
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill -9 the extender (pid %d): %v", pid, err)
+	}
+	poll(t, 2*time.Minute, "a new extender process to take the Lease", func() (bool, string) {
+		h := leaseHolder(ctx, t, "partita-extender")
+		return h != before && h != "", "held by " + h
+	})
+	t.Logf("after kill -9 the Lease changed hands in %s", time.Since(start).Round(100*time.Millisecond))
+	waitComponent(ctx, t, "extender", 1)
+	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-kill", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
+
+	start = time.Now()
+	if err := clientset.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var newPod corev1.Pod
+	poll(t, 2*time.Minute, "a new extender pod, Ready", func() (bool, string) {
+		pods := componentPods(ctx, t, "extender")
+		var seen []string
+		for _, p := range pods {
+			seen = append(seen, p.Name+" "+string(p.Status.Phase))
+			if p.Name != pod.Name && p.DeletionTimestamp == nil && podReady(&p) {
+				newPod = p
+				return true, ""
+			}
+		}
+		return false, strings.Join(seen, ", ")
+	})
+	waitLeader(ctx, t, "partita-extender", newPod.Name)
+	t.Logf("after deleting the pod the new pod led in %s", time.Since(start).Round(100*time.Millisecond))
+	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-failover", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
+}
+
+// leaseHolder is a Lease's whole holder identity.
+func leaseHolder(ctx context.Context, t *testing.T, name string) string {
+	t.Helper()
+	l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil || l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
+}
+
+// containerPID is the host pid of a pod's container, from containerd.
+func containerPID(ctx context.Context, t *testing.T, pod *corev1.Pod, container string) int {
+	t.Helper()
+	p, err := clientset.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.Name != container {
+			continue
+		}
+		id := strings.TrimPrefix(cs.ContainerID, "containerd://")
+		var info struct {
+			Info struct {
+				Pid int `json:"pid"`
+			} `json:"info"`
+		}
+		out := crictl(ctx, t, "inspect", id)
+		if err := json.Unmarshal([]byte(out), &info); err != nil || info.Info.Pid == 0 {
+			t.Fatalf("crictl inspect %s: %v\n%s", id, err, out)
+		}
+		return info.Info.Pid
+	}
+	t.Fatalf("pod %s has no container %s", pod.Name, container)
+	return 0
+}
+
+// TestRealNodeChartUpgrade: helm upgrade rolls the components on the real
+// node, and GPU pods keep working.
+func TestRealNodeChartUpgrade(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 6*time.Minute)
+	oldWebhooks := map[string]bool{}
+	for _, p := range waitComponent(ctx, t, "webhook", 2) {
+		oldWebhooks[p.Name] = true
+	}
+	start := time.Now()
+	helm(ctx, t, "upgrade", release, cluster.ChartDir(), "-n", ns, "--reuse-values",
+		"--set", "webhook.logLevel=3", "--set", "extender.placement=spread", "--wait", "--timeout", "4m")
+	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
+	for _, p := range waitComponent(ctx, t, "webhook", 2) {
+		if oldWebhooks[p.Name] {
+			t.Errorf("webhook pod %s survived an upgrade that changed its arguments", p.Name)
+		}
+	}
+	ext := waitComponent(ctx, t, "extender", 1)[0]
+	if !strings.Contains(strings.Join(ext.Spec.Containers[0].Args, " "), "--placement=spread") {
+		t.Errorf("extender args %v, want --placement=spread", ext.Spec.Containers[0].Args)
+	}
+	waitLeader(ctx, t, "partita-extender", ext.Name)
+	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-upgrade", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
+}
+
+// TestRealNodeChartUninstall: helm uninstall removes every object of the
+// release and stops its containers on the node; pods created under
+// Partita run on.
+func TestRealNodeChartUninstall(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 4*time.Minute)
+	survivor := waitRunning(ctx, t, createPod(ctx, t, "default", samplePod("survivor", map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"})))
+	helm(ctx, t, "uninstall", release, "-n", ns, "--wait", "--timeout", "3m")
+	instance := "app.kubernetes.io/instance=" + release
+	poll(t, 2*time.Minute, "nothing of the release left", func() (bool, string) {
+		var left []string
+		add := func(kind string, n int, err error) {
+			if err != nil {
+				left = append(left, kind+": "+err.Error())
+			}
+			if n > 0 {
+				left = append(left, fmt.Sprintf("%d %s", n, kind))
+			}
+		}
+		pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		add("pods", len(pods.Items), err)
+		deps, err := clientset.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{LabelSelector: instance})
+		add("deployments", len(deps.Items), err)
+		dss, err := clientset.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{LabelSelector: instance})
+		add("daemonsets", len(dss.Items), err)
+		sas, err := clientset.CoreV1().ServiceAccounts(ns).List(ctx, metav1.ListOptions{LabelSelector: instance})
+		add("serviceaccounts", len(sas.Items), err)
+		secrets, err := clientset.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{})
+		add("secrets", len(secrets.Items), err)
+		leases, err := clientset.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{})
+		add("leases", len(leases.Items), err)
+		crbs, err := clientset.RbacV1().ClusterRoleBindings().List(ctx, metav1.ListOptions{LabelSelector: instance})
+		add("clusterrolebindings", len(crbs.Items), err)
+		rbs, err := clientset.RbacV1().RoleBindings("kube-system").List(ctx, metav1.ListOptions{LabelSelector: instance})
+		add("rolebindings in kube-system", len(rbs.Items), err)
+		_, err = clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
+		if !apierrors.IsNotFound(err) {
+			left = append(left, fmt.Sprintf("mutating webhook configuration: %v", err))
+		}
+		return len(left) == 0, strings.Join(left, ", ")
+	})
+	// The release's containers are gone from the node too.
+	poll(t, time.Minute, "no container of the release on "+realnode.NodeName, func() (bool, string) {
+		out := crictl(ctx, t, "ps", "--label", "io.kubernetes.pod.namespace="+ns, "-q")
+		return strings.TrimSpace(out) == "", out
+	})
+	got, err := clientset.CoreV1().Pods("default").Get(ctx, survivor.Name, metav1.GetOptions{})
+	if err != nil || got.Status.Phase != corev1.PodRunning {
+		t.Errorf("a GPU pod after uninstall: %v (%v), want it Running", got.Status.Phase, err)
+	}
+}
+
+// TestRealNodeDownRestoresHost: after a kill -9 of kubelet and containerd,
+// `partita dev down` still ends every process, unmounts everything, removes
+// the iptables rules, the bridge and the cgroups, and restores the sysctls
+// and directories: the host is as the tests found it.
+func TestRealNodeDownRestoresHost(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	nodeDir := filepath.Join(devcluster.DefaultOptions().WorkDir, "partita", clusterName, "real-node")
+	during, err := realnode.TakeHostSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(during.Kubepods) == 0 || len(realnode.MountsUnder(nodeDir)) == 0 {
+		t.Fatalf("the real node does not seem to run (cgroups %v, mounts under %s: %v)", during.Kubepods, nodeDir, realnode.MountsUnder(nodeDir))
+	}
+	for _, c := range []string{"kubelet", "containerd"} {
+		b, err := os.ReadFile(filepath.Join(nodeDir, "pids", c+".pid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatalf("kill -9 %s (%d): %v", c, pid, err)
+		}
+	}
+	containers := realnode.KubepodsProcesses()
+	if len(containers) == 0 {
+		t.Fatal("no container processes in the pods' cgroups")
+	}
+	out, err := partita(ctx, "dev", "down", "--name", clusterName)
+	down = true
+	if err != nil {
+		t.Fatalf("dev down after kill -9: %v\n%s", err, out)
+	}
+	after, err := realnode.TakeHostSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("the host after dev down differs from before dev up (-before,+after):\n%s", diff)
+	}
+	if left := realnode.ProcessesUsing(nodeDir, realnode.RunDir, cluster.Dir()); len(left) > 0 {
+		t.Errorf("processes of the cluster still run: %v", left)
+	}
+	for _, pid := range containers {
+		if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+			t.Errorf("container process %d still runs", pid)
+		}
+	}
+	if owned, err := realnode.OwnedIPTablesRules(ctx); err != nil || len(owned) > 0 {
+		t.Errorf("iptables rules of a node left (%v):\n%s", err, strings.Join(owned, "\n"))
+	}
+	for _, d := range []string{nodeDir, cluster.Dir()} {
+		if _, err := os.Stat(d); !os.IsNotExist(err) {
+			t.Errorf("%s still exists (%v)", d, err)
+		}
+	}
+}
+
+// samplePod is a pod of the sample image on the real node.
+func samplePod(prefix string, annotations map[string]string) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Annotations: annotations},
+		Spec: corev1.PodSpec{
+			NodeSelector:                  map[string]string{"kubernetes.io/hostname": realnode.NodeName},
+			TerminationGracePeriodSeconds: ptrTo[int64](2),
+			Containers:                    []corev1.Container{{Name: "main", Image: sampleRef}},
+		},
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func createPod(ctx context.Context, t *testing.T, namespace string, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	got, err := clientset.CoreV1().Pods(namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("create pod %s: %v", pod.GenerateName, err)
+	}
+	t.Cleanup(func() {
+		_ = clientset.CoreV1().Pods(namespace).Delete(context.WithoutCancel(ctx), got.Name, metav1.DeleteOptions{GracePeriodSeconds: ptrTo[int64](0)})
+	})
+	return got
+}
+
+// waitRunning waits until the pod's containers run and returns it.
+func waitRunning(ctx context.Context, t *testing.T, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	var got *corev1.Pod
+	poll(t, 2*time.Minute, "pod "+pod.Name+" Running", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		got = p
+		return p.Status.Phase == corev1.PodRunning, describePod(ctx, p)
+	})
+	return got
+}
+
+func describePod(ctx context.Context, p *corev1.Pod) string {
+	s := devcluster.DescribePods(ctx, clientset, p.Namespace, "")
+	var mine []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, p.Name) || strings.HasPrefix(strings.TrimSpace(l), "event") {
+			mine = append(mine, l)
+		}
+	}
+	var waiting []string
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Waiting != nil {
+			waiting = append(waiting, cs.Name+": "+cs.State.Waiting.Reason+" "+cs.State.Waiting.Message)
+		}
+	}
+	return fmt.Sprintf("phase %s on %q %v\n%s", p.Status.Phase, p.Spec.NodeName, waiting, strings.Join(mine, "\n"))
+}
+
+// waitLogLine waits until the pod's log (through the API server and
+// kubelet, as kubectl logs) has a line with substr, and returns the log.
+func waitLogLine(ctx context.Context, t *testing.T, pod *corev1.Pod, substr string) string {
+	t.Helper()
+	var logs string
+	poll(t, time.Minute, "a line with "+substr+" in the log of "+pod.Name, func() (bool, string) {
+		b, err := clientset.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, err.Error()
+		}
+		logs = string(b)
+		return strings.Contains(logs, substr), logs
+	})
+	return logs
+}
+
+// envFromLog returns the value the sample printed for key.
+func envFromLog(logs, key string) string {
+	for _, l := range strings.Split(logs, "\n") {
+		if v, ok := strings.CutPrefix(l, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func componentPods(ctx context.Context, t *testing.T, component string) []corev1.Pod {
+	t.Helper()
+	pods, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{
+		LabelSelector: "app.kubernetes.io/instance=" + release + ",app.kubernetes.io/component=" + component})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pods.Items
+}
+
+// waitComponent waits until the component has exactly n Ready pods and no
+// terminating one, and returns them.
+func waitComponent(ctx context.Context, t *testing.T, component string, n int) []corev1.Pod {
+	t.Helper()
+	var ready []corev1.Pod
+	poll(t, 3*time.Minute, fmt.Sprintf("%d Ready %s pods", n, component), func() (bool, string) {
+		pods := componentPods(ctx, t, component)
+		ready = ready[:0]
+		var seen []string
+		for _, p := range pods {
+			seen = append(seen, fmt.Sprintf("%s %s ready=%v on %q", p.Name, p.Status.Phase, podReady(&p), p.Spec.NodeName))
+			if p.DeletionTimestamp == nil && podReady(&p) {
+				ready = append(ready, p)
+			}
+		}
+		return len(ready) == n && len(pods) == n, strings.Join(seen, "; ")
+	})
+	return ready
+}
+
+func podReady(p *corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// waitLeader waits until the named Lease is held by the pod.
+func waitLeader(ctx context.Context, t *testing.T, lease, pod string) {
+	t.Helper()
+	poll(t, 2*time.Minute, "Lease "+lease+" held by "+pod, func() (bool, string) {
+		l, err := clientset.CoordinationV1().Leases(ns).Get(ctx, lease, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return holder(l) == pod, "held by " + holder(l)
+	})
+}
+
+// holder is the pod name in a Lease's holder identity ("<pod>_<uuid>").
+func holder(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	name, _, _ := strings.Cut(*l.Spec.HolderIdentity, "_")
+	return name
+}
+
+// certID names a certificate by its SHA-256 fingerprint (cert-controller
+// gives every certificate serial 1) and its validity start.
+func certID(t *testing.T, certPEM []byte) string {
+	t.Helper()
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		t.Fatalf("no PEM certificate in %q", certPEM)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fingerprint(c)
+}
+
+func fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:8]) + " (from " + c.NotBefore.UTC().Format(time.RFC3339) + ")"
+}
+
+// servingCert names the certificate a webhook pod serves, read from this
+// host (pod IPs are routed through the node's bridge).
+func servingCert(t *testing.T, podIP string) string {
+	t.Helper()
+	d := &net.Dialer{Timeout: 3 * time.Second}
+	conn, err := tls.DialWithDialer(d, "tcp", net.JoinHostPort(podIP, "9443"), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reading the certificate only
+	if err != nil {
+		return "unreachable: " + err.Error()
+	}
+	defer func() { _ = conn.Close() }()
+	return fingerprint(conn.ConnectionState().PeerCertificates[0])
+}
+
+func getJSON(ctx context.Context, path string, into any) error {
+	b, err := clientset.Discovery().RESTClient().Get().AbsPath(path).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(b, into)
+}
+
+// crictl asks the node's containerd directly.
+func crictl(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := execCommand(ctx, filepath.Join(cluster.BinDir(), "crictl"), append([]string{"--runtime-endpoint", "unix://" + filepath.Join(realnode.RunDir, "containerd.sock")}, args...)...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("crictl %s: %v\n%s%s", strings.Join(args, " "), err, out, stderr.String())
+	}
+	return string(out)
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'Z'
+}

@@ -5,13 +5,27 @@
 // CUDA_* limits), then waits until it is stopped. With --exit it prints and
 // exits, for Jobs; with --lookup NAME it also resolves NAME through the
 // pod's DNS and prints "lookup NAME: ADDRESSES" (or the error).
+//
+// The image has no shell, so the real node's tests ask it for the rest:
+// --print-file PATH prints a file of the container (/proc/self/mountinfo:
+// what it mounts) between "file PATH:" and "end of file PATH" lines, and
+// --get URL makes one HTTPS request from inside the cluster (--method,
+// with --token-file as its bearer token, --ca-file or --insecure for the
+// server's certificate) and prints "get URL: STATUS" and "body: ..." (or
+// "get URL: error: ...").
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"sort"
@@ -23,6 +37,13 @@ import (
 func main() {
 	exit := flag.Bool("exit", false, "exit after printing the environment instead of waiting")
 	lookup := flag.String("lookup", "", "a DNS name to resolve and print, e.g. kubernetes.default")
+	printFile := flag.String("print-file", "", "a file to print, e.g. /proc/self/mountinfo")
+	var get request
+	flag.StringVar(&get.url, "get", "", "an https URL to request once and print the answer of")
+	flag.StringVar(&get.method, "method", http.MethodGet, "the method of --get")
+	flag.StringVar(&get.tokenFile, "token-file", "", "a file whose content --get sends as bearer token")
+	flag.StringVar(&get.caFile, "ca-file", "", "the CA that --get verifies the server's certificate with")
+	flag.BoolVar(&get.insecure, "insecure", false, "--get does not verify the server's certificate")
 	flag.Parse()
 	env := os.Environ()
 	sort.Strings(env)
@@ -40,6 +61,17 @@ func main() {
 			fmt.Printf("lookup %s: %s\n", *lookup, strings.Join(addrs, ","))
 		}
 	}
+	if *printFile != "" {
+		printContent(os.Stdout, *printFile)
+	}
+	if get.url != "" {
+		status, body, err := get.do()
+		if err != nil {
+			fmt.Printf("get %s: error: %v\n", get.url, err)
+		} else {
+			fmt.Printf("get %s: %d\nbody: %s\n", get.url, status, body)
+		}
+	}
 	if *exit {
 		return
 	}
@@ -48,4 +80,74 @@ func main() {
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	<-stop
+}
+
+// printContent writes the file's lines between markers, or the error.
+func printContent(w io.Writer, path string) {
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintf(w, "file %s: error: %v\n", path, err)
+		return
+	}
+	defer f.Close()
+	fmt.Fprintf(w, "file %s:\n", path)
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64*1024), 1024*1024)
+	for sc.Scan() {
+		fmt.Fprintln(w, sc.Text())
+	}
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(w, "file %s: error: %v\n", path, err)
+	}
+	fmt.Fprintf(w, "end of file %s\n", path)
+}
+
+// request is --get and its options.
+type request struct {
+	url, method, tokenFile, caFile string
+	insecure                       bool
+}
+
+// do makes the request and returns its status and its body on one line
+// (newlines replaced, at most 4 KiB).
+func (r request) do() (int, string, error) {
+	if !strings.HasPrefix(r.url, "https://") {
+		return 0, "", errors.New("only https URLs")
+	}
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: r.insecure} //nolint:gosec // --insecure, for self-signed test servers
+	if r.caFile != "" {
+		pem, err := os.ReadFile(r.caFile)
+		if err != nil {
+			return 0, "", err
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return 0, "", fmt.Errorf("%s holds no PEM certificate", r.caFile)
+		}
+		tlsConfig.RootCAs = pool
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.method, r.url, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	if r.tokenFile != "" {
+		token, err := os.ReadFile(r.tokenFile)
+		if err != nil {
+			return 0, "", err
+		}
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if err != nil {
+		return resp.StatusCode, "", err
+	}
+	return resp.StatusCode, strings.ReplaceAll(strings.TrimSpace(string(body)), "\n", " "), nil
 }

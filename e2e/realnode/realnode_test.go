@@ -10,26 +10,32 @@ import (
 	"encoding/pem"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/devcluster"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
+	"github.com/partita-dev/partita/webhook"
 )
 
 // The tests run in this order; the last ones uninstall the chart and stop
@@ -182,6 +188,363 @@ func TestRealNodeNoGPUPodSeesVoid(t *testing.T) {
 	}
 }
 
+// TestRealNodeSchedulerCallsExtenderOverMTLS: the chart's kube-scheduler
+// (Deployment partita-scheduler, its own pod) calls the extender's verbs
+// over TLS with its client certificate, and nothing else may: a GPU pod
+// binds, the extender counts the filter and bind calls and no refusal; a
+// request without a certificate, from a pod of another namespace, reaches
+// the port (the real node's CNI enforces no NetworkPolicy) and is refused;
+// the certificate of the chart's Secret is accepted.
+func TestRealNodeSchedulerCallsExtenderOverMTLS(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 4*time.Minute)
+	ext := waitComponent(ctx, t, "extender", 1)[0]
+	waitLeader(ctx, t, "partita-extender", ext.Name)
+	sched := waitComponent(ctx, t, "scheduler", 1)[0]
+	// The scheduler's certificate is mounted in its own pod, the
+	// extender's pod has only the CA.
+	mounted := map[string]string{}
+	for _, v := range sched.Spec.Volumes {
+		if v.Secret != nil {
+			mounted[v.Name] = v.Secret.SecretName
+		}
+	}
+	if mounted["scheduler-client"] != release+"-scheduler-client-cert" {
+		t.Errorf("scheduler pod's Secret volumes %v, want scheduler-client from %s-scheduler-client-cert", mounted, release)
+	}
+	for _, c := range ext.Spec.Containers {
+		if c.Name == "kube-scheduler" {
+			t.Errorf("the extender's pod runs kube-scheduler too")
+		}
+	}
+	noCert := extenderTLS(ctx, t, nil)
+	scrape := func() map[string]float64 {
+		status, body := extenderRequest(ctx, t, ext.Status.PodIP, http.MethodGet, "/metrics", noCert)
+		if status != http.StatusOK {
+			t.Fatalf("the extender's /metrics: %d %s", status, body)
+		}
+		return metrics(body)
+	}
+	const (
+		filters       = `partita_extender_request_duration_seconds_count{verb="filter"}`
+		binds         = `partita_extender_binds_total{result="Bound"}`
+		unauthentic   = `partita_extender_unauthenticated_requests_total{reason="Unauthenticated"}`
+		forbiddenName = `partita_extender_unauthenticated_requests_total{reason="Forbidden"}`
+	)
+	before := scrape()
+	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("mtls", map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"})))
+	after := scrape()
+	if after[filters] <= before[filters] || after[binds] <= before[binds] {
+		t.Errorf("the extender answered no filter or bind for the pod: filter %v -> %v, bound %v -> %v", before[filters], after[filters], before[binds], after[binds])
+	}
+	if after[unauthentic] != before[unauthentic] || after[forbiddenName] != before[forbiddenName] {
+		t.Errorf("the extender refused calls while the pod was scheduled: unauthenticated %v -> %v, forbidden %v -> %v",
+			before[unauthentic], after[unauthentic], before[forbiddenName], after[forbiddenName])
+	}
+	logs, err := clientset.CoreV1().Pods(ns).GetLogs(sched.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{"x509", "bad certificate", "401", "certificate required"} {
+		if strings.Contains(string(logs), bad) {
+			t.Errorf("kube-scheduler's log mentions %q:\n%s", bad, lastLinesOf(string(logs), 20))
+		}
+	}
+
+	// From a pod in namespace default, which the NetworkPolicy does not
+	// admit: the bridge CNI lets the connection through, the extender
+	// refuses the verb for want of a certificate.
+	url := "https://" + release + "-extender." + ns + ".svc/filter"
+	out := sampleOutput(ctx, t, "no-cert", nil, "--get", url, "--method", "POST", "--insecure")
+	if status, body := getResult(t, out, url); status != http.StatusUnauthorized || !strings.Contains(body, "no client certificate") {
+		t.Errorf("POST /filter without a certificate from a pod: %d %q, want 401 no client certificate", status, body)
+	}
+	if got := scrape()[unauthentic]; got != after[unauthentic]+1 {
+		t.Errorf("refusals without a certificate: %v, want %v", got, after[unauthentic]+1)
+	}
+	// The certificate of the chart's Secret is kube-scheduler's: past the
+	// check (the empty body is then a bad request, not a refusal).
+	cert := schedulerClientCert(ctx, t)
+	if status, body := extenderRequest(ctx, t, ext.Status.PodIP, http.MethodPost, "/filter", extenderTLS(ctx, t, &cert)); status == http.StatusUnauthorized || status == http.StatusForbidden {
+		t.Errorf("POST /filter with the scheduler's certificate: %d %s", status, body)
+	}
+}
+
+// TestRealNodeNetworkPolicyAdmitsTheScheduler: the extender's
+// NetworkPolicy selects the extender's pods and admits, on its port, the
+// pods of the scheduler Deployment and no other pod of the release. The
+// real node's CNI (the bridge plugin) enforces no NetworkPolicy, so this
+// checks the policy's selectors against the running pods, not packets;
+// the scheduler reaching the extender through it is shown by every GPU
+// pod binding.
+func TestRealNodeNetworkPolicyAdmitsTheScheduler(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 2*time.Minute)
+	np, err := clientset.NetworkingV1().NetworkPolicies(ns).Get(ctx, release+"-extender", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := waitComponent(ctx, t, "extender", 1)
+	sched := waitComponent(ctx, t, "scheduler", 1)
+	if got, want := podsMatching(ctx, t, ns, &np.Spec.PodSelector), []string{ext[0].Name}; !cmp.Equal(got, want) {
+		t.Errorf("the policy guards pods %v, want the extender's %v", got, want)
+	}
+	if len(np.Spec.Ingress) != 1 || len(np.Spec.Ingress[0].Ports) != 1 || np.Spec.Ingress[0].Ports[0].Port == nil ||
+		np.Spec.Ingress[0].Ports[0].Port.String() != "https" {
+		t.Fatalf("ingress %+v, want one rule on port https", np.Spec.Ingress)
+	}
+	var admitted []string
+	for _, peer := range np.Spec.Ingress[0].From {
+		if peer.NamespaceSelector != nil || peer.IPBlock != nil || peer.PodSelector == nil {
+			t.Errorf("peer %+v admits more than pods of the release's namespace", peer)
+			continue
+		}
+		admitted = append(admitted, podsMatching(ctx, t, ns, peer.PodSelector)...)
+	}
+	if want := []string{sched[0].Name}; !cmp.Equal(admitted, want) {
+		t.Errorf("the policy admits pods %v, want the scheduler's %v\n%s", admitted, want, describeAll(ctx))
+	}
+	// The named port is the extender container's.
+	found := false
+	for _, p := range ext[0].Spec.Containers[0].Ports {
+		found = found || (p.Name == "https" && p.ContainerPort == 8443)
+	}
+	if !found {
+		t.Errorf("the extender's container has no port https 8443: %+v", ext[0].Spec.Containers[0].Ports)
+	}
+	t.Log("the real node's CNI (bridge) does not enforce NetworkPolicy: selectors checked, packets not filtered")
+}
+
+// TestRealNodeAgentWritesOnlyItsOwnNode: the chart's agent on real-node-0
+// writes its node and GPUNode through the own-node policy (its token, bound
+// to its pod, names the node), and the same token is refused for any other
+// node (dry runs: admission runs, nothing is stored).
+func TestRealNodeAgentWritesOnlyItsOwnNode(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 2*time.Minute)
+	agent := waitComponent(ctx, t, "agent", 1)[0]
+	// Its writes went through: the GPUNode has its devices, and its log
+	// has no refusal.
+	var gn v1alpha1.GPUNode
+	if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil || len(gn.Status.Devices) != gpusPerNode {
+		t.Fatalf("GPUNode %s: %d devices (%v), want %d from the chart's agent", realnode.NodeName, len(gn.Status.Devices), err, gpusPerNode)
+	}
+	logs, err := clientset.CoreV1().Pods(ns).GetLogs(agent.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(logs), "may write only") || strings.Contains(string(logs), "Forbidden") {
+		t.Errorf("the agent's writes were refused:\n%s", lastLinesOf(string(logs), 20))
+	}
+
+	cs, cfg := clientsetWithToken(t, podToken(t, &agent))
+	review, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := review.Status.UserInfo
+	if u.Username != "system:serviceaccount:"+ns+":"+release+"-agent" || !slices.Equal(u.Extra["authentication.kubernetes.io/node-name"], []string{realnode.NodeName}) {
+		t.Fatalf("the agent pod's token is %s with extra %v, want the agent's ServiceAccount bound to %s", u.Username, u.Extra, realnode.NodeName)
+	}
+	kwokNodes, err := clientset.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: devcluster.SimulatedNodeSelector})
+	if err != nil || len(kwokNodes.Items) == 0 {
+		t.Fatalf("no simulated node to write (%v)", err)
+	}
+	other := kwokNodes.Items[0].Name
+	dryRun := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
+	nodePatch := []byte(`{"metadata":{"annotations":{"partita.dev/e2e-probe":"x"}}}`)
+	raw, err := rest.RESTClientFor(withGroup(cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The agent updates GPUNode status (RBAC: update, not patch): read it
+	// and write it back, as the agent would.
+	gpuNodeWrite := func(name string) error {
+		b, err := raw.Get().AbsPath("/apis/partita.dev/v1alpha1/gpunodes", name).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("read GPUNode %s as the agent: %w", name, err)
+		}
+		return raw.Put().AbsPath("/apis/partita.dev/v1alpha1/gpunodes", name, "status").
+			Param("dryRun", "All").Body(b).Do(ctx).Error()
+	}
+	for _, tc := range []struct {
+		what string
+		err  error
+		own  bool
+	}{
+		{"node status of " + realnode.NodeName, patchNodeStatus(ctx, cs, realnode.NodeName, nodePatch, dryRun), true},
+		{"GPUNode status of " + realnode.NodeName, gpuNodeWrite(realnode.NodeName), true},
+		{"node status of " + other, patchNodeStatus(ctx, cs, other, nodePatch, dryRun), false},
+		{"GPUNode status of " + other, gpuNodeWrite(other), false},
+	} {
+		switch {
+		case tc.own && tc.err != nil:
+			t.Errorf("the agent's token may not write its own %s: %v", tc.what, tc.err)
+		case !tc.own && (!apierrors.IsForbidden(tc.err) || !strings.Contains(tc.err.Error(), "may write only its own node")):
+			t.Errorf("the agent's token writing %s: %v, want Forbidden by the own-node policy", tc.what, tc.err)
+		}
+	}
+}
+
+func patchNodeStatus(ctx context.Context, cs kubernetes.Interface, node string, patch []byte, opts metav1.PatchOptions) error {
+	_, err := cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, opts, "status")
+	return err
+}
+
+// withGroup is cfg for raw requests to partita.dev/v1alpha1.
+func withGroup(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &v1alpha1.GroupVersion
+	c.APIPath = "/apis"
+	c.NegotiatedSerializer = scheme.Codecs.WithoutConversion()
+	return c
+}
+
+// TestRealNodeMPSClientSeesOnlyItsPipe: with real-node-0's GPUNode in mps
+// mode (the chart's agent runs its simulated control daemons), an MPS
+// client container sees its own device's pipe directory at
+// webhook.MPSPipeMountPath and nothing else of the MPS directory: the
+// kubelet resolves the mount's subPathExpr from the allocation annotation
+// written at bind. The container prints its own /proc/self/mountinfo.
+func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 4*time.Minute)
+	setIsolation := func(ctx context.Context, mode v1alpha1.IsolationMode) {
+		patch := fmt.Sprintf(`{"spec":{"isolation":%q}}`, mode)
+		if mode == "" {
+			patch = `{"spec":{"isolation":null}}`
+		}
+		if err := clientset.Discovery().RESTClient().Patch(types.MergePatchType).AbsPath("/apis/partita.dev/v1alpha1/gpunodes", realnode.NodeName).
+			Body([]byte(patch)).Do(ctx).Error(); err != nil {
+			t.Fatalf("set the isolation of GPUNode %s: %v", realnode.NodeName, err)
+		}
+	}
+	var gn v1alpha1.GPUNode
+	if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+		t.Fatal(err)
+	}
+	was := gn.Spec.Isolation
+	setIsolation(ctx, v1alpha1.IsolationMPS)
+	t.Cleanup(func() {
+		// t.Context() has ended by now.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		setIsolation(ctx, was)
+		poll(t, time.Minute, "the chart's agent to leave mps mode", func() (bool, string) {
+			if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+				return false, err.Error()
+			}
+			return gn.Status.Isolation != v1alpha1.IsolationMPS, "status.isolation " + string(gn.Status.Isolation)
+		})
+	})
+	poll(t, time.Minute, "the chart's agent to run "+realnode.NodeName+" in mps mode", func() (bool, string) {
+		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+			return false, err.Error()
+		}
+		return gn.Status.Isolation == v1alpha1.IsolationMPS, "status.isolation " + string(gn.Status.Isolation)
+	})
+	pod := samplePod("mps-client", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})
+	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
+	pod.Spec.Containers[0].Args = []string{"--print-file", "/proc/self/mountinfo", "--exit"}
+	poll(t, time.Minute, "the webhook to wire MPS clients", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, m := range p.Spec.Containers[0].VolumeMounts {
+			if m.Name == webhook.MPSVolume {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("mounts %v", p.Spec.Containers[0].VolumeMounts)
+	})
+	created := createPod(ctx, t, "default", pod)
+	var done *corev1.Pod
+	poll(t, 2*time.Minute, "the MPS client to run to completion", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods("default").Get(ctx, created.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		done = p
+		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, describePod(ctx, p)
+	})
+	devices := strings.Split(done.Annotations[v1alpha1.AnnotationDevicesPrefix+"main"], ",")
+	if done.Status.Phase != corev1.PodSucceeded || done.Spec.NodeName != realnode.NodeName || len(devices) != 1 || devices[0] == "" {
+		t.Fatalf("the MPS client ended %s on %q with devices %v: %+v", done.Status.Phase, done.Spec.NodeName, devices, done.Status.ContainerStatuses)
+	}
+	b, err := clientset.CoreV1().Pods("default").GetLogs(created.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	if err != nil {
+		t.Fatalf("logs: %v", err)
+	}
+	logs := string(b)
+	if got := envFromLog(logs, webhook.EnvMPSPipeDirectory); got != webhook.MPSPipeMountPath {
+		t.Errorf("%s=%q, want %s", webhook.EnvMPSPipeDirectory, got, webhook.MPSPipeMountPath)
+	}
+	// mountinfo: ID parent major:minor root mount-point options ...; a
+	// bind mount's root is the path inside the source filesystem.
+	var mps []string
+	lines := fileLines(t, logs, "/proc/self/mountinfo")
+	for _, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 5 {
+			continue
+		}
+		root, point := f[3], f[4]
+		if point == webhook.MPSPipeMountPath || strings.Contains(root, "/partita/mps") {
+			mps = append(mps, root+" at "+point)
+		}
+	}
+	want := "/" + devices[0] + "/pipe at " + webhook.MPSPipeMountPath
+	if len(mps) != 1 || !strings.HasSuffix(mps[0], want) {
+		t.Errorf("MPS mounts in the container: %v, want exactly one, its own device's pipe (…%s)\nmountinfo:\n%s", mps, want, strings.Join(lines, "\n"))
+	}
+}
+
+// TestRealNodeConsole: the chart's console (console.enabled=true) starts on
+// the real node, becomes Ready, and answers, from a pod inside the
+// cluster, a request with that pod's ServiceAccount token as that account
+// (TokenReview), and refuses one without a token.
+func TestRealNodeConsole(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	start := time.Now()
+	helm(ctx, t, "upgrade", release, cluster.ChartDir(), "-n", ns, "--reuse-values", "--set", "console.enabled=true", "--wait", "--timeout", "3m")
+	console := waitComponent(ctx, t, "console", 1)[0]
+	t.Logf("console Ready %s after helm upgrade started", time.Since(start).Round(100*time.Millisecond))
+	if console.Spec.NodeName != realnode.NodeName {
+		t.Errorf("console on %q, want %s", console.Spec.NodeName, realnode.NodeName)
+	}
+	url := "https://" + release + "-console." + ns + ".svc/api/v1/whoami"
+	// The console's certificate is self-signed (console.tls.secretName
+	// unset): --insecure.
+	out := sampleOutput(ctx, t, "console-token", nil, "--get", url, "--insecure", "--token-file", "/var/run/secrets/kubernetes.io/serviceaccount/token")
+	status, body := getResult(t, out, url)
+	var who struct {
+		User struct {
+			Name  string              `json:"name"`
+			Extra map[string][]string `json:"extra"`
+		} `json:"user"`
+		Mode string `json:"mode"`
+	}
+	if status != http.StatusOK || json.Unmarshal([]byte(body), &who) != nil || who.User.Name != "system:serviceaccount:default:default" ||
+		who.Mode != "shared" || !slices.Equal(who.User.Extra["authentication.kubernetes.io/node-name"], []string{realnode.NodeName}) {
+		t.Errorf("GET whoami with the pod's token: %d %s, want 200, shared mode, system:serviceaccount:default:default bound to %s", status, body, realnode.NodeName)
+	}
+	out = sampleOutput(ctx, t, "console-anonymous", func(p *corev1.Pod) { p.Spec.AutomountServiceAccountToken = ptrTo(false) }, "--get", url, "--insecure")
+	if status, body := getResult(t, out, url); status != http.StatusUnauthorized {
+		t.Errorf("GET whoami without a token: %d %s, want 401", status, body)
+	}
+}
+
+// lastLinesOf is the last n lines of s.
+func lastLinesOf(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
 // TestRealNodeWebhookRotatesItsCertificate: the webhook's cert-controller
 // renews its serving certificate (here forced by removing it from the
 // Secret) under the same CA; both webhook pods pick the new one up from
@@ -203,36 +566,7 @@ func TestRealNodeWebhookRotatesItsCertificate(t *testing.T) {
 		}
 	}
 
-	// Admission requests all along: a server-side dry run calls both pod
-	// webhooks and stores nothing.
-	var (
-		lock     sync.Mutex
-		failures []string
-		calls    int
-	)
-	stop := make(chan struct{})
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-			p := samplePod("dry", map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"})
-			got, err := clientset.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			lock.Lock()
-			calls++
-			switch {
-			case err != nil:
-				failures = append(failures, time.Now().Format(time.RFC3339Nano)+" "+err.Error())
-			case got.Annotations[v1alpha1.AnnotationGPUCount] == "":
-				failures = append(failures, "a pod was admitted without the webhook's canonical annotations")
-			}
-			lock.Unlock()
-		}
-	}()
+	probe := startAdmissionProbe(ctx)
 
 	patch := []byte(`[{"op":"remove","path":"/data/tls.crt"},{"op":"remove","path":"/data/tls.key"}]`)
 	if _, err := clientset.CoreV1().Secrets(ns).Patch(ctx, secretName, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -260,11 +594,7 @@ func TestRealNodeWebhookRotatesItsCertificate(t *testing.T) {
 		})
 	}
 	time.Sleep(time.Second)
-	close(stop)
-	<-done
-	lock.Lock()
-	defer lock.Unlock()
-	if len(failures) > 0 || calls < 5 {
+	if failures, calls := probe.stop(); len(failures) > 0 || calls < 5 {
 		t.Errorf("%d of %d admission requests failed during the rotation (want none):\n%s", len(failures), calls, strings.Join(failures, "\n"))
 	}
 	mwc, err := clientset.AdmissionregistrationV1().MutatingWebhookConfigurations().Get(ctx, release, metav1.GetOptions{})
@@ -369,10 +699,30 @@ func TestRealNodeChartUpgrade(t *testing.T) {
 	for _, p := range waitComponent(ctx, t, "webhook", 2) {
 		oldWebhooks[p.Name] = true
 	}
+	// GPU pods are admitted all through the rollout: each old webhook pod
+	// keeps serving while the Service drops it (preStop), so the API
+	// server never meets a closed port, which the admission policies
+	// would turn into a refused pod.
+	probe := startAdmissionProbe(ctx)
 	start := time.Now()
 	helm(ctx, t, "upgrade", release, cluster.ChartDir(), "-n", ns, "--reuse-values",
 		"--set", "webhook.logLevel=3", "--set", "extender.placement=spread", "--wait", "--timeout", "4m")
 	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
+	// The old pods end after helm returns: keep asking until they have.
+	poll(t, time.Minute, "the old webhook pods gone", func() (bool, string) {
+		pods := componentPods(ctx, t, "webhook")
+		var old []string
+		for _, p := range pods {
+			if oldWebhooks[p.Name] {
+				old = append(old, p.Name)
+			}
+		}
+		return len(old) == 0, fmt.Sprint(old)
+	})
+	time.Sleep(2 * time.Second)
+	if failures, calls := probe.stop(); len(failures) > 0 || calls < 5 {
+		t.Errorf("%d of %d admission requests failed during the upgrade (want none):\n%s", len(failures), calls, strings.Join(failures, "\n"))
+	}
 	for _, p := range waitComponent(ctx, t, "webhook", 2) {
 		if oldWebhooks[p.Name] {
 			t.Errorf("webhook pod %s survived an upgrade that changed its arguments", p.Name)
@@ -445,7 +795,7 @@ func TestRealNodeChartUninstall(t *testing.T) {
 func TestRealNodeDownRestoresHost(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t, 3*time.Minute)
-	nodeDir := filepath.Join(devcluster.DefaultOptions().WorkDir, "partita", clusterName, "real-node")
+	nodeDir := realNodeDir()
 	during, err := realnode.TakeHostSnapshot(ctx)
 	if err != nil {
 		t.Fatal(err)

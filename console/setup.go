@@ -63,6 +63,10 @@ type Config struct {
 	// MaxUsers bounds the per-user caches (shared mode).
 	MaxUsers int
 
+	// Token is local mode's token (LocalToken reads or makes one from a
+	// file); empty: a random one for this run.
+	Token string
+
 	// Shared mode: the serving certificate (empty: a self-signed one,
 	// made at start), the token audiences, and the authenticating proxy
 	// (nil: none; bearer tokens only).
@@ -181,8 +185,12 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 	switch cfg.Mode {
 	case ModeLocal:
 		user := whoAmI(ctx, cs)
-		tok, err := randomToken()
-		if err != nil {
+		tok := cfg.Token
+		if tok == "" {
+			if tok, err = randomToken(); err != nil {
+				return nil, err
+			}
+		} else if err := checkToken(tok); err != nil {
 			return nil, err
 		}
 		inst.Token = tok
@@ -270,6 +278,65 @@ func whoAmI(ctx context.Context, cs kubernetes.Interface) UserInfo {
 		}
 	}
 	return out
+}
+
+// minTokenLength is the shortest token a local console accepts from a
+// file: 32 random bytes encode to 43 characters.
+const minTokenLength = 43
+
+func checkToken(tok string) error {
+	if len(tok) < minTokenLength || strings.ContainsAny(tok, " \t\r\n#&?/") {
+		return fmt.Errorf("the console's token must be at least %d characters of a URL fragment (no spaces, '#', '&', '?' or '/'); remove the token file to have a new one made", minTokenLength)
+	}
+	return nil
+}
+
+// LocalToken returns the token kept in path, or makes a random one and
+// keeps it there (mode 0600, created exclusively), so that a local console
+// started again serves the same URL. A file that others may read, or that
+// holds no usable token, is refused.
+func LocalToken(path string) (string, error) {
+	for range 2 {
+		b, err := os.ReadFile(path)
+		if err == nil {
+			st, err := os.Stat(path)
+			if err != nil {
+				return "", err
+			}
+			if st.Mode().Perm()&0o077 != 0 {
+				return "", fmt.Errorf("token file %s may be read by others (mode %v): chmod 600 it, or remove it to have a new one made", path, st.Mode().Perm())
+			}
+			tok := strings.TrimSpace(string(b))
+			if err := checkToken(tok); err != nil {
+				return "", fmt.Errorf("token file %s: %w", path, err)
+			}
+			return tok, nil
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("read the token file: %w", err)
+		}
+		tok, err := randomToken()
+		if err != nil {
+			return "", err
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			continue // another console made it first: read theirs
+		}
+		if err != nil {
+			return "", fmt.Errorf("create the token file: %w", err)
+		}
+		_, werr := f.WriteString(tok + "\n")
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			_ = os.Remove(path)
+			return "", fmt.Errorf("write the token file: %w", werr)
+		}
+		return tok, nil
+	}
+	return "", fmt.Errorf("token file %s keeps appearing and vanishing", path)
 }
 
 func randomToken() (string, error) {

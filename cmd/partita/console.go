@@ -32,6 +32,7 @@ type consoleFlags struct {
 	accessTTL            time.Duration
 	maxUsers             int
 	tlsCert, tlsKey      string
+	tokenFile            string
 	tokenAudiences       []string
 	proxyCA              string
 	proxyNames           []string
@@ -94,6 +95,7 @@ See docs/guide/console.md.`,
 	fs.DurationVar(&f.history, "history", 6*time.Hour, "how long the console keeps its own samples")
 	fs.DurationVar(&f.accessTTL, "access-cache-ttl", 20*time.Second, "how long answers of access reviews and token reviews are kept")
 	fs.IntVar(&f.maxUsers, "max-users", 512, "shared mode: users whose clients and reviews are cached at once")
+	fs.StringVar(&f.tokenFile, "token-file", "", "local mode: keep the URL's token in this file (made with mode 0600 if missing), so that the console started again serves the same URL; empty: a new token each start")
 	fs.StringVar(&f.tlsCert, "tls-cert-file", "", "shared mode: serving certificate (empty: self-signed at start)")
 	fs.StringVar(&f.tlsKey, "tls-key-file", "", "shared mode: serving certificate's key")
 	fs.StringSliceVar(&f.tokenAudiences, "token-audiences", nil, "shared mode: audiences bearer tokens must carry (empty: the API server's)")
@@ -128,6 +130,9 @@ func runConsole(cmd *cobra.Command, conn *ctl.Connection, f *consoleFlags) error
 			}
 		}
 	}
+	if mode == console.ModeShared && cmd.Flags().Changed("token-file") {
+		return errors.New("--token-file is for --mode local; a shared console authenticates each request with the caller's own token")
+	}
 	if f.proxyCA == "" {
 		for _, name := range []string{"proxy-allowed-names", "proxy-username-headers", "proxy-group-headers", "proxy-extra-headers-prefix"} {
 			if cmd.Flags().Changed(name) {
@@ -152,6 +157,11 @@ func runConsole(cmd *cobra.Command, conn *ctl.Connection, f *consoleFlags) error
 		PartitaNamespace: f.partitaNamespace, TopologyKey: f.topologyKey, WebhookConfiguration: f.webhookConfiguration,
 		PrometheusURL: f.prometheusURL, SampleInterval: f.sampleInterval, History: f.history, AccessTTL: f.accessTTL,
 		MaxUsers: f.maxUsers, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, TokenAudiences: f.tokenAudiences, Log: log,
+	}
+	if f.tokenFile != "" {
+		if c.Token, err = console.LocalToken(f.tokenFile); err != nil {
+			return err
+		}
 	}
 	if f.proxyCA != "" {
 		pem, err := os.ReadFile(f.proxyCA)

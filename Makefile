@@ -109,10 +109,10 @@ lint: $(GOLANGCI_LINT)
 	go vet ./...
 	$(GOLANGCI_LINT) run ./...
 
-# The story, then the console on the same cluster (its URL is printed;
-# Ctrl-C stops the console, the cluster keeps running).
+# The story on the dev cluster; it prints the URL of the cluster's console,
+# which keeps running with the cluster (until `bin/partita dev down`).
 demo: build cluster-bins
-	$(BIN) dev demo --console
+	$(BIN) dev demo
 
 # Unit and envtest integration tests, short benchmarks, then end-to-end tests on
 # a real dev cluster: the kwok suite (e2e/), then the chart on the real node

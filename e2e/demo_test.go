@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -60,6 +62,8 @@ func TestDemoTellsTheStory(t *testing.T) {
 		`blocking fit: no device has room now`,
 		`bin/partita dev down --name ` + name,
 	}
+	consoleLine := regexp.MustCompile(`The Partita console keeps serving with the cluster \(until 'partita dev down'\):\n  (http://127\.0\.0\.1:\d+/#token=(\S+))\n`)
+	var consoleURLs []string
 	for run := 1; run <= 2; run++ {
 		start := time.Now()
 		out, err := partita(ctx, "dev", "demo", "--name", name)
@@ -72,9 +76,58 @@ func TestDemoTellsTheStory(t *testing.T) {
 				t.Errorf("demo run %d: the output does not match %s", run, w)
 			}
 		}
+		// The demo returns by itself and names the cluster's console,
+		// which keeps running with the cluster, at the same URL each run.
+		m := consoleLine.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("demo run %d: no console URL at the end", run)
+		}
+		if !strings.Contains(out, "The Partita console (open it to watch the story live): "+m[1]) {
+			t.Errorf("demo run %d: the console's URL is not printed once the cluster is up", run)
+		}
+		consoleURLs = append(consoleURLs, m[1])
+		checkDemoConsole(ctx, t, m[1], m[2])
 		// A second run starts from nothing: it removes what the first left.
 		if again := strings.Contains(out, "Removing what the last run of the demo left"); again != (run == 2) {
 			t.Errorf("demo run %d: says it removed a previous run's objects: %v, want %v", run, again, run == 2)
 		}
+	}
+	if consoleURLs[0] != consoleURLs[1] {
+		t.Errorf("the console's URL changed between runs: %s, then %s", consoleURLs[0], consoleURLs[1])
+	}
+	status, err := partita(ctx, "dev", "status", "--name", name)
+	if err != nil || !regexp.MustCompile(`(?m)^  partita-console +running$`).MatchString(status) || !strings.Contains(status, "Console:     "+consoleURLs[0]) {
+		t.Errorf("dev status (%v) does not show the console running at %s:\n%s", err, consoleURLs[0], status)
+	}
+}
+
+// checkDemoConsole asks the dev cluster's console who the caller is, with
+// the token of its URL (the cluster's admin, as the local console acts with
+// its user's credentials) and without (refused).
+func checkDemoConsole(ctx context.Context, t *testing.T, url, token string) {
+	t.Helper()
+	base, _, _ := strings.Cut(url, "#")
+	api := strings.TrimSuffix(base, "/") + "/api/v1/whoami"
+	get := func(bearer string) (int, string) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, api, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s: %v", api, err)
+		}
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if status, body := get(token); status != http.StatusOK || !strings.Contains(body, `"mode":"local"`) {
+		t.Errorf("GET whoami with the URL's token: %d %s, want 200 from a local console", status, body)
+	}
+	if status, body := get(""); status != http.StatusUnauthorized {
+		t.Errorf("GET whoami without a token: %d %s, want 401", status, body)
 	}
 }

@@ -94,7 +94,8 @@ func newDevUpCommand(f *devFlags) *cobra.Command {
 		Use:   "up",
 		Short: "Create (or repair) the dev cluster and its simulated GPU nodes",
 		Long: `Create (or repair) the dev cluster: a control plane, simulated GPU nodes (kwok)
-and Partita.
+and Partita, and the Partita console (partita console in local mode, in the
+background until 'partita dev down'), whose URL it prints last.
 
 --real-node adds real-node-0, a real kubelet with containerd, CNI, kube-proxy
 and CoreDNS on this host, whose pods really run (needs root, the packages of
@@ -108,7 +109,15 @@ Both are kept by later runs of up and end with 'partita dev down'.`,
 			if err != nil {
 				return err
 			}
-			return c.Up(cmd.Context())
+			if err := c.Up(cmd.Context()); err != nil {
+				return err
+			}
+			url, err := devConsoleURL(c)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "Console: %s\n", url)
+			return err
 		},
 	}
 	addNodeFlags(cmd, f)
@@ -186,6 +195,11 @@ func newDevStatusCommand(f *devFlags) *cobra.Command {
 			if st.RealNode {
 				fmt.Fprintf(out, "Real node:   %s\n", realnode.NodeName)
 			}
+			if st.Components["partita-"+devConsole.Name] == "running" {
+				if url, err := devConsoleURL(c); err == nil {
+					fmt.Fprintf(out, "Console:     %s\n", url)
+				}
+			}
 			names := make([]string, 0, len(st.Components))
 			for n := range st.Components {
 				names = append(names, n)
@@ -202,7 +216,6 @@ func newDevStatusCommand(f *devFlags) *cobra.Command {
 }
 
 func newDevDemoCommand(f *devFlags) *cobra.Command {
-	var withConsole bool
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Bring the dev cluster up and show what Partita does, step by step",
@@ -216,10 +229,10 @@ func newDevDemoCommand(f *devFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return demo.Run(cmd.Context(), c, demo.Options{Out: cmd.OutOrStdout(), PartitaBinary: bin, Console: withConsole})
+			return demo.Run(cmd.Context(), c, demo.Options{Out: cmd.OutOrStdout(), PartitaBinary: bin,
+				ConsoleURL: func() (string, error) { return devConsoleURL(c) }})
 		},
 	}
 	addNodeFlags(cmd, f)
-	cmd.Flags().BoolVar(&withConsole, "console", false, "at the end, serve the Partita console on the cluster and print its URL (until Ctrl-C)")
 	return cmd
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/console"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
@@ -79,9 +80,41 @@ func devHostProcesses(mode devcluster.Mode) ([]devcluster.HostProcess, error) {
 		ServiceAccount: extenderSA,
 	}
 	if mode == devcluster.ModeChart {
-		return []devcluster.HostProcess{agent}, nil
+		return []devcluster.HostProcess{agent, devConsole}, nil
 	}
-	return []devcluster.HostProcess{agent, wh, ext}, nil
+	return []devcluster.HostProcess{agent, wh, ext, devConsole}, nil
+}
+
+// devConsole is the console of the dev cluster: `partita console` in local
+// mode, as its user runs it, with the cluster's admin kubeconfig (no
+// ServiceAccount: a local console acts with its user's own credentials) on
+// a loopback port of the cluster. Its token is kept in the cluster's state
+// (devConsoleTokenFile), so the URL devConsoleURL prints stays the same
+// across restarts; dev down stops it with the rest.
+var devConsole = devcluster.HostProcess{
+	Name: "console",
+	Args: []string{"console", "--kubeconfig", "{kubeconfig}", "--addr", "127.0.0.1:{port:console}",
+		"--token-file", devConsoleTokenFile, "--partita-namespace", devcluster.PartitaNamespace,
+		// The demo's steps are seconds apart; so are its samples.
+		"--sample-interval", "5s", "--v", "2"},
+	ReadyURL: "http://127.0.0.1:{port:console}/readyz",
+}
+
+// devConsoleTokenFile is where the dev console keeps its URL's token.
+const devConsoleTokenFile = "{state}/console-token"
+
+// devConsoleURL is the URL of the dev cluster's console, with its token,
+// as `partita console` prints it.
+func devConsoleURL(c *devcluster.Cluster) (string, error) {
+	port, err := c.Port(devConsole.Name)
+	if err != nil {
+		return "", err
+	}
+	tok, err := console.LocalToken(strings.ReplaceAll(devConsoleTokenFile, "{state}", c.StateDir()))
+	if err != nil {
+		return "", fmt.Errorf("the dev console's token: %w", err)
+	}
+	return fmt.Sprintf("http://127.0.0.1:%d/#token=%s", port, tok), nil
 }
 
 // devPrepare runs before the dev cluster starts or repairs anything: it

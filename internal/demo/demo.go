@@ -7,8 +7,9 @@
 //
 // It imports the dev cluster (internal/devcluster), the read-only views of
 // `partita ctl` (internal/ctl), which it reuses for its tables rather than
-// counting on its own, and the console (console), which it serves at the
-// end when asked; nothing imports it but cmd/partita.
+// counting on its own; nothing imports it but cmd/partita. The console
+// is one of the dev cluster's host processes (cmd/partita starts it with
+// the cluster); the demo prints its URL.
 package demo
 
 import (
@@ -21,7 +22,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/partita-dev/partita/console"
 	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
@@ -67,10 +67,10 @@ type Options struct {
 	// PartitaBinary is the partita binary that runs the demo; the hints at
 	// the end name the kubectl plugin next to it.
 	PartitaBinary string
-	// Console, when set, starts the Partita console on the dev cluster at
-	// the end (package console, local mode, on 127.0.0.1), prints its URL,
-	// and serves it until ctx ends (Ctrl-C); the cluster keeps running.
-	Console bool
+	// ConsoleURL, when set, returns the URL (with its token) of the
+	// console the dev cluster runs, which the demo prints once the cluster
+	// is up and again at the end.
+	ConsoleURL func() (string, error)
 }
 
 // story is one run of the demo: the clients, and what the earlier steps
@@ -117,7 +117,7 @@ func Run(ctx context.Context, c *devcluster.Cluster, opts Options) error {
 		{"Reclaim: team-b wants its share back", s.reclaim},
 		{"Where everything runs", s.summary},
 	}
-	var web *console.Instance
+	consoleURL := ""
 	for i, st := range steps {
 		s.say("")
 		s.say("Step %d. %s", i+1, st.title)
@@ -128,15 +128,15 @@ func Run(ctx context.Context, c *devcluster.Cluster, opts Options) error {
 		if i > 0 {
 			s.say("  (step took %.1fs)", time.Since(stepStart).Seconds())
 		}
-		// The console starts once the cluster is up, so the rest of the
-		// story can be watched in a browser as it happens.
-		if i == 0 && opts.Console {
+		// The cluster's console runs once the cluster is up, so the rest
+		// of the story can be watched in a browser as it happens.
+		if i == 0 && opts.ConsoleURL != nil {
 			var err error
-			if web, err = s.console(ctx); err != nil {
-				return err
+			if consoleURL, err = opts.ConsoleURL(); err != nil {
+				return fmt.Errorf("the dev cluster's console: %w", err)
 			}
 			s.say("")
-			s.say("The Partita console (open it to watch the story live): %s", web.URL)
+			s.say("The Partita console (open it to watch the story live): %s", consoleURL)
 		}
 	}
 	s.say("")
@@ -144,33 +144,12 @@ func Run(ctx context.Context, c *devcluster.Cluster, opts Options) error {
 	if err := s.next(ctx); err != nil {
 		return err
 	}
-	if web == nil {
-		return nil
+	if consoleURL != "" {
+		s.say("")
+		s.say("The Partita console keeps serving with the cluster (until 'partita dev down'):")
+		s.say("  %s", consoleURL)
 	}
-	s.say("")
-	s.say("The Partita console keeps serving until Ctrl-C (the cluster keeps running):")
-	s.say("  %s", web.URL)
-	s.say("  (later, again: KUBECONFIG=%s %s console)", s.c.KubeconfigPath(), filepath.Join(s.pluginDir(), "partita"))
-	return web.Wait()
-}
-
-// console starts the Partita console on the demo's cluster, as the
-// cluster's admin (the dev kubeconfig), until ctx ends.
-func (s *story) console(ctx context.Context) (*console.Instance, error) {
-	cfg, err := s.c.RESTConfig()
-	if err != nil {
-		return nil, err
-	}
-	scheme, err := ctl.Scheme()
-	if err != nil {
-		return nil, err
-	}
-	inst, err := console.Start(ctx, console.Config{Mode: console.ModeLocal, Rest: cfg, Scheme: scheme, DefaultNamespace: TeamA,
-		TopologyKey: console.DefaultTopologyKey, SampleInterval: 5 * time.Second})
-	if err != nil {
-		return nil, fmt.Errorf("start the console: %w", err)
-	}
-	return inst, nil
+	return nil
 }
 
 // say writes one line of the story.

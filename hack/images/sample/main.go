@@ -89,7 +89,7 @@ func printContent(w io.Writer, path string) {
 		fmt.Fprintf(w, "file %s: error: %v\n", path, err)
 		return
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	fmt.Fprintf(w, "file %s:\n", path)
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 64*1024), 1024*1024)
@@ -144,7 +144,7 @@ func (r request) do() (int, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if err != nil {
 		return resp.StatusCode, "", err

@@ -2,6 +2,7 @@ package realnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,7 +67,14 @@ func (n *Node) start(component, bin string, args []string, env []string) error {
 	if err := os.WriteFile(n.pidFile(component), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return fmt.Errorf("write pid file of %s: %w", component, err)
 	}
-	go func() { _ = cmd.Wait() }() // reap it if it exits while we run
+	n.exits.Delete(component)
+	go func() { // reap it if it exits while we run, and keep how
+		err := cmd.Wait()
+		if err == nil {
+			err = errors.New("exit status 0")
+		}
+		n.exits.Store(component, err)
+	}()
 	n.printf("Started %s on %s (pid %d, log %s)", component, NodeName, cmd.Process.Pid, n.logPath(component))
 	return nil
 }
@@ -81,7 +89,19 @@ func (n *Node) waitFor(ctx context.Context, component string, timeout time.Durat
 			return nil
 		}
 		if !n.running(component) {
-			return fmt.Errorf("%s exited: %w\n%s", component, last, describeLog(n.logPath(component), 20))
+			how := ""
+			// The reaper may still be at it: give it a moment to say.
+			for range 10 {
+				if e, ok := n.exits.Load(component); ok {
+					how = " (" + e.(error).Error() + ")"
+					break
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			if how == "" {
+				how = " (no exit seen: its pid file names no process of this node)"
+			}
+			return fmt.Errorf("%s exited%s: %w\n%s", component, how, last, describeLog(n.logPath(component), 20))
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready after %s: %w\n%s", component, timeout, last, describeLog(n.logPath(component), 20))

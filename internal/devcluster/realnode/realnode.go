@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/client-go/kubernetes"
@@ -82,6 +83,9 @@ type Config struct {
 // Node is the real node of one dev cluster.
 type Node struct {
 	cfg Config
+	// exits records how the components this Node started ended (by
+	// name), while this process runs: waitFor says it when one dies.
+	exits sync.Map
 }
 
 // New returns the node the configuration describes.

@@ -188,6 +188,55 @@ func TestRealNodeNoGPUPodSeesVoid(t *testing.T) {
 	}
 }
 
+// TestRealNodeGangOnTheChart: the chart's PodGroup webhook refuses a
+// PodGroup naming a PriorityClass that does not exist; a gang of two
+// that names no queue goes to the chart's default Queue, waits whole
+// until its second member exists, then both run on the real node.
+func TestRealNodeGangOnTheChart(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	rc := clientset.Discovery().RESTClient()
+	create := func(pg string) error {
+		return rc.Post().AbsPath("/apis/partita.dev/v1alpha1/namespaces/default/podgroups").
+			SetHeader("Content-Type", "application/json").Body([]byte(pg)).Do(ctx).Error()
+	}
+	err := create(`{"apiVersion":"partita.dev/v1alpha1","kind":"PodGroup","metadata":{"name":"no-class"},"spec":{"minMember":2,"priorityClassName":"no-such-class"}}`)
+	if err == nil || !strings.Contains(err.Error(), `PriorityClass "no-such-class" does not exist`) {
+		t.Errorf("a PodGroup naming a missing PriorityClass: %v, want the webhook's refusal", err)
+	}
+	if err := create(`{"apiVersion":"partita.dev/v1alpha1","kind":"PodGroup","metadata":{"name":"pair"},"spec":{"minMember":2}}`); err != nil {
+		t.Fatalf("create PodGroup pair: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = rc.Delete().AbsPath("/apis/partita.dev/v1alpha1/namespaces/default/podgroups/pair").Do(context.WithoutCancel(ctx)).Error()
+	})
+	member := func(name string) *corev1.Pod {
+		p := samplePod(name, map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"})
+		p.Labels = map[string]string{v1alpha1.LabelPodGroup: "pair"}
+		return p
+	}
+	first := createPod(ctx, t, "default", member("pair-a"))
+	// Alone it is held: a gang starts whole or not at all.
+	time.Sleep(3 * time.Second)
+	if p, err := clientset.CoreV1().Pods("default").Get(ctx, first.Name, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "" {
+		t.Fatalf("the gang's first member, alone: node %q (%v), want it held", p.Spec.NodeName, err)
+	}
+	second := createPod(ctx, t, "default", member("pair-b"))
+	for _, p := range []*corev1.Pod{first, second} {
+		got := waitRunning(ctx, t, p)
+		if got.Spec.NodeName != realnode.NodeName || got.Labels[v1alpha1.LabelQueue] != "default" {
+			t.Errorf("member %s on %q in queue %q, want %s and the chart's default queue", got.Name, got.Spec.NodeName, got.Labels[v1alpha1.LabelQueue], realnode.NodeName)
+		}
+	}
+	poll(t, time.Minute, "PodGroup pair Running", func() (bool, string) {
+		var pg v1alpha1.PodGroup
+		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/namespaces/default/podgroups/pair", &pg); err != nil {
+			return false, err.Error()
+		}
+		return pg.Status.Phase == v1alpha1.PodGroupRunning, fmt.Sprintf("phase %s, %d running", pg.Status.Phase, pg.Status.Running)
+	})
+}
+
 // TestRealNodeSchedulerCallsExtenderOverMTLS: the chart's kube-scheduler
 // (Deployment partita-scheduler, its own pod) calls the extender's verbs
 // over TLS with its client certificate, and nothing else may: a GPU pod

@@ -188,14 +188,15 @@ func TestMPSDaemonsOutliveTheAgent(t *testing.T) {
 
 	agent, _ := startAgentProcess(t, kubeconfig, n, "agent-1")
 	var first map[string]DaemonProcess
-	waitFor(t, "a daemon per device with its limits", func() (bool, error) {
+	// The agent records a daemon just after its PID file appears: wait for
+	// the record too, or a fast reader sees one daemon recorded of two.
+	waitFor(t, "a daemon per device with its limits, both recorded", func() (bool, error) {
 		var desc string
 		first, desc = n.daemons()
-		return len(first) == 2 && n.setting(n.uuids[1], "default_device_pinned_mem_limit") == "0 81559M", fmt.Errorf("%s", desc)
+		recorded := recordedUUIDs(t, n.stateDir)
+		return len(first) == 2 && len(recorded) == 2 && n.setting(n.uuids[1], "default_device_pinned_mem_limit") == "0 81559M",
+			fmt.Errorf("%s; recorded %v", desc, recorded)
 	})
-	if got := recordedUUIDs(t, n.stateDir); len(got) != 2 {
-		t.Errorf("recorded daemons %v, want both", got)
-	}
 
 	// The agent is killed (OOM, a node problem): the daemons do not notice.
 	if err := agent.Process.Signal(syscall.SIGKILL); err != nil {

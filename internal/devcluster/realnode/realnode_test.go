@@ -5,7 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -391,6 +394,65 @@ func TestNodeProcessesSpareOthers(t *testing.T) {
 	for _, p := range nodeProcesses(dir) {
 		if p == cmd.Process.Pid {
 			t.Errorf("nodeProcesses would kill the shell (pid %d)", p)
+		}
+	}
+}
+
+// sleeperEnv makes this test binary, started again, sleep instead of
+// testing: a program as large as kubelet or kube-proxy, whose exec takes
+// long enough for the race below to show.
+const sleeperEnv = "PARTITA_REALNODE_TEST_SLEEPER"
+
+func init() {
+	if os.Getenv(sleeperEnv) == "1" {
+		time.Sleep(30 * time.Second)
+		os.Exit(0)
+	}
+}
+
+// TestStartedComponentIsRunningAtOnce: right after start, running sees the
+// component. /proc/<pid>/cmdline reads empty for a moment after a large
+// program's exec has closed its descriptors (which is when os/exec's Start
+// returns) and before its arguments are set up; running took the new
+// process for another one, and waitFor called a healthy kube-proxy
+// "exited" (it did, twice, in make test).
+func TestStartedComponentIsRunningAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := New(Config{Dir: dir, LogsDir: filepath.Join(dir, "logs")})
+	// Busy CPUs, as in make test, widen the window: the child is often
+	// descheduled in the middle of its exec.
+	stop := make(chan struct{})
+	defer close(stop)
+	for range 2 * runtime.NumCPU() {
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	for i := range 30 {
+		// Its argument names the node's directory, as the components'
+		// --config does.
+		if err := n.start("probe", self, []string{dir + "/probe.yaml"}, []string{sleeperEnv + "=1"}); err != nil {
+			t.Fatal(err)
+		}
+		running := n.running("probe")
+		b, _ := os.ReadFile(n.pidFile("probe"))
+		started, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		_ = syscall.Kill(started, syscall.SIGKILL)
+		if !running {
+			t.Fatalf("start %d: pid %d not running right after start", i, started)
+		}
+		for deadline := time.Now().Add(5 * time.Second); alive(started) && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
 		}
 	}
 }

@@ -38,6 +38,24 @@ const (
 	// LabelPolicy on a ConfigMap (value "rego") marks it as a policy override.
 	LabelPolicy = "partita.dev/policy"
 
+	// AnnotationGang on a workload's top owner (a Job, a JobSet, ...) is
+	// "true" or "false": it overrides whether the workload map's built-in
+	// rule makes the workload a gang.
+	AnnotationGang = "partita.dev/gang"
+	// AnnotationWorkload names, for people, the workload the workload map
+	// grouped a pod into: "<Kind>/<name>" ("JobSet/llama-ft",
+	// "LeaderWorkerSet/vllm group 1"). The admission loop writes it on the
+	// PodGroup it keeps for the workload and on the workload's pods; it is
+	// informational (nothing decides on it).
+	AnnotationWorkload = "partita.dev/workload"
+	// AnnotationWorkloadPodGroup on a pod names the PodGroup the admission
+	// loop keeps the status of the pod's mapped workload in.
+	AnnotationWorkloadPodGroup = "partita.dev/workload-pod-group"
+	// LabelWorkloadKind marks a PodGroup the admission loop keeps for a
+	// mapped workload, with the kind of the workload's top owner; the
+	// PodGroup is owned by that object, so it goes with it.
+	LabelWorkloadKind = "partita.dev/workload-kind"
+
 	// ResourceGPUMilli is the extended resource for aggregate GPU demand in
 	// milli-GPUs (1000 = one whole device), on containers and node capacity.
 	ResourceGPUMilli corev1.ResourceName = "partita.dev/gpu-milli"

@@ -120,3 +120,22 @@ func UnknownDeviceUUID(index int32) string {
 // IsUnknownDeviceUUID reports whether uuid stands for an unidentified
 // device.
 func IsUnknownDeviceUUID(uuid string) bool { return strings.HasPrefix(uuid, UnknownDeviceUUIDPrefix) }
+
+// WorkloadOf names the workload the admission loop counts a pod in: for a
+// gang of the workload map, the kind and name of its workload ("JobSet",
+// "llama-ft"; "LeaderWorkerSet", "vllm group 1") and the PodGroup that holds
+// its status; for a pod of an explicit gang, "PodGroup" and the gang's name
+// twice; for a single pod, empty strings. It reads the pod alone: the loop
+// names a mapped pod's workload (AnnotationWorkload) once it has seen the
+// pod, so a pod a moment old may not say yet.
+func WorkloadOf(pod *corev1.Pod) (kind, name, podGroup string) {
+	if w := pod.Annotations[AnnotationWorkload]; w != "" {
+		if k, n, ok := strings.Cut(w, "/"); ok && k != "" && n != "" {
+			return k, n, pod.Annotations[AnnotationWorkloadPodGroup]
+		}
+	}
+	if g := pod.Labels[LabelPodGroup]; g != "" {
+		return "PodGroup", g, g
+	}
+	return "", "", ""
+}

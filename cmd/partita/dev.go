@@ -62,7 +62,19 @@ func newDevUpCommand(f *devFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "up",
 		Short: "Create (or repair) the dev cluster and its simulated GPU nodes",
-		Args:  cobra.NoArgs,
+		Long: `Create (or repair) the dev cluster and its simulated GPU nodes.
+
+--addons runs workload controllers beside the control plane: the real
+controllers of ` + strings.Join(devcluster.AddonNames(), ", ") + `, built from their releases by
+'make cluster-bins', with their CRDs (and webhooks, served on loopback with a
+self-signed certificate). Addons can be added to a running cluster.
+
+--feature-gates and --runtime-config go to kube-apiserver,
+kube-controller-manager and kube-scheduler when the cluster is created, e.g.
+the native Workload API of Kubernetes 1.37:
+
+  partita dev up --name wl --feature-gates GenericWorkload=true,WorkloadWithJob=true       --runtime-config scheduling.k8s.io/v1beta1=true`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.cluster(cmd)
 			if err != nil {
@@ -72,7 +84,19 @@ func newDevUpCommand(f *devFlags) *cobra.Command {
 		},
 	}
 	addNodeFlags(cmd, f)
+	addClusterFlags(cmd, f)
 	return cmd
+}
+
+// addClusterFlags are the flags of what a cluster runs besides its nodes.
+func addClusterFlags(cmd *cobra.Command, f *devFlags) {
+	var addons []string
+	for _, a := range devcluster.Addons() {
+		addons = append(addons, a.Name+" ("+a.Kinds+", "+a.Version+")")
+	}
+	cmd.Flags().StringSliceVar(&f.opts.Addons, "addons", nil, "workload controllers to run, comma-separated: "+strings.Join(addons, ", "))
+	cmd.Flags().StringVar(&f.opts.FeatureGates, "feature-gates", "", "Kubernetes feature gates for the control plane, set when the cluster is created (Name=true,...)")
+	cmd.Flags().StringVar(&f.opts.RuntimeConfig, "runtime-config", "", "kube-apiserver --runtime-config, set when the cluster is created (group/version=true,...)")
 }
 
 func newDevDownCommand(f *devFlags) *cobra.Command {
@@ -172,5 +196,6 @@ func newDevDemoCommand(f *devFlags) *cobra.Command {
 		},
 	}
 	addNodeFlags(cmd, f)
+	addClusterFlags(cmd, f)
 	return cmd
 }

@@ -220,8 +220,10 @@ test_native_podgroup_gang_policy if {
 	g := gang_of(doc)
 	g == {
 		"name": "podgroup-train-pg", "minMember": 6, "elastic": false,
-		"kind": "Workload", "ownerName": "train/train-pg", "priorityClassName": "low",
+		"kind": "Workload", "ownerName": "train", "priorityClassName": "low",
 	}
+	two := object.union(doc, {"workload": obj("scheduling.k8s.io/v1beta1", "Workload", "train", {"podGroupTemplates": [{"name": "a"}, {"name": "workers"}]})})
+	gang_of(two).ownerName == "train group workers"
 }
 
 test_native_podgroup_without_workload if {
@@ -234,6 +236,16 @@ test_native_podgroup_without_workload if {
 test_native_basic_policy_is_no_gang if {
 	doc := {"pod": pod({}), "chain": [], "podGroup": native_pg({"basic": {}})}
 	not gang_of(doc)
+}
+
+test_native_basic_policy_leaves_the_owner_rule if {
+	doc := {"pod": pod({}), "chain": [indexed_job(3, 3)], "owner": indexed_job(3, 3), "podGroup": native_pg({"basic": {}})}
+	gang_of(doc).name == "job-train"
+}
+
+test_job_asking_basic_scheduling_is_no_gang if {
+	j := object.union(indexed_job(3, 3), {"spec": object.union(indexed_job(3, 3).spec, {"scheduling": {"schedulingPolicy": {"basic": {}}}})})
+	not gang_of(input_of(pod({}), [j]))
 }
 
 # ---- operators' rules ----

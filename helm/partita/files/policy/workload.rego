@@ -108,15 +108,17 @@ api_group(v) := g if {
 
 # builtin_kind names the rule that answers, as disabled lists it.
 builtin_kind := "scheduling.k8s.io/PodGroup" if {
-	native_group
+	native_gang
 } else := sprintf("%s/%s", [top_group, input.owner.kind])
 
 # A pod of the native Workload API names its PodGroup itself, whatever its
-# controller: that PodGroup's gang policy is the answer.
-native_group if input.podGroup.spec.schedulingPolicy
+# controller: a gang policy there is the answer. The basic policy (what the
+# Job controller writes unless the Job's spec.scheduling asks for a gang)
+# declares no gang, and the rule of the pod's owner decides.
+native_gang if input.podGroup.spec.schedulingPolicy.gang
 
 builtin := g if {
-	native_group
+	native_gang
 	g := native(input.podGroup)
 } else := g if {
 	input.owner.kind == "Job"
@@ -180,14 +182,20 @@ job_is_gang(j) if opted_in(j)
 
 job_is_gang(j) if {
 	not opted_out(j)
+	not asks_basic(j)
 	job_mode == "all"
 }
 
 job_is_gang(j) if {
 	not opted_out(j)
+	not asks_basic(j)
 	job_mode == "indexed"
 	j.spec.completionMode == "Indexed"
 }
+
+# A Job whose spec.scheduling (Kubernetes 1.37) asks for basic scheduling
+# wants its pods one by one.
+asks_basic(j) if j.spec.scheduling.schedulingPolicy.basic
 
 job(j) := g if {
 	job_is_gang(j)
@@ -299,8 +307,7 @@ ray_min(wg) := wg.minReplicas if {
 
 # ---- scheduling.k8s.io PodGroup and Workload (native Workload API) ------
 
-# A gang policy's minCount is the gang; the basic policy schedules pods one
-# by one.
+# A gang policy's minCount is the gang.
 native(pg) := g if {
 	n := pg.spec.schedulingPolicy.gang.minCount
 	g := {
@@ -314,6 +321,10 @@ native_kind := "Workload" if input.workload.name
 
 default native_kind := "PodGroup"
 
-native_name(pg) := sprintf("%s/%s", [input.workload.name, pg.name]) if {
+# A Workload of one PodGroup template is named alone; of several, with the
+# template its PodGroup was made from.
+native_name(pg) := input.workload.name if {
+	count(object.get(input.workload, ["spec", "podGroupTemplates"], [])) <= 1
+} else := sprintf("%s group %s", [input.workload.name, pg.spec.workloadRef.templateName]) if {
 	input.workload.name
 } else := pg.name

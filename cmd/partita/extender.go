@@ -378,7 +378,7 @@ func addWorkloadMap(ctx context.Context, mgr manager.Manager, engine *policy.Eng
 type allReplicas func(ctx context.Context) error
 
 func (f allReplicas) Start(ctx context.Context) error { return f(ctx) }
-func (allReplicas) NeedLeaderElection() bool         { return false }
+func (allReplicas) NeedLeaderElection() bool          { return false }
 
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of

@@ -183,8 +183,8 @@ type cycle struct {
 	evictingMembers map[types.UID]bool
 	// extras are the elastic gangs whose members beyond the minimum wait
 	// for the end of the cycle (admitExtras).
-	extras []extraWork
-	searches     int
+	extras   []extraWork
+	searches int
 	// candidates caches staticCandidates by constraint signature; nodeNames
 	// are the snapshot's nodes in name order.
 	candidates  map[string][]string

@@ -19,8 +19,8 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
 	"sigs.k8s.io/yaml"
@@ -376,7 +376,9 @@ type createdWith struct {
 	RuntimeConfig string `json:"runtimeConfig,omitempty"`
 }
 
-func (c *Cluster) createdWithFile() string { return filepath.Join(c.Dir(), "partita-created-with.yaml") }
+func (c *Cluster) createdWithFile() string {
+	return filepath.Join(c.Dir(), "partita-created-with.yaml")
+}
 
 func (c *Cluster) recordCreatedWith() error {
 	b, err := yaml.Marshal(createdWith{FeatureGates: c.opts.FeatureGates, RuntimeConfig: c.opts.RuntimeConfig})

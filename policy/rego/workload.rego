@@ -95,7 +95,7 @@ with_queue(g) := object.union({"queue": q}, g) if {
 # policy: the admission loop keeps the pod waiting with this message.
 errors contains msg if {
 	count(custom_rules) > 1
-	msg := sprintf("%d custom workload rules answer for this pod (%v); make their conditions exclusive", [count(custom_rules), sort([g.name | some g in custom_rules])])
+	msg := sprintf("%d custom workload rules answer for this pod (%v); make their conditions exclusive", [count(custom_rules), sort([object.get(g, "name", "?") | some g in custom_rules])])
 }
 
 # owner is the top of the chain; top_group its API group.

@@ -83,16 +83,23 @@ func (m *Mapper) Start(ctx context.Context, c Clients, policyChanged <-chan stru
 	defer m.stopAll()
 	policy := false
 	for {
-		m.rediscover(ctx, c, rm, denied)
+		complete := m.rediscover(ctx, c, rm, denied)
 		if policy {
 			// New rules: every pod is asked again (rediscover did so only
 			// if the kinds changed).
 			m.remapAll()
 		}
 		policy = false
+		var retry <-chan time.Time
+		if !complete {
+			// The API server could not say what it serves: ask again soon,
+			// as the map answers nothing until it knows.
+			retry = time.After(2 * time.Second)
+		}
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-retry:
 		case <-policyChanged:
 			policy = true
 		case <-crds:
@@ -145,15 +152,24 @@ func (m *Mapper) watchCRDs(ctx context.Context, c Clients, crds chan<- struct{})
 
 // rediscover starts an informer for each kind the policy names that the API
 // server serves and the extender may list, and stops those no longer
-// wanted. Pods are asked about again when the set changed.
-func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, denied map[schema.GroupKind]bool) {
+// wanted. Pods are asked about again when the set changed. It reports
+// whether discovery answered for every kind; until a first pass does, the
+// map answers nothing (pods wait), so that no pod starts alone for want of
+// an owner informer.
+func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, denied map[schema.GroupKind]bool) bool {
 	want := map[schema.GroupKind]*watch{}
+	complete := true
 	for _, k := range m.decider.WorkloadKinds() {
 		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
 		mapping, err := rm.RESTMapping(gk)
 		if err != nil {
 			if !meta.IsNoMatchError(err) {
-				m.log.Info("Could not look up a workload kind; trying again in a minute", "kind", gk.String(), "err", err.Error())
+				m.log.Info("Could not look up a workload kind; trying again", "kind", gk.String(), "err", err.Error())
+				complete = false
+				if w := m.watchOf(gk); w != nil {
+					// Keep what runs: discovery failed, not the kind.
+					want[gk] = w
+				}
 			}
 			continue
 		}
@@ -201,12 +217,20 @@ func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, 
 		m.log.Info("Watching a workload kind", "kind", w.gk.String(), "version", w.gvr.Version, "keeps", w.mode())
 	}
 	m.lock.Lock()
-	first := !m.discovered
-	m.discovered = true
+	first := !m.discovered && complete
+	m.discovered = m.discovered || complete
 	m.lock.Unlock()
 	if first || len(started) > 0 || len(stopped) > 0 {
 		m.remapAll()
 	}
+	return complete
+}
+
+// watchOf is the running watch of gk, nil when none.
+func (m *Mapper) watchOf(gk schema.GroupKind) *watch {
+	m.lock.Lock()
+	defer m.lock.Unlock()
+	return m.watched[gk]
 }
 
 // probe lists one object, so that a kind the extender may not list is left

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,6 +13,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -576,5 +580,103 @@ spec:
 		}
 		_, _, seen := state()
 		return started == 3, seen
+	})
+}
+
+// TestPyTorchJobStartsWhole: a Kubeflow PyTorchJob (the real CRD of the
+// training-operator's release) of a master and 3 workers on 3 free GPUs
+// starts no pod, and starts whole once a node adds room. The
+// training-operator itself does not run here (it expects its certificate
+// Secret mounted by a kubelet), so the test creates the pods it would:
+// owned by the PyTorchJob, with its labels. The CRD appears after the
+// extender started: the workload map watches it within seconds.
+func TestPyTorchJobStartsWhole(t *testing.T) {
+	ctx := testContext(t, 6*time.Minute)
+	crdFile := filepath.Join(devcluster.CacheDir(), "bin", "addons", "crds", "training-operator-v1.8.1", "kubeflow.org_pytorchjobs.yaml")
+	crd, err := os.ReadFile(crdFile)
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("the PyTorchJob CRD: %v (make cluster-bins fetches it)", err)
+		}
+		t.Skipf("the PyTorchJob CRD is not fetched: %v; run 'make cluster-bins'", err)
+	}
+	apply(ctx, t, string(crd))
+	t.Cleanup(func() {
+		cfg, err := cluster.RESTConfig()
+		if err != nil {
+			return
+		}
+		c, err := client.New(cfg, client.Options{})
+		if err != nil {
+			return
+		}
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+		u.SetName("pytorchjobs.kubeflow.org")
+		_ = c.Delete(context.WithoutCancel(ctx), u)
+	})
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	pool := workloadNodes(ctx, t, "pt", 1, 3)
+	replica := func(n int) string {
+		return fmt.Sprintf(`replicas: %d
+      restartPolicy: OnFailure
+      template:
+        spec:
+          containers:
+          - name: pytorch
+            image: registry.k8s.io/pause:3.10
+            resources: {limits: {nvidia.com/gpu: "1"}}`, n)
+	}
+	manifest := fmt.Sprintf(`apiVersion: kubeflow.org/v1
+kind: PyTorchJob
+metadata: {name: pt, namespace: %s}
+spec:
+  pytorchReplicaSpecs:
+    Master:
+      %s
+    Worker:
+      %s
+`, ns, replica(1), replica(3))
+	// The CRD may take a moment to be served after it is applied.
+	poll(t, time.Minute, "the PyTorchJob created", func() (bool, string) {
+		cfg, err := cluster.RESTConfig()
+		if err != nil {
+			return false, err.Error()
+		}
+		err = devcluster.Apply(ctx, cfg, []byte(manifest))
+		return err == nil, fmt.Sprint(err)
+	})
+	c := crClient(t)
+	job := &unstructured.Unstructured{}
+	job.SetGroupVersionKind(schema.GroupVersionKind{Group: "kubeflow.org", Version: "v1", Kind: "PyTorchJob"})
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "pt"}, job); err != nil {
+		t.Fatal(err)
+	}
+	// The pods the training-operator would make.
+	var pods []*corev1.Pod
+	for i, role := range []string{"master", "worker", "worker", "worker"} {
+		idx := i
+		if role == "worker" {
+			idx = i - 1
+		}
+		p := extGPUPod(ns, fmt.Sprintf("pt-%s-%d", role, idx), 1000, 1, pool)
+		p.Labels["training.kubeflow.org/job-name"] = "pt"
+		p.Labels["training.kubeflow.org/replica-type"] = role
+		p.Labels["training.kubeflow.org/replica-index"] = fmt.Sprint(idx)
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "kubeflow.org/v1", Kind: "PyTorchJob", Name: "pt", UID: job.GetUID(), Controller: ptr.To(true)}}
+		pods = append(pods, p)
+	}
+	createPods(ctx, t, clientset, pods, 4)
+	sel := "training.kubeflow.org/job-name=pt"
+	holdsNone(ctx, t, ns, sel, 4, 5*time.Second)
+	pg := waitMappedPodGroup(ctx, t, ns, "pytorchjob-pt", v1alpha1.PodGroupPending)
+	if pg.Spec.MinMember != 4 || !strings.Contains(pg.Status.Reason, "gang needs 4 × 1 GPU; at most 3 fit now") {
+		t.Errorf("PodGroup spec %+v, reason %q; want minMember 4 and the numbers", pg.Spec, pg.Status.Reason)
+	}
+	addGPUNode(ctx, t, "pt-1", 1, pool)
+	poll(t, 2*time.Minute, "the PyTorchJob's 4 pods bound", func() (bool, string) {
+		bound, _, seen := podState(ctx, t, ns, sel)
+		return len(bound) == 4, seen
 	})
 }

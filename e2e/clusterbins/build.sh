@@ -173,4 +173,19 @@ for a in $addons; do
   esac
 done
 
+# The CRDs of Kubeflow's training-operator (PyTorchJob, MPIJob), whose
+# controller is not run here: it expects its certificate Secret mounted by a
+# kubelet. The e2e test of PyTorchJob installs the real CRD and creates the
+# pods the controller would (e2e/workloads_test.go).
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
+kubeflow_crds=$cache/bin/addons/crds/training-operator-$TRAINING_OPERATOR_VERSION
+if [ -n "$addons" ] && [ ! -f "$kubeflow_crds/.done" ]; then
+  log "fetching the training-operator $TRAINING_OPERATOR_VERSION CRDs"
+  src=$(cd "$scratch" && go mod download -json "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$kubeflow_crds"
+  cp "$src"/manifests/base/crds/kubeflow.org_pytorchjobs.yaml "$src"/manifests/base/crds/kubeflow.org_mpijobs.yaml "$kubeflow_crds/"
+  chmod u+w "$kubeflow_crds"/*.yaml
+  echo "$TRAINING_OPERATOR_VERSION" >"$kubeflow_crds/.done"
+fi
+
 echo "$bin"

@@ -75,6 +75,8 @@ type memoEntry struct {
 	stale   bool
 	mapping admission.Mapping
 	deps    []objKey
+	// firstSeen is when the map first saw the pod (see unserved).
+	firstSeen time.Time
 }
 
 // Mapper is the workload map. It is safe for concurrent use.
@@ -96,6 +98,18 @@ type Mapper struct {
 	waiters map[objKey]map[types.UID]struct{}
 	// discovered is set once the kinds were first resolved.
 	discovered bool
+	// denied are the kinds the policy names that the extender may not
+	// list: pods are grouped without them.
+	denied map[schema.GroupKind]bool
+	// unserved are the kinds the policy names that the API server did not
+	// serve, with when the discovery pass that found so began. A pod owned
+	// by such a kind waits for a pass that began after the map first saw
+	// it: the kind's CRD may have just appeared (an operator installed
+	// right before its first workload), and admitting the pod alone before
+	// its owners can be read would start a gang in part.
+	unserved map[schema.GroupKind]time.Time
+	// poke asks Start for a discovery pass now.
+	poke chan struct{}
 }
 
 // Option configures a Mapper.
@@ -116,6 +130,7 @@ func New(decider Decider, pods PodGetter, opts ...Option) *Mapper {
 		decider: decider, pods: pods, log: logr.Discard(), onChange: func([]types.UID) {}, ctx: context.Background(),
 		watched: map[schema.GroupKind]*watch{}, objects: map[objKey]*node{},
 		memo: map[types.UID]*memoEntry{}, waiters: map[objKey]map[types.UID]struct{}{},
+		denied: map[schema.GroupKind]bool{}, unserved: map[schema.GroupKind]time.Time{}, poke: make(chan struct{}, 1),
 	}
 	for _, o := range opts {
 		o(m)
@@ -130,11 +145,15 @@ func (m *Mapper) Map(pod *corev1.Pod) admission.Mapping {
 	fp := podFingerprint(pod)
 	version := m.decider.Version()
 	m.lock.Lock()
-	if e := m.memo[pod.UID]; e != nil && e.fp == fp && e.version == version && !e.stale {
-		m.lock.Unlock()
-		return e.mapping
+	firstSeen := time.Now()
+	if e := m.memo[pod.UID]; e != nil {
+		if e.fp == fp && e.version == version && !e.stale {
+			m.lock.Unlock()
+			return e.mapping
+		}
+		firstSeen = e.firstSeen
 	}
-	in, deps, waiting := m.resolve(pod)
+	in, deps, waiting := m.resolve(pod, firstSeen)
 	ctx := m.ctx
 	m.lock.Unlock()
 
@@ -150,7 +169,7 @@ func (m *Mapper) Map(pod *corev1.Pod) admission.Mapping {
 	if old := m.memo[pod.UID]; old != nil {
 		m.dropDeps(pod.UID, old.deps)
 	}
-	m.memo[pod.UID] = &memoEntry{fp: fp, version: version, mapping: mapping, deps: deps}
+	m.memo[pod.UID] = &memoEntry{fp: fp, version: version, mapping: mapping, deps: deps, firstSeen: firstSeen}
 	for _, k := range deps {
 		set := m.waiters[k]
 		if set == nil {
@@ -183,11 +202,11 @@ func (m *Mapper) dropDeps(uid types.UID, deps []objKey) {
 	}
 }
 
-// resolve builds the policy input of pod: its chain of controllers, and the
-// native PodGroup and Workload it names. It returns the objects it read or
-// looked for, and, when the pod cannot be grouped yet, why. The lock is
-// held.
-func (m *Mapper) resolve(pod *corev1.Pod) (*policy.WorkloadInput, []objKey, string) {
+// resolve builds the policy input of pod, which the map first saw at
+// firstSeen: its chain of controllers, and the native PodGroup and Workload
+// it names. It returns the objects it read or looked for, and, when the pod
+// cannot be grouped yet, why. The lock is held.
+func (m *Mapper) resolve(pod *corev1.Pod, firstSeen time.Time) (*policy.WorkloadInput, []objKey, string) {
 	in := &policy.WorkloadInput{Pod: policy.WorkloadPod{
 		Namespace: pod.Namespace, Name: pod.Name, UID: string(pod.UID),
 		Labels: pod.Labels, Annotations: policyAnnotations(pod.Annotations),
@@ -214,10 +233,15 @@ func (m *Mapper) resolve(pod *corev1.Pod) (*policy.WorkloadInput, []objKey, stri
 			continue
 		}
 		deps = append(deps, key)
-		w := m.watched[schema.GroupKind{Group: key.group, Kind: key.kind}]
+		gk := schema.GroupKind{Group: key.group, Kind: key.kind}
+		w := m.watched[gk]
 		if w == nil {
-			// Not a kind the rules name (a ReplicaSet), or one the API
-			// server does not serve: the chain ends here.
+			if m.mustWaitFor(gk, firstSeen) {
+				return in, deps, fmt.Sprintf("waiting for the extender to watch %s, the kind of the pod's owner %s (its CRD is new)", gk, key.name)
+			}
+			// Not a kind the rules name (a ReplicaSet), one the API server
+			// does not serve, or one the extender may not list: the chain
+			// ends here.
 			break
 		}
 		n := m.objects[key]
@@ -251,6 +275,25 @@ func (m *Mapper) resolve(pod *corev1.Pod) (*policy.WorkloadInput, []objKey, stri
 		}
 	}
 	return in, deps, ""
+}
+
+// mustWaitFor reports whether a pod first seen at firstSeen, owned by an
+// object of kind gk that is not watched, must wait for a discovery pass:
+// the policy names gk, the extender may list it, and no pass that began
+// after firstSeen has found the API server does not serve it. It asks for
+// such a pass. The lock is held.
+func (m *Mapper) mustWaitFor(gk schema.GroupKind, firstSeen time.Time) bool {
+	if m.denied[gk] || !slices.ContainsFunc(m.decider.WorkloadKinds(), func(k policy.WorkloadKind) bool { return k.Group == gk.Group && k.Kind == gk.Kind }) {
+		return false
+	}
+	if at, ok := m.unserved[gk]; ok && at.After(firstSeen) {
+		return false
+	}
+	select {
+	case m.poke <- struct{}{}:
+	default:
+	}
+	return true
 }
 
 // workloadRef is spec.workloadRef.workloadName of a native PodGroup.

@@ -251,6 +251,31 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 	})
 }
 
+// TestPodsOfAKindWhoseCRDIsNewWait: a pod owned by an object of a kind the
+// rules name waits while that kind's CRD is too new for the map to watch,
+// rather than start alone; a pod owned by a kind that truly is not served
+// is grouped without it once a discovery pass has said so.
+func TestPodsOfAKindWhoseCRDIsNewWait(t *testing.T) {
+	cfg, _ := envtestutil.Start(t)
+	ctx := t.Context()
+	engine, err := policy.NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, r := startMap(t, cfg, engine, noPods)
+	// A pod owned by a RayCluster, whose CRD this cluster does not have:
+	// it waits for a pass, then is a single pod.
+	pod := MakePod("rc-worker", "default").GPUCount(1).Obj()
+	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: "rc", UID: "uid-rc", Controller: ptr.To(true)}}
+	if got := m.Map(pod); !strings.Contains(got.Waiting, "waiting for the extender to watch RayCluster.ray.io") {
+		t.Fatalf("a pod of a kind not watched yet: %+v, want it to wait", got)
+	}
+	poll(t, 10*time.Second, "the pod asked about again after a discovery pass", func() bool { return r.has(pod.UID) })
+	if got := m.Map(pod); got != (admission.Mapping{}) {
+		t.Errorf("a pod of a kind the API server does not serve: %+v, want a single pod", got)
+	}
+}
+
 // TestMapLeavesOutKindsItMayNotList: without RBAC for a kind, the map
 // watches the others and groups pods without it.
 func TestMapLeavesOutKindsItMayNotList(t *testing.T) {
@@ -353,7 +378,7 @@ func TestPodsInTheChain(t *testing.T) {
 func (m *Mapper) resolveLocked(pod *corev1.Pod) (*policy.WorkloadInput, []objKey, string) {
 	m.lock.Lock()
 	defer m.lock.Unlock()
-	return m.resolve(pod)
+	return m.resolve(pod, time.Now())
 }
 
 func TestPruneKeepsWhatTheRulesRead(t *testing.T) {

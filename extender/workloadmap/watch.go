@@ -77,19 +77,18 @@ func (m *Mapper) Start(ctx context.Context, c Clients, policyChanged <-chan stru
 	rm := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(c.Discovery))
 	crds := make(chan struct{}, 1)
 	m.watchCRDs(ctx, c, crds)
-	denied := map[schema.GroupKind]bool{}
 	ticker := time.NewTicker(rediscoverEvery)
 	defer ticker.Stop()
 	defer m.stopAll()
-	policy := false
+	again := false
 	for {
-		complete := m.rediscover(ctx, c, rm, denied)
-		if policy {
-			// New rules: every pod is asked again (rediscover did so only
-			// if the kinds changed).
+		complete := m.rediscover(ctx, c, rm)
+		if again {
+			// New rules, or pods that waited for this pass: every pod is
+			// asked again (rediscover did so only if the kinds changed).
 			m.remapAll()
 		}
-		policy = false
+		again = false
 		var retry <-chan time.Time
 		if !complete {
 			// The API server could not say what it serves: ask again soon,
@@ -101,7 +100,11 @@ func (m *Mapper) Start(ctx context.Context, c Clients, policyChanged <-chan stru
 			return nil
 		case <-retry:
 		case <-policyChanged:
-			policy = true
+			again = true
+		case <-m.poke:
+			again = true
+			rm.Reset()
+			continue
 		case <-crds:
 			// A burst of CRD changes (an operator installing its CRDs)
 			// lands first.
@@ -156,14 +159,18 @@ func (m *Mapper) watchCRDs(ctx context.Context, c Clients, crds chan<- struct{})
 // whether discovery answered for every kind; until a first pass does, the
 // map answers nothing (pods wait), so that no pod starts alone for want of
 // an owner informer.
-func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, denied map[schema.GroupKind]bool) bool {
+func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper) bool {
+	began := time.Now()
 	want := map[schema.GroupKind]*watch{}
 	complete := true
+	unserved := map[schema.GroupKind]time.Time{}
 	for _, k := range m.decider.WorkloadKinds() {
 		gk := schema.GroupKind{Group: k.Group, Kind: k.Kind}
 		mapping, err := rm.RESTMapping(gk)
 		if err != nil {
-			if !meta.IsNoMatchError(err) {
+			if meta.IsNoMatchError(err) {
+				unserved[gk] = began
+			} else {
 				m.log.Info("Could not look up a workload kind; trying again", "kind", gk.String(), "err", err.Error())
 				complete = false
 				if w := m.watchOf(gk); w != nil {
@@ -201,14 +208,19 @@ func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, 
 			continue
 		}
 		if err := m.probe(ctx, c, w); err != nil {
-			if !denied[gk] {
+			m.lock.Lock()
+			was := m.denied[gk]
+			m.denied[gk] = true
+			m.lock.Unlock()
+			if !was {
 				m.log.Info("Not watching a workload kind the extender may not list: its pods are grouped without it",
 					"kind", gk.String(), "err", err.Error(), "fix", fmt.Sprintf("grant the extender get, list and watch on %s.%s", w.gvr.Resource, w.gvr.Group))
 			}
-			denied[gk] = true
 			continue
 		}
-		delete(denied, gk)
+		m.lock.Lock()
+		delete(m.denied, gk)
+		m.lock.Unlock()
 		m.run(c, w)
 		started = append(started, w)
 	}
@@ -219,6 +231,7 @@ func (m *Mapper) rediscover(ctx context.Context, c Clients, rm meta.RESTMapper, 
 	m.lock.Lock()
 	first := !m.discovered && complete
 	m.discovered = m.discovered || complete
+	m.unserved = unserved
 	m.lock.Unlock()
 	if first || len(started) > 0 || len(stopped) > 0 {
 		m.remapAll()

@@ -237,7 +237,14 @@ spec:
 		b, w := groups(bound), groups(waiting)
 		for g, n := range b {
 			if n != 3 {
-				t.Fatalf("group %s is bound in part (%d of 3):\n%s", g, n, seen)
+				// The loop ungates a gang's members with one write each, in
+				// parallel: a list between them sees part of a group go. A
+				// group admitted in part stays so.
+				time.Sleep(3 * time.Second)
+				if again, _, seen := podState(ctx, t, ns, sel); groups(again)[g] != 3 {
+					t.Fatalf("group %s is admitted in part (%d of 3):\n%s", g, groups(again)[g], seen)
+				}
+				return false, seen
 			}
 			first = g
 		}

@@ -23,6 +23,8 @@ var (
 	clusterName string
 	cluster     *devcluster.Cluster
 	clientset   kubernetes.Interface
+	// addons are the workload controllers the shared cluster runs.
+	addons []string
 	// externalKubeconfig is PARTITA_E2E_KUBECONFIG: a cluster with the chart
 	// installed (e2e/kind/run.sh), instead of a dev cluster. Only the tests
 	// that can run there (TestKind*, TestComponentPermissions) are run.
@@ -65,8 +67,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	start := time.Now()
-	out, err := partita(context.Background(), "dev", "up", "--name", clusterName,
-		"--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode))
+	args := []string{"dev", "up", "--name", clusterName, "--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode)}
+	// The workload controllers the workload map's tests run against
+	// (workloads_test.go), where `make cluster-bins` built them.
+	if addons = builtAddons(cluster); len(addons) > 0 {
+		args = append(args, "--addons", strings.Join(addons, ","))
+	}
+	out, err := partita(context.Background(), args...)
 	fmt.Fprintf(os.Stderr, "e2e: partita dev up took %.1fs\n%s", time.Since(start).Seconds(), out)
 	if os.Getenv("PARTITA_E2E_KEEP") == "" {
 		defer func() {
@@ -85,6 +92,17 @@ func run(m *testing.M) int {
 		return 1
 	}
 	return m.Run()
+}
+
+// builtAddons are the addons whose controllers are built.
+func builtAddons(c *devcluster.Cluster) []string {
+	var out []string
+	for _, a := range devcluster.Addons() {
+		if _, err := os.Stat(filepath.Join(c.AddonDir(a), "bin", a.Name)); err == nil {
+			out = append(out, a.Name)
+		}
+	}
+	return out
 }
 
 // findBinary returns PARTITA_BIN or builds the binary into a temp dir.

@@ -69,9 +69,9 @@ type AdmitterOptions struct {
 	// InflightTTL is how long a single pod's simulated place counts after it
 	// is ungated, until kube-scheduler binds it.
 	InflightTTL time.Duration
-	// ImplicitJobGangs makes the pods of a Job that name no pod group a
-	// gang of the Job's parallelism.
-	ImplicitJobGangs bool
+	// Mapper is the workload map (package extender/workloadmap): it groups
+	// the GPU pods that name no pod group; nil leaves them single pods.
+	Mapper admission.Mapper
 	// DefaultQueue is the queue of workloads whose pods and PodGroup name
 	// none (pods the webhook never gave a queue); empty leaves them
 	// outside every queue.
@@ -128,6 +128,9 @@ type Admitter struct {
 	// conditions feed the writers of pod conditions, one queue each (see
 	// conditionQueue).
 	conditions []*conditionQueue
+	// podGroups remembers the last write of each mapped gang's PodGroup
+	// (admitter_mapped.go).
+	podGroups map[admission.WorkloadKey]podGroupWrite
 }
 
 type inflightPod struct {
@@ -155,12 +158,17 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	cacheOpts := []admission.CacheOption{admission.WithDefaultQueue(opts.DefaultQueue)}
+	if opts.Mapper != nil {
+		cacheOpts = append(cacheOpts, admission.WithMapper(opts.Mapper))
+	}
 	a := &Admitter{
-		cache: admission.NewCache(admission.WithImplicitJobGangs(opts.ImplicitJobGangs), admission.WithDefaultQueue(opts.DefaultQueue)), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
+		cache: admission.NewCache(cacheOpts...), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
 		told: map[admission.WorkloadKey]string{}, conditions: make([]*conditionQueue, conditionWriters),
+		podGroups: map[admission.WorkloadKey]podGroupWrite{},
 	}
 	for i := range a.conditions {
 		a.conditions[i] = newConditionQueue()
@@ -256,7 +264,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		a.evict(ctx, &res.Evictions[i])
 	}
 	a.tell(res, now)
-	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now))
+	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now), a.keepMappedPodGroups(ctx, st, now))
 	a.metrics.observeCycle(res, decided, a.clock.Since(start))
 	return errors.Join(errs...)
 }
@@ -324,12 +332,12 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 				note = fmt.Sprintf("admitted with its gang of %d; reserved on node %s", len(adm.Members), m.Allocation.Node)
 			}
 			a.event(m.Member.Pod, corev1.EventTypeNormal, v1alpha1.ReasonAdmitted, "Admit", note)
-			a.setCondition(m.Member.Pod, corev1.ConditionTrue, v1alpha1.ReasonAdmitted, note)
+			a.setCondition(m.Member.Pod, corev1.ConditionTrue, v1alpha1.ReasonAdmitted, note, nil)
 		}
 		delete(a.told, w.Key)
 		delete(a.timedOut, w.Key)
 		a.metrics.admitted(w.Key.IsGang())
-		log.V(2).Info("Admitted workload", "workload", w.Key.String(), "queue", w.Queue, "members", len(adm.Members), "pinned", adm.Pin)
+		log.V(2).Info("Admitted workload", "workload", w.Name(), "queue", w.Queue, "members", len(adm.Members), "pinned", adm.Pin)
 	}
 	return errors.Join(errs...)
 }
@@ -382,6 +390,9 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[v1alpha1.AnnotationAdmitted] = stamp
+	for k, v := range workloadAnnotations(adm.Workload) {
+		pod.Annotations[k] = v
+	}
 	if pin {
 		pod.Annotations[v1alpha1.AnnotationReservation] = key.String()
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
@@ -433,7 +444,7 @@ func (a *Admitter) evict(ctx context.Context, e *admission.Eviction) {
 	if e.Reclaim {
 		kind = "reclaim"
 	}
-	for _, m := range e.Victim.Active {
+	for _, m := range e.Members {
 		a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "Evict", e.Message)
 		if err := a.evictPod(ctx, m.Pod); err != nil {
 			log.Error(err, "Failed to evict pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String())
@@ -542,15 +553,22 @@ func (a *Admitter) tell(res *admission.Result, now time.Time) {
 	for _, wt := range res.Waiting {
 		key := wt.Workload.Key
 		waiting[key] = true
-		said := wt.Reason + wt.Message
+		msg := wt.Message
+		if wt.Reason == v1alpha1.ReasonWaitingForWorkload {
+			if pw := a.podGroups[key]; pw.err != "" {
+				msg += "; creating the PodGroup failed: " + pw.err
+			}
+		}
+		said := wt.Reason + msg
 		if a.told[key] == said || budget <= 0 || settling(wt, now) {
 			continue
 		}
 		a.told[key] = said
+		ann := workloadAnnotations(wt.Workload)
 		for _, m := range wt.Workload.Pending {
 			budget--
-			a.event(m.Pod, corev1.EventTypeNormal, wt.Reason, "Wait", wt.Message)
-			a.setCondition(m.Pod, corev1.ConditionFalse, wt.Reason, wt.Message)
+			a.event(m.Pod, corev1.EventTypeNormal, wt.Reason, "Wait", msg)
+			a.setCondition(m.Pod, corev1.ConditionFalse, wt.Reason, msg, missing(m.Pod, ann))
 		}
 	}
 	for key := range a.told {
@@ -583,9 +601,10 @@ func settling(wt admission.Wait, now time.Time) bool {
 // conditionWriters is how many goroutines write pod conditions.
 const conditionWriters = 4
 
-// setCondition queues a write of the pod's partita.dev/Admitted condition.
-func (a *Admitter) setCondition(pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) {
-	c := podCondition{pod: pod, cond: corev1.PodCondition{
+// setCondition queues a write of the pod's partita.dev/Admitted condition,
+// and of annotations the pod lacks (nil for none).
+func (a *Admitter) setCondition(pod *corev1.Pod, status corev1.ConditionStatus, reason, message string, annotations map[string]string) {
+	c := podCondition{pod: pod, annotations: annotations, cond: corev1.PodCondition{
 		Type: v1alpha1.PodConditionAdmitted, Status: status, Reason: reason, Message: truncate(message, 1024),
 		LastTransitionTime: metav1.NewTime(a.clock.Now()),
 	}}
@@ -611,6 +630,16 @@ func (a *Admitter) writeConditions(ctx context.Context, q *conditionQueue) {
 			continue
 		}
 		obj := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: c.pod.Namespace, Name: c.pod.Name, UID: c.pod.UID}}
+		if len(c.annotations) > 0 {
+			// Which workload the pod belongs to (admitter_mapped.go), for
+			// people and consoles.
+			meta, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": c.annotations}})
+			if err == nil {
+				if err := a.statusClient().Patch(ctx, obj.DeepCopy(), client.RawPatch(types.MergePatchType, meta)); err != nil && !apierrors.IsNotFound(err) {
+					log.V(2).Info("Failed to write the workload annotations", "pod", klog.KObj(c.pod), "err", err.Error())
+				}
+			}
+		}
 		if err := a.statusClient().Status().Patch(ctx, obj, client.RawPatch(types.StrategicMergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 			log.V(2).Info("Failed to write the admission condition", "pod", klog.KObj(c.pod), "err", err.Error())
 		}

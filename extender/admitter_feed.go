@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -75,21 +74,6 @@ func (a *Admitter) Watch(ctx context.Context, informers cache.Informers) error {
 			c.DeletePriorityClass(pc.Name)
 		}
 	}})
-	if a.opts.ImplicitJobGangs {
-		feeds = append(feeds, struct {
-			obj    client.Object
-			upsert func(any)
-			remove func(any)
-		}{&batchv1.Job{}, func(o any) {
-			if j, ok := o.(*batchv1.Job); ok {
-				c.UpsertJob(j.Namespace, j.Name, j.Spec.Parallelism, j.Spec.Completions)
-			}
-		}, func(o any) {
-			if j, ok := o.(*batchv1.Job); ok {
-				c.DeleteJob(j.Namespace, j.Name)
-			}
-		}})
-	}
 	for _, f := range feeds {
 		inf, err := informers.GetInformer(ctx, f.obj)
 		if err != nil {

@@ -121,7 +121,7 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *admission.State,
 		if equality.Semantic.DeepEqual(&w.PodGroupStatus, want) {
 			continue
 		}
-		obj := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.Key.Namespace, Name: w.Key.PodGroup}, Status: w.PodGroupStatus}
+		obj := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Namespace: w.Key.Namespace, Name: w.Key.GangName()}, Status: w.PodGroupStatus}
 		patched := obj.DeepCopy()
 		patched.Status = *want
 		jobs = append(jobs, func() error {

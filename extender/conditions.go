@@ -12,6 +12,8 @@ import (
 type podCondition struct {
 	pod  *corev1.Pod
 	cond corev1.PodCondition
+	// annotations, when set, are written on the pod first.
+	annotations map[string]string
 }
 
 // conditionQueue holds, for one writer, the latest condition still to be

@@ -17,7 +17,8 @@ type PolicyQuota struct {
 func (p PolicyQuota) CheckQuota(ctx context.Context, r *admission.QuotaRequest) (*admission.QuotaVerdict, error) {
 	kind, name := policy.QuotaKindPod, r.Workload.Key.Pod
 	if r.Workload.Key.IsGang() {
-		kind, name = policy.QuotaKindPodGroup, r.Workload.Key.PodGroup
+		// A gang of the workload map is its PodGroup too.
+		kind, name = policy.QuotaKindPodGroup, r.Workload.Key.GangName()
 	}
 	in := &policy.QuotaInput{
 		Workload: policy.QuotaWorkload{

@@ -35,6 +35,23 @@ deny := d if {
 patch := p if {
 	p := data.partita.admission.patch
 } else := {}
+
+# The workload map: the gang (a list of none or one, as a gang may be
+# undefined) and the policy's errors.
+workload := {"gang": workload_gang, "errors": workload_errors}
+
+workload_gang := [g] if {
+	g := data.partita.workload.gang
+} else := []
+
+workload_errors := e if {
+	e := data.partita.workload.errors
+} else := set()
+
+# The kinds the workload map watches.
+workload_kinds := k if {
+	k := data.partita.workload.watch
+} else := set()
 `
 
 const engineModuleName = "partita_engine.rego"
@@ -48,6 +65,9 @@ const (
 	pointAdmission decisionPoint = iota
 	// pointQuota is data.partita.quota, asked by the admitter.
 	pointQuota
+	// pointWorkload is data.partita.workload, asked by the admitter's
+	// workload map for each GPU pod without a pod group of its own.
+	pointWorkload
 	numPoints
 )
 
@@ -55,16 +75,22 @@ const (
 // engineModule: the wrapper would cost a tenth of a quota decision, and an
 // undefined deny (a bundle without the package) reads as allowed anyway.
 func (d decisionPoint) query() string {
-	if d == pointQuota {
+	switch d {
+	case pointQuota:
 		return "data.partita.quota.deny"
+	case pointWorkload:
+		return "data.partita_engine.workload"
 	}
 	return "data.partita_engine.decision"
 }
 
 // String is the point's name, the decision label of the evaluation metrics.
 func (d decisionPoint) String() string {
-	if d == pointQuota {
+	switch d {
+	case pointQuota:
 		return "quota"
+	case pointWorkload:
+		return "workload"
 	}
 	return "admission"
 }
@@ -85,7 +111,27 @@ type Config struct {
 	// RequireQueue refuses GPU pods that name no queue when their
 	// namespace has no default queue.
 	RequireQueue bool `json:"requireQueue"`
+	// Workloads configures the built-in rules of the workload map
+	// (data.partita.workload).
+	Workloads WorkloadConfig `json:"workloads"`
 }
+
+// WorkloadConfig configures the built-in workload rules.
+type WorkloadConfig struct {
+	// Jobs says which batch/v1 Jobs are gangs: JobsIndexed (the default,
+	// when empty), JobsAll or JobsNone.
+	Jobs string `json:"jobs,omitempty"`
+}
+
+// Values of WorkloadConfig.Jobs.
+const (
+	// JobsIndexed makes Indexed Jobs with parallelism above 1 gangs.
+	JobsIndexed = "indexed"
+	// JobsAll makes every Job with parallelism above 1 a gang.
+	JobsAll = "all"
+	// JobsNone makes no Job a gang.
+	JobsNone = "none"
+)
 
 // AdmissionDecision is data.partita.admission's answer for one pod.
 type AdmissionDecision struct {
@@ -124,6 +170,8 @@ type Engine struct {
 	evalTimeout time.Duration
 	// loadLock serialises Load, so that two reloads never race to swap.
 	loadLock sync.Mutex
+	// onLoad are called, under loadLock, after a new version is in force.
+	onLoad []func(version string)
 }
 
 // prepared is one compiled policy version: a query per decision point,
@@ -132,6 +180,9 @@ type prepared struct {
 	version string
 	source  string
 	queries [numPoints]rego.PreparedEvalQuery
+	// kinds are the workload map's kinds (data.partita.workload.watch),
+	// read once per version.
+	kinds []WorkloadKind
 	// opts say what the modules read of the input.
 	opts inputOptions
 }
@@ -216,7 +267,18 @@ func (e *Engine) Load(ctx context.Context, b Bundle, source string) (string, err
 	e.current.Store(p)
 	e.metrics.load(true)
 	e.metrics.setVersion(version, source)
+	for _, f := range e.onLoad {
+		f(version)
+	}
 	return version, nil
+}
+
+// OnLoad calls f with the version each time a new policy version is in
+// force (not for the one in force now). f must not call Load.
+func (e *Engine) OnLoad(f func(version string)) {
+	e.loadLock.Lock()
+	defer e.loadLock.Unlock()
+	e.onLoad = append(e.onLoad, f)
 }
 
 // Check compiles b without loading it: a *CompileError says why it would
@@ -267,6 +329,11 @@ func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
 		}
 	}
 	p.opts.podSpec = readsPodSpec(compiler)
+	kinds, err := workloadKinds(ctx, common, compiler)
+	if err != nil {
+		return nil, err
+	}
+	p.kinds = kinds
 	return p, nil
 }
 

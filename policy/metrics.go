@@ -40,11 +40,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"result"}),
 		evalErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_policy_evaluation_errors_total",
-			Help: "Policy evaluations that failed (runtime error, wrong result shape, timeout) by decision: admission (the pod was refused) or quota (the workload stays pending).",
+			Help: "Policy evaluations that failed (runtime error, wrong result shape, timeout) by decision: admission (the pod was refused), quota (the workload stays pending) or workload (the workload map could not group the pod, which waits).",
 		}, []string{"decision"}),
 		evalDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "partita_policy_evaluation_duration_seconds",
-			Help:    "Time to evaluate one decision by decision: admission (data.partita.admission for one pod) or quota (data.partita.quota for one workload).",
+			Help:    "Time to evaluate one decision by decision: admission (data.partita.admission for one pod), quota (data.partita.quota for one workload) or workload (data.partita.workload for one pod).",
 			Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3, 10e-3, 50e-3, 0.25},
 		}, []string{"decision"}),
 		stateWrites: prometheus.NewCounter(prometheus.CounterOpts{

@@ -34,6 +34,36 @@ test_default_rules_still_apply if {
 	startswith(msg, "queue \"nope\"")
 }
 `
+	rule := `package partita.workload.custom
+
+rules contains g if {
+	run := input.pod.labels["example.com/run"]
+	g := {"name": sprintf("run-%s", [run]), "minMember": 2}
+}
+
+disabled contains "jobset.x-k8s.io/JobSet"
+`
+	ruleTest := `package partita.workload.custom_test
+
+import data.partita.workload
+
+test_runs_are_gangs if {
+	g := workload.gang with input as {"pod": {"labels": {"example.com/run": "a"}}, "chain": []}
+	g.name == "run-a"
+}
+
+test_jobsets_are_not if {
+	js := {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": "x", "labels": {}, "annotations": {},
+		"spec": {"replicatedJobs": [{"replicas": 2, "template": {"spec": {"parallelism": 2, "template": {"gpu": true}}}}]}}
+	not workload.gang with input as {"pod": {"labels": {}}, "chain": [js], "owner": js}
+}
+
+test_indexed_jobs_still_are if {
+	j := {"apiVersion": "batch/v1", "kind": "Job", "name": "j", "labels": {}, "annotations": {},
+		"spec": {"parallelism": 2, "completionMode": "Indexed"}}
+	workload.gang.minMember == 2 with input as {"pod": {"labels": {}}, "chain": [j], "owner": j}
+}
+`
 	failing := `package partita.fail_test
 
 test_fails if { 1 == 2 }
@@ -50,6 +80,11 @@ test_fails if { 1 == 2 }
 			files: map[string]string{"site.rego": site, "site_test.rego": siteTest},
 			opts:  TestOptions{WithDefault: true, Coverage: true},
 			want:  TestSummary{Passed: 2},
+		},
+		"workload rules over the default bundle": {
+			files: map[string]string{"workload_runs.rego": rule, "workload_runs_test.rego": ruleTest},
+			opts:  TestOptions{WithDefault: true},
+			want:  TestSummary{Passed: 3, Coverage: -1},
 		},
 		"without the default bundle its rules are gone": {
 			files: map[string]string{"site.rego": site, "site_test.rego": siteTest},

@@ -38,6 +38,24 @@ const (
 	// LabelPolicy on a ConfigMap (value "rego") marks it as a policy override.
 	LabelPolicy = "partita.dev/policy"
 
+	// AnnotationGang on a workload's top owner (a Job, a JobSet, ...) is
+	// "true" or "false": it overrides whether the workload map's built-in
+	// rule makes the workload a gang.
+	AnnotationGang = "partita.dev/gang"
+	// AnnotationWorkload names, for people, the workload the workload map
+	// grouped a pod into: "<Kind>/<name>" ("JobSet/llama-ft",
+	// "LeaderWorkerSet/vllm group 1"). The admission loop writes it on the
+	// PodGroup it keeps for the workload and on the workload's pods; it is
+	// informational (nothing decides on it).
+	AnnotationWorkload = "partita.dev/workload"
+	// AnnotationWorkloadPodGroup on a pod names the PodGroup the admission
+	// loop keeps the status of the pod's mapped workload in.
+	AnnotationWorkloadPodGroup = "partita.dev/workload-pod-group"
+	// LabelWorkloadKind marks a PodGroup the admission loop keeps for a
+	// mapped workload, with the kind of the workload's top owner; the
+	// PodGroup is owned by that object, so it goes with it.
+	LabelWorkloadKind = "partita.dev/workload-kind"
+
 	// ResourceGPUMilli is the extended resource for aggregate GPU demand in
 	// milli-GPUs (1000 = one whole device), on containers and node capacity.
 	ResourceGPUMilli corev1.ResourceName = "partita.dev/gpu-milli"
@@ -102,3 +120,22 @@ func UnknownDeviceUUID(index int32) string {
 // IsUnknownDeviceUUID reports whether uuid stands for an unidentified
 // device.
 func IsUnknownDeviceUUID(uuid string) bool { return strings.HasPrefix(uuid, UnknownDeviceUUIDPrefix) }
+
+// WorkloadOf names the workload the admission loop counts a pod in: for a
+// gang of the workload map, the kind and name of its workload ("JobSet",
+// "llama-ft"; "LeaderWorkerSet", "vllm group 1") and the PodGroup that holds
+// its status; for a pod of an explicit gang, "PodGroup" and the gang's name
+// twice; for a single pod, empty strings. It reads the pod alone: the loop
+// names a mapped pod's workload (AnnotationWorkload) once it has seen the
+// pod, so a pod a moment old may not say yet.
+func WorkloadOf(pod *corev1.Pod) (kind, name, podGroup string) {
+	if w := pod.Annotations[AnnotationWorkload]; w != "" {
+		if k, n, ok := strings.Cut(w, "/"); ok && k != "" && n != "" {
+			return k, n, pod.Annotations[AnnotationWorkloadPodGroup]
+		}
+	}
+	if g := pod.Labels[LabelPodGroup]; g != "" {
+		return "PodGroup", g, g
+	}
+	return "", "", ""
+}

@@ -41,6 +41,10 @@ const (
 	ReasonScheduleTimeout = "ScheduleTimeout"
 	// ReasonPreempted: the gang was evicted for another workload.
 	ReasonPreempted = "Preempted"
+	// ReasonWaitingForWorkload: the workload map cannot group the pod yet:
+	// its owners are not read yet, the workload rule failed, or the
+	// PodGroup that carries the workload's queue does not exist yet.
+	ReasonWaitingForWorkload = "WaitingForWorkload"
 	// ReasonQueueConflict: the gang's pods name different queues, or
 	// another queue than their PodGroup; it is not admitted until they
 	// agree.

@@ -102,7 +102,18 @@ and CoreDNS on this host, whose pods really run (needs root, the packages of
 hack/real-node-deps.sh and the images of 'make images'; docs/real-node.md).
 --mode chart installs Partita from its Helm chart onto the real node
 (release partita in partita-system) instead of running it as host processes.
-Both are kept by later runs of up and end with 'partita dev down'.`,
+Both are kept by later runs of up and end with 'partita dev down'.
+
+--addons runs workload controllers beside the control plane: the real
+controllers of ` + strings.Join(devcluster.AddonNames(), ", ") + `, built from their releases by
+'make cluster-bins', with their CRDs (and webhooks, served on loopback with a
+self-signed certificate). Addons can be added to a running cluster.
+
+--feature-gates and --runtime-config go to kube-apiserver,
+kube-controller-manager and kube-scheduler when the cluster is created, e.g.
+the native Workload API of Kubernetes 1.37:
+
+  partita dev up --name wl --feature-gates GenericWorkload=true,WorkloadWithJob=true --runtime-config scheduling.k8s.io/v1beta1=true`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := f.cluster(cmd)
@@ -124,7 +135,19 @@ Both are kept by later runs of up and end with 'partita dev down'.`,
 	cmd.Flags().BoolVar(&f.opts.RealNode, "real-node", false, "add the real node "+realnode.NodeName+" (kubelet, containerd, kube-proxy, CoreDNS on this host; needs root)")
 	cmd.Flags().StringVar(&f.mode, "mode", "", "where Partita runs: host (processes on the host) or chart (the Helm chart on the real node); default: the cluster's, host for a new one")
 	cmd.Flags().StringVar(&f.opts.ImagesDir, "images-dir", "", "directory with the real node's image tarballs (default: images/ beside the partita binary, where 'make images' writes them)")
+	addClusterFlags(cmd, f)
 	return cmd
+}
+
+// addClusterFlags are the flags of what a cluster runs besides its nodes.
+func addClusterFlags(cmd *cobra.Command, f *devFlags) {
+	var addons []string
+	for _, a := range devcluster.Addons() {
+		addons = append(addons, a.Name+" ("+a.Kinds+", "+a.Version+")")
+	}
+	cmd.Flags().StringSliceVar(&f.opts.Addons, "addons", nil, "workload controllers to run, comma-separated: "+strings.Join(addons, ", "))
+	cmd.Flags().StringVar(&f.opts.FeatureGates, "feature-gates", "", "Kubernetes feature gates for the control plane, set when the cluster is created (Name=true,...)")
+	cmd.Flags().StringVar(&f.opts.RuntimeConfig, "runtime-config", "", "kube-apiserver --runtime-config, set when the cluster is created (group/version=true,...)")
 }
 
 func newDevDownCommand(f *devFlags) *cobra.Command {
@@ -234,5 +257,6 @@ func newDevDemoCommand(f *devFlags) *cobra.Command {
 		},
 	}
 	addNodeFlags(cmd, f)
+	addClusterFlags(cmd, f)
 	return cmd
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/extender"
+	"github.com/partita-dev/partita/extender/workloadmap"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
@@ -59,9 +61,10 @@ type extenderFlags struct {
 	profiling         bool
 	verbosity         int
 
-	admission       bool
-	admitter        extender.AdmitterOptions
-	policyNamespace string
+	admission        bool
+	admitter         extender.AdmitterOptions
+	policyNamespace  string
+	implicitJobGangs bool
 
 	printConfig bool
 	config      extender.SchedulerConfigOptions
@@ -137,7 +140,8 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.DurationVar(&f.admitter.ScheduleTimeout, "schedule-timeout", f.admitter.ScheduleTimeout, "how long an admitted gang may take to bind fully when its PodGroup sets no scheduleTimeoutSeconds")
 	fl.DurationVar(&f.admitter.PreemptMinRuntime, "preempt-min-runtime", f.admitter.PreemptMinRuntime, "a workload admitted less than this long ago is never evicted by reclaim or preemption")
 	fl.BoolVar(&f.admitter.DisablePreemption, "disable-preemption", false, "never evict workloads to reclaim fair share or for higher priority")
-	fl.BoolVar(&f.admitter.ImplicitJobGangs, "implicit-job-gangs", false, "admit the GPU pods of a Job that name no pod group as one gang of the Job's parallelism (capped by its completions)")
+	fl.BoolVar(&f.implicitJobGangs, "implicit-job-gangs", false, "deprecated: makes every parallel Job a gang (the workload map's Job rule with data.partita.config.workloads.jobs = \"all\"); without it Indexed Jobs are gangs, and a rule in a policy ConfigMap scopes which Jobs are (docs/workloads.md)")
+	_ = fl.MarkDeprecated("implicit-job-gangs", "the workload map's Job rule makes Indexed Jobs gangs by default; scope it with a rule in a policy ConfigMap (docs/workloads.md). The flag still makes every parallel Job a gang, for this release")
 	fl.StringVar(&f.admitter.DefaultQueue, "default-queue", f.admitter.DefaultQueue, "the queue of GPU workloads whose pods and PodGroup name none (pods the webhook never gave one, e.g. from before it did); the webhook's --default-queue; empty admits them on free room alone")
 	fl.DurationVar(&f.admitter.Interval, "admission-interval", f.admitter.Interval, "the longest wait between admission cycles while anything waits")
 	fl.StringVar(&f.policyNamespace, "policy-namespace", f.policyNamespace, "namespace of the ConfigMaps labelled "+v1alpha1.LabelPolicy+"=rego that override the quota policy (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
@@ -338,6 +342,44 @@ func devSchedulerConfig() string {
 	return string(b)
 }
 
+// addWorkloadMap adds the workload map (docs/workloads.md) to mgr: owner
+// informers of the kinds the policy names, and its answers for the
+// admitter's cache. Every replica runs it, so that a new leader's map is
+// warm.
+func addWorkloadMap(ctx context.Context, mgr manager.Manager, engine *policy.Engine, remap func([]types.UID)) (*workloadmap.Mapper, error) {
+	clients, err := workloadmap.ClientsFor(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	reader := mgr.GetCache()
+	pods := func(ns, name string) (*corev1.Pod, bool) {
+		var p corev1.Pod
+		if err := reader.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, &p); err != nil {
+			return nil, false
+		}
+		return &p, true
+	}
+	log := logr.FromContextOrDiscard(ctx).WithName("workload-map")
+	m := workloadmap.New(engine, pods, workloadmap.WithLogger(log), workloadmap.WithOnChange(func(uids []types.UID) { remap(uids) }))
+	changed := make(chan struct{}, 1)
+	engine.OnLoad(func(string) {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	})
+	if err := mgr.Add(allReplicas(func(ctx context.Context) error { return m.Start(ctx, clients, changed) })); err != nil {
+		return nil, fmt.Errorf("add workload map: %w", err)
+	}
+	return m, nil
+}
+
+// allReplicas is a runnable every replica runs, leader or not.
+type allReplicas func(ctx context.Context) error
+
+func (f allReplicas) Start(ctx context.Context) error { return f(ctx) }
+func (allReplicas) NeedLeaderElection() bool          { return false }
+
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of
 // --policy-namespace).
@@ -345,6 +387,12 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
 	if err != nil {
 		return nil, err
+	}
+	if f.implicitJobGangs {
+		// The deprecated switch, as the Job rule's setting.
+		if err := engine.SetConfig(ctx, policy.Config{Workloads: policy.WorkloadConfig{Jobs: policy.JobsAll}}); err != nil {
+			return nil, err
+		}
 	}
 	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder(extender.AdmitterName),
 		f.policyNamespace, policy.DefaultBatchInterval, clock.RealClock{})
@@ -363,8 +411,20 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 		return nil, fmt.Errorf("create status client: %w", err)
 	}
 	opts.StatusClient = statusClient
-	adm := extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
-		extender.PolicyQuota{Engine: engine}, feed.Synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
+	// The map sends the pods to ask about again to the admitter's cache;
+	// adm is set before the manager starts anything.
+	var adm *extender.Admitter
+	mapper, err := addWorkloadMap(ctx, mgr, engine, func(uids []types.UID) {
+		adm.Cache().Remap(uids)
+		adm.Notify()
+	})
+	if err != nil {
+		return nil, err
+	}
+	opts.Mapper = mapper
+	synced := func() bool { return feed.Synced() && mapper.Synced() }
+	adm = extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
+		extender.PolicyQuota{Engine: engine}, synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
 	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}

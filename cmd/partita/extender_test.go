@@ -33,3 +33,19 @@ func TestPrintSchedulerConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestImplicitJobGangsIsADeprecatedAlias: the flag is still accepted, says
+// it is deprecated and what replaces it.
+func TestImplicitJobGangsIsADeprecatedAlias(t *testing.T) {
+	cmd := newRootCommand()
+	var out, errOut bytes.Buffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	cmd.SetArgs([]string{"extender", "--implicit-job-gangs", "--print-scheduler-config"})
+	if err := cmd.Execute(); err != nil {
+		t.Fatalf("the deprecated flag is refused: %v", err)
+	}
+	if got := errOut.String() + out.String(); !strings.Contains(got, "implicit-job-gangs has been deprecated") || !strings.Contains(got, "docs/workloads.md") {
+		t.Errorf("no deprecation notice naming what replaces it:\n%s", got)
+	}
+}

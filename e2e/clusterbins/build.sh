@@ -4,6 +4,9 @@
 # binary that is already there, so a warm run takes a second.
 #
 #   PARTITA_CACHE   cache root (default ~/.cache/partita)
+#   ADDONS          workload controllers to build as well, of: jobset lws kuberay
+#                   (default all three; "none" builds none), into
+#                   $PARTITA_CACHE/bin/addons/<name>-<version>/ with their CRDs
 #
 # Prints the bin directory on its last line.
 set -euo pipefail
@@ -120,6 +123,70 @@ fi
 if need coredns; then
   log "installing coredns $COREDNS_VERSION"
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "github.com/coredns/coredns@$COREDNS_VERSION"
+fi
+
+# Workload controllers for `partita dev up --addons` and the e2e tests of the
+# workload map (docs/workloads.md): JobSet, LeaderWorkerSet and KubeRay's
+# operator, each built from its release on the module proxy, with the CRDs
+# and webhook configurations of that release copied from the module itself
+# (config/...), so the controller and its API always match. Each addon lands
+# in its own versioned folder: bin/<controller>, crds/*.yaml, and
+# webhooks.yaml where the controller serves admission webhooks.
+JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
+LWS_VERSION=${LWS_VERSION:-v0.8.0}
+KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
+addons=${ADDONS:-jobset lws kuberay}
+[ "$addons" = none ] && addons=""
+modcache=$(go env GOMODCACHE)
+
+# addon NAME VERSION MODULE PACKAGE CRD_DIR [WEBHOOK_MANIFEST]
+addon() {
+  local name=$1 version=$2 module=$3 pkg=$4 crds=$5 webhooks=${6:-}
+  local dir=$cache/bin/addons/$name-$version
+  if [ -x "$dir/bin/$name" ] && [ -f "$dir/.done" ]; then return; fi
+  log "building the $name controller $version ($pkg)"
+  local t0=$SECONDS
+  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/crds"
+  # A module of our own that requires the release (as for etcd): `go install
+  # pkg@version` also asks the proxy for the module's version list.
+  local mod=$scratch/addon-$name-$version
+  mkdir -p "$mod"
+  printf 'module partita.dev/clusterbins/%s\n\ngo 1.26\n\nrequire %s %s\n' "$name" "$module" "$version" >"$mod/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$mod/tools.go"
+  (cd "$mod" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
+   cd "$mod" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/bin/$name" "$pkg")
+  local src=$modcache/$module@$version
+  cp "$src/$crds"/*.yaml "$dir/crds/"
+  if [ -n "$webhooks" ]; then cp "$src/$webhooks" "$dir/webhooks.yaml"; fi
+  chmod -R u+w "$dir"
+  echo "$version" >"$dir/.done"
+  log "built $name $version in $((SECONDS - t0))s"
+}
+for a in $addons; do
+  case $a in
+    jobset) addon jobset "$JOBSET_VERSION" sigs.k8s.io/jobset sigs.k8s.io/jobset \
+      config/components/crd/bases config/components/webhook/manifests.yaml ;;
+    lws) addon lws "$LWS_VERSION" sigs.k8s.io/lws sigs.k8s.io/lws/cmd \
+      config/crd/bases config/webhook/manifests.yaml ;;
+    kuberay) addon kuberay "$KUBERAY_VERSION" github.com/ray-project/kuberay/ray-operator \
+      github.com/ray-project/kuberay/ray-operator config/crd/bases ;;
+    *) echo "cluster-bins: unknown addon $a (want jobset, lws or kuberay)" >&2; exit 2 ;;
+  esac
+done
+
+# The CRDs of Kubeflow's training-operator (PyTorchJob, MPIJob), whose
+# controller is not run here: it expects its certificate Secret mounted by a
+# kubelet. The e2e test of PyTorchJob installs the real CRD and creates the
+# pods the controller would (e2e/workloads_test.go).
+TRAINING_OPERATOR_VERSION=${TRAINING_OPERATOR_VERSION:-v1.8.1}
+kubeflow_crds=$cache/bin/addons/crds/training-operator-$TRAINING_OPERATOR_VERSION
+if [ -n "$addons" ] && [ ! -f "$kubeflow_crds/.done" ]; then
+  log "fetching the training-operator $TRAINING_OPERATOR_VERSION CRDs"
+  src=$(cd "$scratch" && go mod download -json "github.com/kubeflow/training-operator@$TRAINING_OPERATOR_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  mkdir -p "$kubeflow_crds"
+  cp "$src"/manifests/base/crds/kubeflow.org_pytorchjobs.yaml "$src"/manifests/base/crds/kubeflow.org_mpijobs.yaml "$kubeflow_crds/"
+  chmod u+w "$kubeflow_crds"/*.yaml
+  echo "$TRAINING_OPERATOR_VERSION" >"$kubeflow_crds/.done"
 fi
 
 echo "$bin"

@@ -3,12 +3,10 @@ package admission
 import (
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	resourcehelper "k8s.io/component-helpers/resource"
 
@@ -16,32 +14,43 @@ import (
 	"github.com/partita-dev/partita/gpu"
 )
 
-// WorkloadKey names a workload: a gang by its namespace and pod group (or
-// Job, for an implicit gang), a single pod by its namespace and name.
+// WorkloadKey names a workload: a gang by its namespace and pod group (or,
+// for a gang of the workload map, the gang's name), a single pod by its
+// namespace and name.
 type WorkloadKey struct {
 	Namespace string
 	// PodGroup is the gang's name; empty for a single pod.
 	PodGroup string
-	// Job is the Job of an implicit gang (see WithImplicitJobGangs).
-	Job string
+	// Workload is the name of a gang the workload map made (see WithMapper):
+	// the name of the PodGroup the loop keeps for it.
+	Workload string
 	// Pod is the single pod's name; empty for a gang.
 	Pod string
 }
 
-// String is namespace/name, the way events and logs name a workload; an
-// implicit gang is namespace/job/name.
+// String is namespace/name, the way logs and the reservation annotation
+// name a workload; a gang of the workload map is namespace/workload/name.
 func (k WorkloadKey) String() string {
 	switch {
 	case k.PodGroup != "":
 		return k.Namespace + "/" + k.PodGroup
-	case k.Job != "":
-		return k.Namespace + "/job/" + k.Job
+	case k.Workload != "":
+		return k.Namespace + "/workload/" + k.Workload
 	}
 	return k.Namespace + "/" + k.Pod
 }
 
 // IsGang reports whether the key names a gang.
-func (k WorkloadKey) IsGang() bool { return k.PodGroup != "" || k.Job != "" }
+func (k WorkloadKey) IsGang() bool { return k.PodGroup != "" || k.Workload != "" }
+
+// GangName is the name of the gang's PodGroup: its pod group, or the name
+// the workload map gave it; empty for a single pod.
+func (k WorkloadKey) GangName() string {
+	if k.PodGroup != "" {
+		return k.PodGroup
+	}
+	return k.Workload
+}
 
 // podInfo is what the admission loop needs of one pod, read once when the
 // informer delivers it.
@@ -70,6 +79,10 @@ type podInfo struct {
 	// admitted is when the admission loop let the pod go (annotation), zero
 	// when it did not or the annotation is unreadable.
 	admitted time.Time
+	// mapping is the workload map's answer for a pod of a mapped gang.
+	mapping Mapping
+	// unready says why the workload map cannot group the pod yet.
+	unready string
 }
 
 // Cache holds what the admission loop knows of the cluster, fed by informer
@@ -98,10 +111,8 @@ type Cache struct {
 	pendingSlices, activeSlices map[string][]*Workload
 	// usage is what each queue's own workloads hold and wait for.
 	usage map[string]*[2]int64
-	// jobGangs makes the pods of a Job without a pod group a gang of the
-	// Job's parallelism; jobs holds that parallelism by namespace/name.
-	jobGangs bool
-	jobs     map[types.NamespacedName]int32
+	// mapper groups the pods that name no pod group (WithMapper).
+	mapper Mapper
 	// priorityClasses are the values of PriorityClasses by name, for
 	// PodGroup.spec.priorityClassName.
 	priorityClasses map[string]int32
@@ -111,14 +122,13 @@ type Cache struct {
 	// deviceCharged indexes the built workloads with active members whose
 	// charge depends on their devices (memory requests).
 	deviceCharged map[WorkloadKey]*Workload
+	// elastic indexes the built workloads with active elastic members
+	// beyond their minimum.
+	elastic map[WorkloadKey]*Workload
 }
 
 // CacheOption configures a Cache.
 type CacheOption func(*Cache)
-
-// WithImplicitJobGangs makes the pods of a Job that name no pod group a
-// gang whose size is the Job's parallelism (capped by its completions).
-func WithImplicitJobGangs(on bool) CacheOption { return func(c *Cache) { c.jobGangs = on } }
 
 // WithDefaultQueue makes name the queue of workloads whose pods and
 // PodGroup name none: pods from before the webhook gave every GPU pod a
@@ -134,6 +144,10 @@ type podGroupInfo struct {
 	topologyKey string
 	created     time.Time
 	status      v1alpha1.PodGroupStatus
+	// mapped: the loop keeps the PodGroup for a gang of the workload map
+	// (label partita.dev/workload-kind); owners are its ownerReferences.
+	mapped bool
+	owners []types.UID
 }
 
 type queueInfo struct {
@@ -151,7 +165,6 @@ type nodeInfo struct {
 // NewCache returns an empty cache.
 func NewCache(opts ...CacheOption) *Cache {
 	c := &Cache{
-		jobs:            map[types.NamespacedName]int32{},
 		priorityClasses: map[string]int32{},
 		pods:            map[types.UID]*podInfo{},
 		workloads:       map[WorkloadKey]map[types.UID]*podInfo{},
@@ -169,41 +182,12 @@ func NewCache(opts ...CacheOption) *Cache {
 		activeSlices:  map[string][]*Workload{},
 		usage:         map[string]*[2]int64{},
 		deviceCharged: map[WorkloadKey]*Workload{},
+		elastic:       map[WorkloadKey]*Workload{},
 	}
 	for _, o := range opts {
 		o(c)
 	}
 	return c
-}
-
-// UpsertJob records a Job's gang size: its parallelism, capped by its
-// completions.
-func (c *Cache) UpsertJob(ns, name string, parallelism, completions *int32) {
-	size := int32(1)
-	if parallelism != nil {
-		size = *parallelism
-	}
-	if completions != nil && *completions < size {
-		size = *completions
-	}
-	c.lock.Lock()
-	defer c.lock.Unlock()
-	key := types.NamespacedName{Namespace: ns, Name: name}
-	if old, ok := c.jobs[key]; ok && old == size {
-		return
-	}
-	c.jobs[key] = size
-	c.dirty[WorkloadKey{Namespace: ns, Job: name}] = true
-	c.generation++
-}
-
-// DeleteJob forgets a Job.
-func (c *Cache) DeleteJob(ns, name string) {
-	c.lock.Lock()
-	defer c.lock.Unlock()
-	delete(c.jobs, types.NamespacedName{Namespace: ns, Name: name})
-	c.dirty[WorkloadKey{Namespace: ns, Job: name}] = true
-	c.generation++
 }
 
 // UpsertPriorityClass records a PriorityClass's value; the gangs whose
@@ -229,10 +213,22 @@ func (c *Cache) DeletePriorityClass(name string) {
 func (c *Cache) dirtyPodGroupsOf(class string) {
 	for key, pg := range c.podGroups {
 		if pg.priority == class {
-			c.dirty[WorkloadKey{Namespace: key.Namespace, PodGroup: key.Name}] = true
+			c.dirtyGang(key)
+		}
+	}
+	for key, w := range c.built {
+		if key.Workload != "" && w.priorityClass == class {
+			c.dirty[key] = true
 		}
 	}
 	c.generation++
+}
+
+// dirtyGang marks the gangs a PodGroup describes: its explicit one, and the
+// workload map's of the same name.
+func (c *Cache) dirtyGang(key types.NamespacedName) {
+	c.dirty[WorkloadKey{Namespace: key.Namespace, PodGroup: key.Name}] = true
+	c.dirty[WorkloadKey{Namespace: key.Namespace, Workload: key.Name}] = true
 }
 
 // Generation counts the changes the cache has taken in.
@@ -247,9 +243,15 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	if pod.UID == "" {
 		return
 	}
-	info := readPod(pod, c.jobGangs)
+	info := readPod(pod, c.mapper)
 	c.lock.Lock()
 	defer c.lock.Unlock()
+	c.insertPod(info)
+}
+
+// insertPod replaces what the cache holds of info's pod; the lock is held.
+func (c *Cache) insertPod(info *podInfo) {
+	pod := info.pod
 	c.removePod(pod.UID)
 	c.pods[pod.UID] = info
 	if info.req != nil {
@@ -267,10 +269,39 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 
 // DeletePod removes a pod.
 func (c *Cache) DeletePod(uid types.UID) {
+	if c.mapper != nil {
+		c.mapper.Forget(uid)
+	}
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	c.removePod(uid)
 	c.generation++
+}
+
+// Remap asks the workload map again about the pods uids, whose owners or
+// rules changed, and regroups those whose answer changed.
+func (c *Cache) Remap(uids []types.UID) {
+	if c.mapper == nil || len(uids) == 0 {
+		return
+	}
+	c.lock.Lock()
+	pods := make([]*corev1.Pod, 0, len(uids))
+	for _, uid := range uids {
+		if p := c.pods[uid]; p != nil && p.req != nil {
+			pods = append(pods, p.pod)
+		}
+	}
+	c.lock.Unlock()
+	for _, pod := range pods {
+		info := readPod(pod, c.mapper)
+		c.lock.Lock()
+		if cur := c.pods[pod.UID]; cur != nil && cur.pod == pod && (cur.key != info.key || cur.mapping != info.mapping || cur.unready != info.unready) {
+			// The pod is as it was when read (a newer one would have been
+			// mapped by UpsertPod), and its answer changed.
+			c.insertPod(info)
+		}
+		c.lock.Unlock()
+	}
 }
 
 func (c *Cache) removePod(uid types.UID) {
@@ -337,14 +368,19 @@ func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
 		topologyKey: pg.Spec.TopologyKey,
 		created:     pg.CreationTimestamp.Time,
 		status:      *pg.Status.DeepCopy(),
+		mapped:      pg.Labels[v1alpha1.LabelWorkloadKind] != "",
+	}
+	for _, o := range pg.OwnerReferences {
+		info.owners = append(info.owners, o.UID)
 	}
 	if pg.Spec.ScheduleTimeoutSeconds != nil {
 		info.timeout = *pg.Spec.ScheduleTimeoutSeconds
 	}
 	c.lock.Lock()
 	defer c.lock.Unlock()
-	c.podGroups[types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}] = info
-	c.dirty[WorkloadKey{Namespace: pg.Namespace, PodGroup: pg.Name}] = true
+	key := types.NamespacedName{Namespace: pg.Namespace, Name: pg.Name}
+	c.podGroups[key] = info
+	c.dirtyGang(key)
 	c.generation++
 }
 
@@ -353,7 +389,7 @@ func (c *Cache) DeletePodGroup(key types.NamespacedName) {
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	delete(c.podGroups, key)
-	c.dirty[WorkloadKey{Namespace: key.Namespace, PodGroup: key.Name}] = true
+	c.dirtyGang(key)
 	c.generation++
 }
 
@@ -373,8 +409,9 @@ func (c *Cache) DeleteQueue(name string) {
 	c.generation++
 }
 
-// readPod reads what the loop needs of a pod.
-func readPod(pod *corev1.Pod, jobGangs bool) *podInfo {
+// readPod reads what the loop needs of a pod, and asks mapper (nil for
+// none) about a GPU pod that names no pod group.
+func readPod(pod *corev1.Pod, mapper Mapper) *podInfo {
 	p := &podInfo{
 		pod:         pod,
 		node:        pod.Spec.NodeName,
@@ -411,10 +448,18 @@ func readPod(pod *corev1.Pod, jobGangs bool) *podInfo {
 	}
 	p.queue = req.Queue
 	p.key = WorkloadKey{Namespace: pod.Namespace, Pod: pod.Name}
-	if req.PodGroup != "" {
+	switch {
+	case req.PodGroup != "":
 		p.key = WorkloadKey{Namespace: pod.Namespace, PodGroup: req.PodGroup}
-	} else if owner := metav1.GetControllerOf(pod); jobGangs && owner != nil && owner.Kind == "Job" && strings.HasPrefix(owner.APIVersion, "batch/") {
-		p.key = WorkloadKey{Namespace: pod.Namespace, Job: owner.Name}
+	case mapper != nil:
+		m := mapper.Map(pod)
+		switch {
+		case m.Waiting != "":
+			p.unready = m.Waiting
+		case m.Gang != "":
+			p.key = WorkloadKey{Namespace: pod.Namespace, Workload: m.Gang}
+			p.mapping = m
+		}
 	}
 	if v, err := strconv.ParseInt(pod.Annotations[v1alpha1.AnnotationMinMember], 10, 32); err == nil && v > 0 {
 		p.minMember = int32(v)

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
@@ -103,9 +105,13 @@ type Wait struct {
 	Message string
 }
 
-// Eviction evicts a whole workload to make room for another.
+// Eviction evicts a whole workload, or elastic members of it beyond its
+// minimum, to make room for another.
 type Eviction struct {
 	Victim *Workload
+	// Members are the pods to evict: all of Victim.Active, or elastic
+	// members beyond the gang's minimum.
+	Members []*Member
 	// For is the workload the room is made for.
 	For *Workload
 	// Reclaim is set when the victim's queue is over its fair share and the
@@ -173,7 +179,12 @@ type cycle struct {
 	// only shrinks within a cycle, so they fail again.
 	failedShapes map[string]*failure
 	evicting     map[WorkloadKey]bool
-	searches     int
+	// evictingMembers are elastic members chosen as victims this cycle.
+	evictingMembers map[types.UID]bool
+	// extras are the elastic gangs whose members beyond the minimum wait
+	// for the end of the cycle (admitExtras).
+	extras   []extraWork
+	searches int
 	// candidates caches staticCandidates by constraint signature; nodeNames
 	// are the snapshot's nodes in name order.
 	candidates  map[string][]string
@@ -303,6 +314,7 @@ func (c *cycle) run() {
 			h.push(q)
 		}
 	}
+	c.admitExtras()
 }
 
 // workloadOrder is the order within a queue: priority, then age, then key.
@@ -311,7 +323,8 @@ func workloadOrder(a, b *Workload) int {
 }
 
 func compareKeys(a, b WorkloadKey) int {
-	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.PodGroup, b.PodGroup), strings.Compare(a.Pod, b.Pod))
+	return cmp.Or(strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.PodGroup, b.PodGroup),
+		strings.Compare(a.Workload, b.Workload), strings.Compare(a.Pod, b.Pod))
 }
 
 // activeCharge is what w's active members hold, in milli-GPUs, as the queue
@@ -379,24 +392,26 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		c.wait(w, v1alpha1.ReasonScheduleTimeout, fmt.Sprintf("requeued after its schedule timeout; tries again in %s", until.Sub(c.opts.Now).Round(time.Second)))
 		return false
 	}
+	if w.Unready != "" {
+		c.wait(w, v1alpha1.ReasonWaitingForWorkload, w.Unready)
+		return false
+	}
 	required := len(w.Pending)
 	if w.Key.IsGang() {
 		if w.MinMember == 0 {
 			msg := fmt.Sprintf("pod group %s has no PodGroup object and its pods set no %s: create the PodGroup with spec.minMember, or annotate the pods", w.Key.PodGroup, v1alpha1.AnnotationMinMember)
-			if w.Key.Job != "" {
-				msg = fmt.Sprintf("waiting to read Job %s's parallelism", w.Key.Job)
-			}
 			c.wait(w, v1alpha1.ReasonWaitingForMembers, msg)
 			return false
 		}
-		have := len(w.Pending) + len(w.Active)
+		// Members that ran to completion count as started.
+		have := len(w.Pending) + len(w.Active) + int(w.Succeeded)
 		if have < int(w.MinMember) {
-			c.wait(w, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("gang %s needs %d pods before any starts; %d exist", w.Key, w.MinMember, have))
+			c.wait(w, v1alpha1.ReasonWaitingForMembers, fmt.Sprintf("gang %s needs %d pods before any starts; %d exist", w.Name(), w.MinMember, have))
 			return false
 		}
 		// Members already admitted count; the rest of minMember must be
 		// placed together, and pending pods beyond it go if they fit.
-		required = max(0, int(w.MinMember)-len(w.Active))
+		required = min(max(0, int(w.MinMember)-len(w.Active)-int(w.Succeeded)), len(w.Pending))
 	}
 	if f, known := c.knownFailure(w, w.Pending[:required]); known && !c.mayEvictFor(q, w) {
 		// Room only shrinks within a cycle: a question already answered
@@ -404,8 +419,18 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
 		return false
 	}
-	members, milli := len(w.Pending), int64(0)
-	for _, m := range w.Pending {
+	// An elastic gang asks for its minimum now; the members beyond it are
+	// tried once every queue's minimum has been (admitExtras).
+	pending := w.Pending
+	if w.Elastic {
+		if required == 0 {
+			c.extras = append(c.extras, extraWork{q: q, w: w})
+			return false
+		}
+		pending = w.Pending[:required]
+	}
+	members, milli := len(pending), int64(0)
+	for _, m := range pending {
 		milli += m.GPUMilli
 	}
 	if q != nil {
@@ -427,7 +452,7 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		}
 		return false
 	}
-	for _, m := range w.Pending[required:] {
+	for _, m := range pending[required:] {
 		if more, err := c.place(w, []*Member{m}, true); err == nil {
 			placed = append(placed, more...)
 		}
@@ -436,7 +461,20 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, capacityMessage(w, w.Pending[:1], errors.New("no node has room now")))
 		return false
 	}
-	// The quota check above counted each member's partita.dev/gpu-milli, a
+	if !c.commit(q, w, placed) {
+		return false
+	}
+	if len(w.Pending) > required && w.Elastic {
+		c.extras = append(c.extras, extraWork{q: q, w: w, admitted: true})
+	}
+	return true
+}
+
+// commit admits members placed on the snapshot, unless the quota policy
+// refuses what they hold on the devices chosen; it reports whether they
+// were admitted.
+func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) bool {
+	// The quota check before placing counted each member's partita.dev/gpu-milli, a
 	// lower bound for a memory request (its share of the largest device).
 	// What the members will hold is their share of the devices chosen
 	// now: ask again with that, and keep them waiting if it is too much.

@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
@@ -24,8 +26,8 @@ type world struct {
 	queues    []*v1alpha1.Queue
 	podGroups []*v1alpha1.PodGroup
 	pods      []*corev1.Pod
-	jobs      []job
-	jobGangs  bool
+	// mapped is the workload map's answer by pod name (tablemap).
+	mapped map[string]Mapping
 	// defaultQueue is the cache's WithDefaultQueue.
 	defaultQueue string
 	// priorityClasses are PriorityClass values by name.
@@ -35,9 +37,43 @@ type world struct {
 	silent []string
 }
 
-type job struct {
-	name        string
-	parallelism int32
+// tablemap is the workload map as a table: package workloadmap computes
+// the answers from the rules and the owners, and is tested there; here
+// they are the input.
+type tablemap map[string]Mapping
+
+func (m tablemap) Map(pod *corev1.Pod) Mapping { return m[pod.Name] }
+func (tablemap) Forget(types.UID)              {}
+
+// rayGang is the workload map's answer for the pods of RayCluster rc, of
+// minimum n: its workers are elastic.
+func rayGang(rc string, n int32, elastic bool) Mapping {
+	return Mapping{Gang: "raycluster-" + rc, MinMember: n, Elastic: elastic, Kind: "RayCluster", Name: rc,
+		Owner: Owner{APIVersion: "ray.io/v1", Kind: "RayCluster", Name: rc, UID: types.UID("uid-" + rc)}}
+}
+
+// rayCluster is a head and workers of RayCluster rc in queue q, gated or
+// (running, from admitted) bound to nodes n-0, n-1, ...; the head and the
+// first min-1 workers are its minimum.
+func rayCluster(rc, q string, workers int, running []string, admitted time.Time, minWorkers int32) ([]*corev1.Pod, map[string]Mapping) {
+	mapped := map[string]Mapping{}
+	var pods []*corev1.Pod
+	for i := range workers + 1 {
+		name := fmt.Sprintf("%s-worker-%d", rc, i-1)
+		if i == 0 {
+			name = rc + "-head"
+		}
+		var p *PodWrapper
+		if i < len(running) {
+			p = MakePod(name, "ns").Queue(q).GPUCount(1).Node(running[i]).Created(admitted).
+				Annotation(v1alpha1.AnnotationAdmitted, admitted.Add(time.Duration(i)*time.Second).Format(time.RFC3339))
+		} else {
+			p = gated(name, q, 1).Created(t0.Add(time.Duration(i) * time.Second))
+		}
+		pods = append(pods, p.Obj())
+		mapped[name] = rayGang(rc, minWorkers+1, i > 0)
+	}
+	return pods, mapped
 }
 
 // gpuNodes makes n nodes named prefix-i with perNode 80GB devices.
@@ -90,7 +126,7 @@ type outcome struct {
 
 func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	t.Helper()
-	cache := NewCache(WithImplicitJobGangs(w.jobGangs), WithDefaultQueue(w.defaultQueue))
+	cache := NewCache(WithMapper(tablemap(w.mapped)), WithDefaultQueue(w.defaultQueue))
 	for name, v := range w.priorityClasses {
 		cache.UpsertPriorityClass(name, v)
 	}
@@ -110,9 +146,6 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	ledger := gpu.BuildLedger(gns, nil)
 	for _, n := range w.silent {
 		ledger.SetAgentSilent(n, &gpu.AgentSilentError{LastHeartbeat: t0, For: 3 * time.Minute})
-	}
-	for _, j := range w.jobs {
-		cache.UpsertJob("ns", j.name, &j.parallelism, nil)
 	}
 	for _, p := range w.pods {
 		cache.UpsertPod(p)
@@ -141,6 +174,7 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 		for _, m := range a.Members {
 			ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
 		}
+		ms = append(out.Admitted[a.Workload.Key.String()], ms...)
 		slices.Sort(ms)
 		out.Admitted[a.Workload.Key.String()] = ms
 	}
@@ -152,9 +186,24 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 		if e.Reclaim {
 			kind = "reclaim"
 		}
-		out.Evicted = append(out.Evicted, e.Victim.Key.String()+" ("+kind+")")
+		victim := e.Victim.Key.String()
+		if len(e.Members) < len(e.Victim.Active) {
+			for _, m := range e.Members {
+				victim += " " + m.Pod.Name
+			}
+		}
+		out.Evicted = append(out.Evicted, victim+" ("+kind+")")
 	}
 	return out, res
+}
+
+// mappedPodGroup is the PodGroup the loop keeps for a gang of the workload
+// map, owned by the object of UID owner.
+func mappedPodGroup(name, queue string, owner types.UID) *v1alpha1.PodGroup {
+	pg := MakePodGroup(name, "ns").MinMember(1).Queue(queue).Obj()
+	pg.Labels = map[string]string{v1alpha1.LabelWorkloadKind: "Job"}
+	pg.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "one", UID: owner}}
+	return pg
 }
 
 func gang(name, q string, n, minMember int, gpus int) ([]*corev1.Pod, *v1alpha1.PodGroup) {
@@ -175,6 +224,8 @@ func TestCycle(t *testing.T) {
 	queueA := MakeQueue("a").Obj()
 	queueB := MakeQueue("b").GPU("1", "-1", 1).Obj()
 	limited := MakeQueue("a").GPU("0", "1", 1).Obj()
+	jobGang := Mapping{Gang: "job-train", MinMember: 4, Kind: "Job", Name: "train", Owner: Owner{Kind: "Job", Name: "train", UID: "uid-train"}}
+	queuedGang := Mapping{Gang: "job-one", MinMember: 1, Queue: "a", Kind: "Job", Name: "one", Owner: Owner{Kind: "Job", Name: "one", UID: "uid-one"}}
 
 	cases := map[string]struct {
 		world world
@@ -346,23 +397,71 @@ func TestCycle(t *testing.T) {
 			},
 			want: outcome{Admitted: map[string][]string{"ns/c": {"c-0@n-1", "c-1@n-0", "c-2@n-0"}}},
 		},
-		"the pods of a Job are a gang of its parallelism when asked": {
-			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA}, jobGangs: true,
-				jobs: []job{{name: "train", parallelism: 4}},
+		"the workload map makes a gang of a Job's pods": {
+			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA},
+				mapped: map[string]Mapping{"train-a": jobGang, "train-b": jobGang, "train-c": jobGang, "train-d": jobGang},
 				pods: []*corev1.Pod{
 					gated("train-a", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-b", "a", 1).OwnedBy("Job", "train").Obj(),
 					gated("train-c", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-d", "a", 1).OwnedBy("Job", "train").Obj(),
 				}},
-			want: outcome{Waiting: map[string]string{"ns/job/train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now"}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-train": "WaitingForCapacity: gang needs 4 × 1 GPU; at most 3 fit now"}},
 		},
-		"the pods of a Job are single pods unless asked": {
+		"a gang of the workload map is named after its workload": {
+			world: world{nodes: nodes3, gpuNodes: gpus3, queues: []*v1alpha1.Queue{queueA},
+				mapped: map[string]Mapping{"train-a": jobGang, "train-b": jobGang, "train-c": jobGang},
+				pods: []*corev1.Pod{
+					gated("train-a", "a", 1).Obj(), gated("train-b", "a", 1).Obj(), gated("train-c", "a", 1).Obj(),
+				}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-train": "WaitingForMembers: gang Job ns/train needs 4 pods before any starts; 3 exist"}},
+		},
+		"pods the workload map leaves alone are single pods": {
 			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA},
-				jobs: []job{{name: "train", parallelism: 2}},
 				pods: []*corev1.Pod{gated("train-a", "a", 1).OwnedBy("Job", "train").Obj(), gated("train-b", "a", 1).OwnedBy("Job", "train").Created(t0.Add(time.Second)).Obj()}},
 			want: outcome{
 				Admitted: map[string][]string{"ns/train-a": {"train-a@n-0"}},
 				Waiting:  map[string]string{"ns/train-b": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0")},
 			},
+		},
+		"a pod the workload map cannot group yet waits for it": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA},
+				mapped: map[string]Mapping{"p": {Waiting: "waiting to read JobSet ns/js"}},
+				pods:   []*corev1.Pod{gated("p", "a", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/p": "WaitingForWorkload: waiting to read JobSet ns/js"}},
+		},
+		"a rule's queue waits for the PodGroup that carries it": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA, MakeQueue("default").Obj()}, defaultQueue: "default",
+				mapped: map[string]Mapping{"p": queuedGang},
+				pods:   []*corev1.Pod{gated("p", "default", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-one": "WaitingForWorkload: waiting for PodGroup ns/job-one to name queue a, as the workload rule of Job ns/one does " +
+				"(the admission loop creates it; the PodGroup webhook checks that namespace ns may use the queue)"}},
+		},
+		"a rule's queue is taken once its PodGroup names it": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{limited, MakeQueue("default").Obj()}, defaultQueue: "default",
+				mapped:    map[string]Mapping{"p": queuedGang, "q": queuedGang},
+				podGroups: []*v1alpha1.PodGroup{mappedPodGroup("job-one", "a", "uid-one")},
+				pods:      []*corev1.Pod{gated("p", "default", 1).Obj(), gated("q", "default", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-one": "WaitingForQuota: queue a is at its limit: 0 of 1 GPUs"}},
+		},
+		"a PodGroup of another owner does not carry a rule's queue": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA, MakeQueue("default").Obj()}, defaultQueue: "default",
+				mapped:    map[string]Mapping{"p": queuedGang},
+				podGroups: []*v1alpha1.PodGroup{mappedPodGroup("job-one", "a", "uid-someone-else")},
+				pods:      []*corev1.Pod{gated("p", "default", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-one": "WaitingForWorkload: PodGroup ns/job-one, which must carry the queue a that the workload rule of Job ns/one names, " +
+				"exists but was not made by Partita for Job one (it is not owned by it, or lacks the label partita.dev/workload-kind): delete or rename it"}},
+		},
+		"a rule's queue that its pods contradict is a conflict": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA, queueB}, defaultQueue: "default",
+				mapped: map[string]Mapping{"p": queuedGang},
+				pods:   []*corev1.Pod{gated("p", "b", 1).Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/workload/job-one": "QueueConflict: the workload rule puts Job ns/one in queue a but its pods name queue b: " +
+				"give the pods the label partita.dev/queue: a (or none), or change the rule"}},
+		},
+		"a pod naming a mapped gang's PodGroup does not join it": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA},
+				podGroups: []*v1alpha1.PodGroup{mappedPodGroup("job-one", "a", "uid-one")},
+				pods:      []*corev1.Pod{gated("intruder", "a", 1).PodGroup("job-one").Obj()}},
+			want: outcome{Waiting: map[string]string{"ns/job-one": "WaitingForMembers: pod group job-one has no PodGroup object and its pods set no partita.dev/min-member: create the PodGroup with spec.minMember, or annotate the pods"}},
 		},
 		"a pod in a queue that does not exist waits": {
 			world: world{nodes: nodes1, gpuNodes: gpus1, pods: []*corev1.Pod{gated("p", "ghost", 1).Obj()}},
@@ -433,5 +532,75 @@ func TestFairSharesCarryOverOnlyWhileNothingChanged(t *testing.T) {
 	second := share(gated("a-1", "a", 4).Obj(), gated("b-1", "b", 4).Obj())
 	if diff := cmp.Diff(map[string]int64{"a": 2000, "b": 2000}, second); diff != "" {
 		t.Errorf("after b asked, the old division was kept (-want +got):\n%s", diff)
+	}
+}
+
+func TestElastic(t *testing.T) {
+	nodes5, gpus5 := gpuNodes("n", 5, 1)
+	nodes4, gpus4 := gpuNodes("n", 4, 1)
+	nodes3, gpus3 := gpuNodes("n", 3, 1)
+	nodes2, gpus2 := gpuNodes("n", 2, 1)
+	queues := []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}
+	grows, growsMap := rayCluster("rc", "a", 6, nil, t0, 2)
+	crowded, crowdedMap := rayCluster("rc", "a", 2, []string{"n-0", "n-1"}, t0, 1)
+	full, fullMap := rayCluster("rc", "a", 3, []string{"n-0", "n-1", "n-2", "n-3"}, t0, 1)
+	headOnly, headOnlyMap := rayCluster("rc", "a", 1, []string{"n-0"}, t0, 0)
+	bGang, bPodGroup := gang("b-gang", "b", 2, 2, 1)
+
+	cases := map[string]struct {
+		world world
+		opts  Options
+		want  outcome
+	}{
+		"an elastic gang starts at its minimum and takes what room is left": {
+			world: world{nodes: nodes5, gpuNodes: gpus5, queues: queues, pods: grows, mapped: growsMap},
+			want: outcome{Admitted: map[string][]string{"ns/workload/raycluster-rc": {
+				"rc-head@n-0", "rc-worker-0@n-1", "rc-worker-1@n-2", "rc-worker-2@n-3", "rc-worker-3@n-4",
+			}}},
+		},
+		"elastic members take only room that no workload's minimum wants": {
+			world: world{nodes: nodes3, gpuNodes: gpus3, queues: queues, mapped: crowdedMap,
+				pods: append(crowded, gated("b-1", "b", 1).Created(t0.Add(time.Hour)).Obj())},
+			want: outcome{
+				Admitted: map[string][]string{"ns/b-1": {"b-1@n-2"}},
+				Waiting: map[string]string{"ns/workload/raycluster-rc": "WaitingForCapacity: RayCluster ns/rc runs its minimum of 2; " +
+					"its 1 elastic member(s) beyond it wait for room that no workload's minimum wants"},
+			},
+		},
+		"another queue's minimum evicts elastic members first, one by one": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: queues, mapped: fullMap,
+				pods: append(full, bGang...), podGroups: []*v1alpha1.PodGroup{bPodGroup}},
+			want: outcome{
+				Waiting: map[string]string{"ns/b-gang": "WaitingForCapacity: evicting 2 workload(s) to make room: " +
+					"RayCluster ns/rc (elastic member rc-worker-2), RayCluster ns/rc (elastic member rc-worker-1)"},
+				Evicted: []string{"ns/workload/raycluster-rc rc-worker-2 (reclaim)", "ns/workload/raycluster-rc rc-worker-1 (reclaim)"},
+			},
+		},
+		"elastic members admitted within the minimum runtime are spared": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: queues, mapped: fullMap,
+				pods: append(full, bGang...), podGroups: []*v1alpha1.PodGroup{bPodGroup}},
+			opts: Options{Now: t0.Add(2 * time.Second), PreemptMinRuntime: time.Minute},
+			want: outcome{Waiting: map[string]string{"ns/b-gang": "WaitingForCapacity: gang needs 2 × 1 GPU; at most 0 fit now"}},
+		},
+		"elastic members never evict": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: queues, mapped: headOnlyMap,
+				pods: append(headOnly, running("b-1", "b", "n-1", 1, t0).Obj())},
+			want: outcome{Waiting: map[string]string{"ns/workload/raycluster-rc": "WaitingForCapacity: RayCluster ns/rc runs its minimum of 1; " +
+				"its 1 elastic member(s) beyond it wait for room that no workload's minimum wants"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, _ := runWorld(t, tc.world, tc.opts)
+			if tc.want.Admitted == nil {
+				tc.want.Admitted = map[string][]string{}
+			}
+			if tc.want.Waiting == nil {
+				tc.want.Waiting = map[string]string{}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

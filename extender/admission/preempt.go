@@ -15,11 +15,16 @@ import (
 // maxVictims bounds the workloads one search may evict.
 const maxVictims = 64
 
-// victim is a workload the search may evict.
+// victim is a workload the search may evict, or (elastic) some of its
+// elastic members beyond its minimum.
 type victim struct {
-	w       *Workload
-	q       *queueState
+	w *Workload
+	q *queueState
+	// members are what evicting the victim evicts: all of w.Active, or
+	// elastic members.
+	members []*Member
 	reclaim bool
+	elastic bool
 }
 
 // preempt looks for whole workloads whose eviction lets members of w fit
@@ -72,7 +77,8 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
 		return true
 	}
-	cands := c.victims(q, w, members)
+	// Elastic members beyond their gang's minimum go first, one by one.
+	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
 	if len(cands) == 0 {
 		return false
 	}
@@ -80,11 +86,18 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	var chosen []victim
 	found := false
 	for _, v := range cands {
-		if v.reclaim && v.q.allocated-taken[v.q] <= v.q.fairShare {
+		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q] <= v.q.fairShare {
 			continue
 		}
-		release(v.w.Active)
-		taken[v.q] += c.activeCharge(v.w)
+		release(v.members)
+		if v.elastic {
+			for _, m := range v.members {
+				charge, _ := c.memberCharge(m)
+				taken[v.q] += charge
+			}
+		} else {
+			taken[v.q] += c.activeCharge(v.w)
+		}
 		chosen = append(chosen, v)
 		if fits() {
 			found = true
@@ -96,26 +109,29 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	}
 	if !found {
 		for _, v := range chosen {
-			restore(v.w.Active)
+			restore(v.members)
 		}
 		return false
 	}
 	// Least disruption: spare every chosen victim the placement does not
 	// need, the most important first.
 	for i := len(chosen) - 2; i >= 0; i-- {
-		restore(chosen[i].w.Active)
+		restore(chosen[i].members)
 		if fits() {
 			chosen = slices.Delete(chosen, i, i+1)
 			continue
 		}
-		release(chosen[i].w.Active)
+		release(chosen[i].members)
 	}
 	names := make([]string, len(chosen))
 	for i, v := range chosen {
-		restore(v.w.Active)
-		c.evicting[v.w.Key] = true
-		names[i] = v.w.Key.String()
-		c.evictions = append(c.evictions, Eviction{Victim: v.w, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
+		restore(v.members)
+		c.markEvicting(v)
+		names[i] = v.w.Name()
+		if v.elastic {
+			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
+		}
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
 	}
 	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
 	return true
@@ -134,7 +150,7 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 			break
 		}
 		if v != w && !c.evicting[v.Key] {
-			out = append(out, victim{w: v, q: q})
+			out = append(out, victim{w: v, q: q, members: v.Active})
 		}
 	}
 	if q.allocated+need <= q.fairShare {
@@ -144,7 +160,7 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 			}
 			for _, v := range c.evictable(vq.Name) {
 				if !c.evicting[v.Key] {
-					out = append(out, victim{w: v, q: vq, reclaim: true})
+					out = append(out, victim{w: v, q: vq, members: v.Active, reclaim: true})
 				}
 			}
 		}
@@ -194,11 +210,14 @@ func (c *cycle) terminatingMembers() []*Member {
 }
 
 func evictionMessage(v victim, q *queueState, w *Workload) string {
+	if v.elastic {
+		return elasticEvictionMessage(v, q, w)
+	}
 	if v.reclaim {
 		return fmt.Sprintf("reclaimed for %s: queue %s is below its fair share (%s of %s GPUs) and queue %s is above its own (%s of %s GPUs)",
-			w.Key, q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
+			w.Name(), q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
 	}
-	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Key, w.Priority, v.w.Priority)
+	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Name(), w.Priority, v.w.Priority)
 }
 
 // mayEvictFor reports whether some workload could be evicted for w at all:
@@ -206,6 +225,9 @@ func evictionMessage(v victim, q *queueState, w *Workload) string {
 func (c *cycle) mayEvictFor(q *queueState, w *Workload) bool {
 	if c.opts.DisablePreemption || q == nil {
 		return false
+	}
+	if len(c.st.Elastic) > 0 && len(c.elasticVictims(q, w)) > 0 {
+		return true
 	}
 	// Active lists are sorted by priority: the first says whether any is
 	// lower, before the victims are filtered.

@@ -28,6 +28,9 @@ type Member struct {
 	Admitted time.Time
 	// Bound reports whether it has a node.
 	Bound bool
+	// Elastic: the workload map lets the member run beyond its gang's
+	// minimum, admitted as room allows and evicted first.
+	Elastic bool
 
 	// sig and shape memoise constraintSig and requestShape: a member is
 	// immutable, and only the loop's goroutine reads it.
@@ -79,6 +82,22 @@ type Workload struct {
 	// Succeeded counts the members that ran to completion: they count as
 	// started for a gang, and hold nothing.
 	Succeeded int32
+	// Kind and OwnerName name a gang of the workload map for people
+	// ("JobSet", "llama-ft"); Owner is its top owner. Empty otherwise.
+	Kind, OwnerName string
+	Owner           Owner
+	// RuleQueue and PriorityClassName are what the workload map's rule
+	// names for a mapped gang, empty when nothing.
+	RuleQueue, PriorityClassName string
+	// Unready says why the workload cannot be admitted yet: the workload
+	// map cannot group it, or the PodGroup that must carry the queue its
+	// rule names does not exist yet.
+	Unready string
+	// Elastic: some member may run beyond the minimum.
+	Elastic bool
+	// PodGroup says, for a gang of the workload map, how the PodGroup the
+	// loop keeps for it stands.
+	PodGroup MappedPodGroup
 
 	activeMilli, pendingMilli int64
 	started                   time.Time
@@ -98,6 +117,56 @@ type Workload struct {
 	// pending members, the same every cycle.
 	placeKey    string
 	placeGroups []constraintGroup
+	// priorityClass is the PriorityClass a mapped gang's rule names, for
+	// the cache to rebuild the gang when the class changes.
+	priorityClass string
+}
+
+// MappedPodGroup is how the PodGroup the loop keeps for a gang of the
+// workload map stands.
+type MappedPodGroup int
+
+// States of a mapped gang's PodGroup.
+const (
+	// PodGroupMissing: no PodGroup of the gang's name exists.
+	PodGroupMissing MappedPodGroup = iota
+	// PodGroupInSync: the loop's PodGroup says what the rule says.
+	PodGroupInSync
+	// PodGroupStale: the loop's PodGroup says something else (the rule
+	// changed, or someone edited it): its spec is written again.
+	PodGroupStale
+	// PodGroupForeign: a PodGroup of that name exists that the loop did not
+	// make for this gang; it is left alone.
+	PodGroupForeign
+)
+
+// Name is how messages name the workload for people: "JobSet
+// team-a/llama-ft" for a gang of the workload map, namespace/name else.
+func (w *Workload) Name() string {
+	if w.Kind != "" {
+		return w.Kind + " " + w.Key.Namespace + "/" + w.OwnerName
+	}
+	return w.Key.String()
+}
+
+// Extras are the active elastic members beyond the gang's minimum, the
+// most recently admitted first: those that may be evicted one by one
+// without breaking the gang.
+func (w *Workload) Extras() []*Member {
+	n := len(w.Active) + int(w.Succeeded) - int(w.MinMember)
+	if !w.Elastic || n <= 0 {
+		return nil
+	}
+	var out []*Member
+	for _, m := range w.Active {
+		if m.Elastic && m.Pod.DeletionTimestamp == nil {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b *Member) int {
+		return cmp.Or(b.Admitted.Compare(a.Admitted), b.Pod.CreationTimestamp.Compare(a.Pod.CreationTimestamp.Time), cmp.Compare(b.Pod.Name, a.Pod.Name))
+	})
+	return out[:min(n, len(out))]
 }
 
 // ActiveMilli is what the active members hold, in milli-GPUs.
@@ -198,6 +267,9 @@ type State struct {
 	// memory: what they hold is read from the ledger snapshot, as it
 	// depends on the devices they got.
 	DeviceCharged []*Workload
+	// Elastic are the workloads with active elastic members beyond their
+	// minimum (Workload.Extras).
+	Elastic []*Workload
 	// DefaultQueue is the queue of workloads that name none, "" for none.
 	DefaultQueue string
 	// Nodes by name.
@@ -285,6 +357,10 @@ func (c *Cache) State() *State {
 	for _, w := range c.deviceCharged {
 		st.DeviceCharged = append(st.DeviceCharged, w)
 	}
+	for _, w := range c.elastic {
+		st.Elastic = append(st.Elastic, w)
+	}
+	slices.SortFunc(st.Elastic, func(a, b *Workload) int { return compareKeys(a.Key, b.Key) })
 	return st
 }
 
@@ -311,6 +387,7 @@ func (c *Cache) index(w *Workload, sign int64) {
 	put(c.gangs, w.Key.IsGang())
 	put(c.terminating, w.terminating)
 	put(c.deviceCharged, w.deviceCharged && len(w.Active) > 0)
+	put(c.elastic, len(w.Extras()) > 0)
 	byQueue := func(m map[string]map[WorkloadKey]*Workload, cached map[string][]*Workload) {
 		set := m[w.Queue]
 		if set == nil {
@@ -352,6 +429,7 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	w := &Workload{Key: key, MinMember: 1}
 	var annMin int32
 	var queues []string
+	var mapping Mapping
 	for _, p := range pods {
 		switch {
 		case p.done:
@@ -377,6 +455,10 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 			w.Created = t
 		}
 		annMin = max(annMin, p.minMember)
+		if p.unready != "" {
+			w.Unready = p.unready
+		}
+		mapping = mergeMapping(mapping, p.mapping)
 	}
 	if len(w.Pending) == 0 && len(w.Active) == 0 {
 		return nil
@@ -391,13 +473,14 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 		w.QueueConflict = fmt.Sprintf("the pods of %s name different queues (%s); a workload goes to one queue: give its pods the same %s label",
 			key, strings.Join(queues, ", "), v1alpha1.LabelQueue)
 	}
-	if key.Job != "" {
-		// An implicit gang: the Job's parallelism, once the Job is seen.
-		w.MinMember = c.jobs[types.NamespacedName{Namespace: key.Namespace, Name: key.Job}]
+	if key.Workload != "" {
+		c.mappedGang(w, mapping)
 	}
 	if key.PodGroup != "" {
 		w.MinMember = annMin
-		if pg := c.podGroups[types.NamespacedName{Namespace: key.Namespace, Name: key.PodGroup}]; pg != nil {
+		// A PodGroup the loop keeps for a gang of the workload map is not
+		// this gang's, whatever its members' label says.
+		if pg := c.podGroups[types.NamespacedName{Namespace: key.Namespace, Name: key.PodGroup}]; pg != nil && !pg.mapped {
 			w.HasPodGroup = true
 			w.PodGroupStatus = pg.status
 			w.MinMember = pg.minMember
@@ -431,15 +514,102 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 	byAge := func(a, b *Member) int {
 		return cmp.Or(a.Pod.CreationTimestamp.Time.Compare(b.Pod.CreationTimestamp.Time), cmp.Compare(a.Pod.Name, b.Pod.Name))
 	}
-	slices.SortFunc(w.Pending, byAge)
+	// Pending members that must be in the minimum come first (a Ray head
+	// before its workers), so that the minimum is what starts first.
+	slices.SortFunc(w.Pending, func(a, b *Member) int {
+		if a.Elastic != b.Elastic {
+			if a.Elastic {
+				return 1
+			}
+			return -1
+		}
+		return byAge(a, b)
+	})
 	slices.SortFunc(w.Active, byAge)
 	w.summarise()
 	return w
 }
 
+// mergeMapping combines the answers for a gang's members: the largest
+// minimum, and the first of the other fields that any member has.
+func mergeMapping(acc, m Mapping) Mapping {
+	if acc.Gang == "" {
+		return m
+	}
+	acc.MinMember = max(acc.MinMember, m.MinMember)
+	acc.Queue = cmp.Or(acc.Queue, m.Queue)
+	acc.PriorityClassName = cmp.Or(acc.PriorityClassName, m.PriorityClassName)
+	return acc
+}
+
+// mappedGang completes a gang of the workload map: its minimum, name and
+// rule from the members' answers; its status, and the queue its rule
+// names, from the PodGroup the loop keeps for it once that exists and is
+// owned by the gang's top owner (the PodGroup webhook has then checked the
+// namespace may use the queue).
+func (c *Cache) mappedGang(w *Workload, m Mapping) {
+	w.MinMember = max(m.MinMember, 1)
+	w.Kind, w.OwnerName, w.Owner = m.Kind, m.Name, m.Owner
+	w.RuleQueue, w.PriorityClassName, w.priorityClass = m.Queue, m.PriorityClassName, m.PriorityClassName
+	for _, p := range w.Pending {
+		w.Elastic = w.Elastic || p.Elastic
+	}
+	for _, p := range w.Active {
+		w.Elastic = w.Elastic || p.Elastic
+	}
+	pg := c.podGroups[types.NamespacedName{Namespace: w.Key.Namespace, Name: w.Key.Workload}]
+	switch {
+	case pg == nil:
+		w.PodGroup = PodGroupMissing
+	case !pg.mapped || !ownedBy(pg.owners, m.Owner.UID):
+		// Someone else's PodGroup of that name: neither its status nor its
+		// queue is the gang's.
+		w.PodGroup, pg = PodGroupForeign, nil
+	case pg.minMember != w.MinMember || pg.queue != m.Queue || pg.priority != m.PriorityClassName:
+		w.PodGroup = PodGroupStale
+	default:
+		w.PodGroup = PodGroupInSync
+	}
+	if pg != nil {
+		w.HasPodGroup = true
+		w.PodGroupStatus = pg.status
+		if !pg.created.IsZero() {
+			w.Created = pg.created
+		}
+	}
+	if v, ok := c.priorityClasses[m.PriorityClassName]; ok && m.PriorityClassName != "" && v < w.Priority {
+		w.Priority = v
+	}
+	switch {
+	case m.Queue == "" || m.Queue == w.Queue || w.QueueConflict != "":
+	case w.Queue != "" && w.Queue != c.defaultQueue:
+		w.QueueConflict = fmt.Sprintf("the workload rule puts %s in queue %s but its pods name queue %s: give the pods the label %s: %s (or none), or change the rule",
+			w.Name(), m.Queue, w.Queue, v1alpha1.LabelQueue, m.Queue)
+	case w.PodGroup == PodGroupForeign:
+		w.Unready = fmt.Sprintf("PodGroup %s/%s, which must carry the queue %s that the workload rule of %s names, exists but was not made by Partita for %s %s (it is not owned by it, or lacks the label %s): delete or rename it",
+			w.Key.Namespace, w.Key.Workload, m.Queue, w.Name(), m.Owner.Kind, m.Owner.Name, v1alpha1.LabelWorkloadKind)
+	case pg == nil || pg.queue != m.Queue:
+		w.Unready = fmt.Sprintf("waiting for PodGroup %s/%s to name queue %s, as the workload rule of %s does (the admission loop creates it; the PodGroup webhook checks that namespace %s may use the queue)",
+			w.Key.Namespace, w.Key.Workload, m.Queue, w.Name(), w.Key.Namespace)
+	default:
+		// Members that named no queue (the webhook gave them the cluster's
+		// default) take the one the rule names.
+		w.Queue = m.Queue
+	}
+}
+
+// ownedBy reports whether a PodGroup's owners are the gang's top owner (or,
+// for a gang without one, none).
+func ownedBy(owners []types.UID, uid types.UID) bool {
+	if uid == "" {
+		return len(owners) == 0
+	}
+	return slices.Contains(owners, uid)
+}
+
 func member(p *podInfo) *Member {
 	m := &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != "",
-		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID}
+		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID, Elastic: p.mapping.Elastic}
 	if m.node == "" {
 		m.node = p.pod.Annotations[v1alpha1.AnnotationNode]
 	}

@@ -71,6 +71,10 @@ type WhyReport struct {
 	Namespace string `json:"namespace"`
 	// Pod is the pod's name.
 	Pod string `json:"pod"`
+	// Workload names the workload the pod belongs to, "JobSet
+	// team-a/llama-ft" or "PodGroup team-a/train-1"; empty for a single
+	// pod (v1alpha1.WorkloadOf).
+	Workload string `json:"workload,omitempty"`
 	// Waiting is false for a pod that is bound or has finished.
 	Waiting bool `json:"waiting"`
 	// Summary is the answer in one sentence: the first blocking finding.
@@ -119,6 +123,11 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	}
 	w := &why{c: c, pod: pod, req: req, now: now, ledger: c.ledger(), heartbeatTimeout: opts.AgentHeartbeatTimeout}
 	r := WhyReport{Namespace: namespace, Pod: name, Waiting: true}
+	subject := fmt.Sprintf("pod %s/%s", namespace, name)
+	if kind, wname, _ := v1alpha1.WorkloadOf(pod); kind != "" {
+		r.Workload = kind + " " + namespace + "/" + wname
+		subject = fmt.Sprintf("%s (pod %s)", r.Workload, name)
+	}
 	if len(errs) > 0 {
 		w.add(CheckRequest, StatusBlocking, nil, "the GPU request is invalid (the webhook should have refused it): %v", errs.ToAggregate())
 	} else {
@@ -126,7 +135,7 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	}
 	if done := w.bound(); done != "" {
 		r.Waiting = false
-		r.Summary = fmt.Sprintf("pod %s/%s is not waiting: %s", namespace, name, done)
+		r.Summary = fmt.Sprintf("%s is not waiting: %s", subject, done)
 		r.Findings = w.findings
 		return r, nil
 	}
@@ -138,9 +147,9 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 		w.fit()
 	}
 	r.Findings = w.findings
-	r.Summary = fmt.Sprintf("pod %s/%s waits, but no check here holds it: kube-scheduler should place it soon ('kubectl describe pod' shows its own reasons)", namespace, name)
+	r.Summary = fmt.Sprintf("%s waits, but no check here holds it: kube-scheduler should place it soon ('kubectl describe pod' shows its own reasons)", subject)
 	if f, ok := headline(w.findings); ok {
-		r.Summary = fmt.Sprintf("pod %s/%s waits: %s", namespace, name, f.Message)
+		r.Summary = fmt.Sprintf("%s waits: %s", subject, f.Message)
 	}
 	return r, nil
 }
@@ -287,19 +296,34 @@ func (w *why) gang() {
 	if w.req != nil {
 		group = w.req.PodGroup
 	}
-	if group == "" {
+	kind, wname, mapped := v1alpha1.WorkloadOf(w.pod)
+	if group == "" && mapped == "" {
 		w.add(CheckGang, StatusOK, nil, "not in a gang: it is admitted on its own")
 		return
 	}
+	if group == "" {
+		group = mapped
+	} else {
+		mapped = ""
+	}
 	ns := w.pod.Namespace
 	for i := range w.c.PodGroups {
-		if pg := &w.c.PodGroups[i]; pg.Namespace == ns && pg.Name == group {
+		pg := &w.c.PodGroups[i]
+		// The PodGroup the loop keeps for a mapped workload is that
+		// workload's alone, and an explicit gang's never is.
+		if pg.Namespace == ns && pg.Name == group && (mapped != "") == (pg.Labels[v1alpha1.LabelWorkloadKind] != "") {
 			w.group = pg
 		}
 	}
 	for i := range w.c.Pods {
 		p := &w.c.Pods[i]
 		if p.Namespace != ns || finished(p) {
+			continue
+		}
+		if mapped != "" {
+			if _, _, g := v1alpha1.WorkloadOf(p); g == mapped && p.Annotations[v1alpha1.AnnotationWorkloadPodGroup] == mapped {
+				w.members = append(w.members, p)
+			}
 			continue
 		}
 		if r, _ := gpu.ParsePod(p); r != nil && r.PodGroup == group {
@@ -309,6 +333,12 @@ func (w *why) gang() {
 	n := len(w.members)
 	minMember, source := int32(0), ""
 	switch {
+	case mapped != "" && w.group != nil:
+		minMember, source = w.group.Spec.MinMember, fmt.Sprintf("%s %s/%s, grouped by the workload map; status in PodGroup %s", kind, ns, wname, group)
+	case mapped != "":
+		w.add(CheckGang, StatusInfo, map[string]float64{"members": float64(n)},
+			"member of %s %s/%s, grouped by the workload map; its PodGroup %s/%s does not exist yet (the admission loop creates it)", kind, ns, wname, ns, group)
+		return
 	case w.group != nil:
 		minMember, source = w.group.Spec.MinMember, "PodGroup "+group
 	case w.pod.Annotations[v1alpha1.AnnotationMinMember] != "":
@@ -371,6 +401,10 @@ func (w *why) queue() {
 	}
 	if name == "" && w.group != nil {
 		name = w.group.Spec.Queue
+	}
+	if g := w.group; g != nil && g.Labels[v1alpha1.LabelWorkloadKind] != "" && g.Spec.Queue != "" && (name == "" || name == v1alpha1.DefaultQueueName) {
+		// The workload map's rule named the queue, through the PodGroup.
+		name = g.Spec.Queue
 	}
 	if name == "" {
 		w.add(CheckQueue, StatusInfo, nil, "names no queue (label %s), and neither does its PodGroup", v1alpha1.LabelQueue)

@@ -74,7 +74,7 @@ func TestWhy(t *testing.T) {
 			},
 			pod: "w0",
 			// The gate is the symptom; the summary names the cause.
-			wantSummary: "pod team-a/w0 waits: gang incomplete: 3 of 4 pods exist (PodGroup train, minMember 4); the gang starts only when all exist",
+			wantSummary: "PodGroup team-a/train (pod w0) waits: gang incomplete: 3 of 4 pods exist (PodGroup train, minMember 4); the gang starts only when all exist",
 			wantWaiting: true,
 			want: []Finding{
 				{Check: CheckRequest, Status: StatusOK, Message: "asks for 1 whole GPU (container main)", Numbers: map[string]float64{"gpus": 1}},
@@ -93,6 +93,40 @@ func TestWhy(t *testing.T) {
 					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 2, "fitting": 2}},
 				// Three whole GPUs: n1 has one free, n2 two.
 				{Check: CheckFit, Status: StatusOK, Message: "the gang's 3 unbound pods fit together now", Numbers: map[string]float64{"pods": 3}},
+			},
+		},
+		"a pod of a mapped workload is named after its workload": {
+			cluster: func() *Cluster {
+				c := twoNodes()
+				c.Queues = []v1alpha1.Queue{*pt.MakeQueue("team-a").GPU("8", "-1", 1).Obj(), *pt.MakeQueue("default").Obj()}
+				pg := pt.MakePodGroup("jobset-llama-ft", "team-a").MinMember(8).Queue("team-a").Obj()
+				pg.Labels = map[string]string{v1alpha1.LabelWorkloadKind: "JobSet"}
+				// An explicit gang of the same name is another gang.
+				c.PodGroups = []v1alpha1.PodGroup{*pg}
+				for _, n := range []string{"w0", "w1"} {
+					c.Pods = append(c.Pods, *pt.MakePod(n, "team-a").Queue("default").Resource("", "nvidia.com/gpu", "1").
+						Annotation(v1alpha1.AnnotationWorkload, "JobSet/llama-ft").Annotation(v1alpha1.AnnotationWorkloadPodGroup, "jobset-llama-ft").
+						SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj())
+				}
+				c.Pods = append(c.Pods, *pt.MakePod("intruder", "team-a").Resource("", "nvidia.com/gpu", "1").PodGroup("jobset-llama-ft").Obj())
+				return c
+			},
+			pod:         "w0",
+			wantSummary: "JobSet team-a/llama-ft (pod w0) waits: gang incomplete: 2 of 8 pods exist (JobSet team-a/llama-ft, grouped by the workload map; status in PodGroup jobset-llama-ft, minMember 8); the gang starts only when all exist",
+			wantWaiting: true,
+			want: []Finding{
+				{Check: CheckRequest, Status: StatusOK, Message: "asks for 1 whole GPU (container main)", Numbers: map[string]float64{"gpus": 1}},
+				{Check: CheckGates, Status: StatusBlocking, Message: "waiting for the admission loop: the scheduling gate partita.dev/admission is still on (the checks below say why it is not admitted)"},
+				{Check: CheckGang, Status: StatusBlocking, Message: "gang incomplete: 2 of 8 pods exist (JobSet team-a/llama-ft, grouped by the workload map; status in PodGroup jobset-llama-ft, minMember 8); the gang starts only when all exist",
+					Numbers: map[string]float64{"members": 2, "minMember": 8}},
+				// The rule's queue, through the PodGroup, not the members' default.
+				{Check: CheckQueue, Status: StatusOK, Message: "queue team-a has room: allocation not reported yet, no limit; its gang needs (2 pods not bound) 2; 0 workloads pending in it",
+					Numbers: map[string]float64{"neededGPUs": 2, "pendingWorkloads": 0}},
+				{Check: CheckFairShare, Status: StatusInfo, Message: "queue team-a (quota 8): the admission loop has not reported its fair share and allocation yet"},
+				{Check: CheckEvents, Status: StatusInfo, Message: "no events from partita-admitter or kube-scheduler about the pod"},
+				{Check: CheckFit, Status: StatusOK, Message: "a device has room now: it fits 2 of 2 candidate nodes, e.g. n1, GPU 1 (whole)",
+					Numbers: map[string]float64{"gpuNodes": 2, "candidates": 2, "fitting": 2}},
+				{Check: CheckFit, Status: StatusOK, Message: "the gang's 2 unbound pods fit together now", Numbers: map[string]float64{"pods": 2}},
 			},
 		},
 		"more GPUs than any node has, with kube-scheduler's word": {

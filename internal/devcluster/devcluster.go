@@ -73,6 +73,16 @@ type Options struct {
 	Mode Mode
 	// ImagesDir holds the real node's image tarballs (make images).
 	ImagesDir string
+	// Addons are workload controllers to run beside the control plane (a
+	// name of Addons each), with their CRDs and webhooks.
+	Addons []string
+	// AddonsDir holds the built addons (e2e/clusterbins/build.sh).
+	AddonsDir string
+	// FeatureGates ("Name=true,...") and RuntimeConfig
+	// ("group/version=true,...") go to kube-apiserver,
+	// kube-controller-manager and kube-scheduler when the cluster is
+	// created (kwokctl --kube-feature-gates and --kube-runtime-config).
+	FeatureGates, RuntimeConfig string
 	// Out receives progress lines meant for a person.
 	Out io.Writer
 }
@@ -97,6 +107,7 @@ func DefaultOptions() Options {
 		GPUsPerNode: 8,
 		GPUModel:    "H100-80GB",
 		BinDir:      filepath.Join(CacheDir(), "bin", "k8s-"+K8sVersion),
+		AddonsDir:   filepath.Join(CacheDir(), "bin", "addons"),
 		WorkDir:     filepath.Join(CacheDir(), "kwok"),
 		Mode:        ModeHost,
 		Out:         io.Discard,
@@ -136,10 +147,32 @@ func New(opts Options) (*Cluster, error) {
 	default:
 		return nil, fmt.Errorf("--mode %q: use %s (Partita's processes on the host) or %s (the Helm chart on the real node)", opts.Mode, ModeHost, ModeChart)
 	}
+	for _, kv := range []struct{ flag, value string }{{"--feature-gates", opts.FeatureGates}, {"--runtime-config", opts.RuntimeConfig}} {
+		if err := checkKeyValues(kv.value); err != nil {
+			return nil, fmt.Errorf("%s %q: %w; write key=value pairs separated by commas, e.g. GenericWorkload=true", kv.flag, kv.value, err)
+		}
+	}
+	if opts.AddonsDir == "" {
+		opts.AddonsDir = filepath.Join(filepath.Dir(opts.BinDir), "addons")
+	}
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
 	return &Cluster{opts: opts}, nil
+}
+
+// checkKeyValues checks a comma-separated list of key=value pairs.
+func checkKeyValues(s string) error {
+	if s == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(s, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" || v == "" || strings.ContainsAny(kv, " \t") {
+			return fmt.Errorf("%q is not key=value", kv)
+		}
+	}
+	return nil
 }
 
 func validName(s string) bool {
@@ -229,6 +262,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := c.checkSettings(); err != nil {
 		return err
 	}
+	if err := c.checkAddons(); err != nil {
+		return err
+	}
 	start := time.Now()
 	if c.opts.Prepare != nil {
 		if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
@@ -247,6 +283,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 			}
 		} else {
 			c.printf("Cluster %q is already running", c.opts.Name)
+		}
+		if err := c.checkCreatedWith(); err != nil {
+			return err
 		}
 	} else {
 		c.printf("Creating cluster %q (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)", c.opts.Name)
@@ -275,6 +314,12 @@ func (c *Cluster) Up(ctx context.Context) error {
 		for _, d := range c.opts.Disable {
 			args = append(args, "--disable", d)
 		}
+		if c.opts.FeatureGates != "" {
+			args = append(args, "--kube-feature-gates", c.opts.FeatureGates)
+		}
+		if c.opts.RuntimeConfig != "" {
+			args = append(args, "--kube-runtime-config", c.opts.RuntimeConfig)
+		}
 		if out, err := c.kwokctl(ctx, args...); err != nil {
 			hint := "component logs are in " + c.LogsDir()
 			if strings.Contains(out, "address already in use") {
@@ -285,6 +330,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 				hint += "; cleaning up also failed, run 'partita dev down --name " + c.opts.Name + "'"
 			}
 			return fmt.Errorf("create cluster %q: %w\n%s", c.opts.Name, err, hint)
+		}
+		if err := c.recordCreatedWith(); err != nil {
+			return err
 		}
 	}
 	if err := c.healthy(ctx); err != nil {
@@ -301,6 +349,14 @@ func (c *Cluster) Up(ctx context.Context) error {
 	// to adopt one made here).
 	if c.opts.Mode != ModeChart {
 		if err := c.ensureDefaultQueue(ctx, cfg); err != nil {
+			return err
+		}
+	}
+	for _, name := range c.opts.Addons {
+		// Before Partita's processes start, so that the extender's first
+		// discovery finds the addons' kinds.
+		a, _ := addon(name)
+		if err := c.installAddonCRDs(ctx, cfg, a); err != nil {
 			return err
 		}
 	}
@@ -335,6 +391,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		if err := c.startHostProcesses(ctx, c.opts.PartitaBinary, c.opts.HostProcesses); err != nil {
 			return err
 		}
+	}
+	if err := c.startAddons(ctx, cfg); err != nil {
+		return err
 	}
 	extra := ""
 	if c.opts.RealNode {

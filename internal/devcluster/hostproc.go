@@ -29,6 +29,9 @@ type HostProcess struct {
 	// ReadyURL, when set, is polled (plain HTTP or HTTPS without verification)
 	// until it answers 200. It takes the same placeholders.
 	ReadyURL string
+	// Binary, when set, runs instead of the partita binary (an addon's
+	// controller).
+	Binary string
 	// ServiceAccount, when set, is the chart's ServiceAccount (in
 	// PartitaNamespace) the process runs as: {kubeconfig} then names a
 	// kubeconfig with that ServiceAccount's token instead of the admin's.
@@ -99,7 +102,11 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		if err != nil {
 			return fmt.Errorf("open log of %s: %w", p.Name, err)
 		}
-		cmd := exec.Command(bin, args...) //nolint:gosec // our own binary with our own arguments
+		exe := bin
+		if p.Binary != "" {
+			exe = p.Binary
+		}
+		cmd := exec.Command(exe, args...) //nolint:gosec // our own binary (or an addon we built) with our own arguments
 		cmd.Stdout, cmd.Stderr = logf, logf
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		err = cmd.Start()
@@ -111,14 +118,22 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 			return fmt.Errorf("write pid file of %s: %w", p.Name, err)
 		}
 		go func() { _ = cmd.Wait() }() // reap it if it exits while we run
-		c.printf("Started partita %s (pid %d, log %s)", p.Name, cmd.Process.Pid, c.HostProcessLog(p.Name))
+		c.printf("Started %s (pid %d, log %s)", processTitle(p), cmd.Process.Pid, c.HostProcessLog(p.Name))
 		if readyURL != "" {
-			if err := waitHTTPReady(ctx, readyURL, 30*time.Second); err != nil {
-				return fmt.Errorf("partita %s did not become ready: %w; see %s", p.Name, err, c.HostProcessLog(p.Name))
+			if err := waitHTTPReady(ctx, readyURL, 60*time.Second); err != nil {
+				return fmt.Errorf("%s did not become ready: %w; see %s", processTitle(p), err, c.HostProcessLog(p.Name))
 			}
 		}
 	}
 	return nil
+}
+
+// processTitle names a host process in messages.
+func processTitle(p HostProcess) string {
+	if p.Binary != "" {
+		return p.Name
+	}
+	return "partita " + p.Name
 }
 
 func waitHTTPReady(ctx context.Context, url string, timeout time.Duration) error {

@@ -54,6 +54,16 @@ func (c *Cluster) Status(ctx context.Context) Status {
 			st.Components["partita-"+p.Name] = "running"
 		}
 	}
+	// Addons started by an earlier `up --addons`, whatever this command
+	// names.
+	addons, _ := filepath.Glob(filepath.Join(c.Dir(), "partita", "addon-*.pid"))
+	for _, f := range addons {
+		name := strings.TrimSuffix(filepath.Base(f), ".pid")
+		st.Components[name] = "stopped"
+		if c.hostProcessRunning(name) {
+			st.Components[name] = "running"
+		}
+	}
 	if err := c.healthy(ctx); err != nil {
 		st.APIServer = "not answering: " + err.Error()
 		return st

@@ -1,0 +1,149 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func mustObject(t *testing.T, m map[string]any) *Object {
+	t.Helper()
+	o, err := NewObject(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+func rayCluster(t *testing.T) *Object {
+	return mustObject(t, map[string]any{
+		"apiVersion": "ray.io/v1", "kind": "RayCluster", "namespace": "team-a", "name": "rc", "uid": "u-rc",
+		"labels": map[string]any{"partita.dev/queue": "team-a"}, "annotations": map[string]any{},
+		"spec": map[string]any{
+			"headGroupSpec": map[string]any{"template": map[string]any{"gpu": false}},
+			"workerGroupSpecs": []any{map[string]any{"groupName": "gpu", "minReplicas": int64(2), "maxReplicas": int64(6),
+				"template": map[string]any{"gpu": true}}},
+		},
+	})
+}
+
+func TestWorkloadDecision(t *testing.T) {
+	ctx := t.Context()
+	e, err := NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		in   *WorkloadInput
+		want *WorkloadDecision
+	}{
+		"a RayCluster worker is an elastic member of its gang": {
+			in: &WorkloadInput{
+				Pod:   WorkloadPod{Namespace: "team-a", Name: "rc-worker-x", Labels: map[string]string{"ray.io/node-type": "worker"}},
+				Chain: []*Object{rayCluster(t)},
+			},
+			want: &WorkloadDecision{Gang: &WorkloadGang{Name: "raycluster-rc", MinMember: 2, Elastic: true, Queue: "team-a", Kind: "RayCluster", OwnerName: "rc"}, Errors: []string{}},
+		},
+		"a bare pod is a single pod": {
+			in:   &WorkloadInput{Pod: WorkloadPod{Namespace: "team-a", Name: "p"}},
+			want: &WorkloadDecision{Errors: []string{}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, err := e.Workload(ctx, tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.want.Version = e.Version()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("decision (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestWorkloadAnswersOfTheWrongShape: a rule that answers a gang the
+// admission loop cannot use is an evaluation error (the pod waits), with a
+// message that says what is wrong.
+func TestWorkloadAnswersOfTheWrongShape(t *testing.T) {
+	cases := map[string]struct {
+		gang    string
+		wantErr string
+	}{
+		"no name":         {gang: `{"minMember": 2}`, wantErr: "has no name"},
+		"a bad name":      {gang: `{"name": "Not_A_Name", "minMember": 2}`, wantErr: `name "Not_A_Name" is not a valid PodGroup name`},
+		"minMember 0":     {gang: `{"name": "g", "minMember": 0}`, wantErr: "minMember is 0, want a whole number from 1 to 100000"},
+		"half a member":   {gang: `{"name": "g", "minMember": 1.5}`, wantErr: "minMember is 1.5"},
+		"a typo":          {gang: `{"name": "g", "minMembers": 2}`, wantErr: `has "minMembers"; it may set name, minMember`},
+		"elastic as text": {gang: `{"name": "g", "minMember": 2, "elastic": "yes"}`, wantErr: "elastic is string, want true or false"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			e, err := NewEngine(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := DefaultBundle().Overlay(map[string]string{"custom.rego": "package partita.workload.custom\n\nrules contains " + tc.gang + "\n"})
+			if _, err := e.Load(ctx, b, "test"); err != nil {
+				t.Fatal(err)
+			}
+			_, err = e.Workload(ctx, &WorkloadInput{Pod: WorkloadPod{Namespace: "ns", Name: "p"}})
+			if err == nil || !IsEvaluation(err) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("Workload: %v, want an evaluation error with %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestWorkloadKindsFollowThePolicy(t *testing.T) {
+	ctx := t.Context()
+	e, err := NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, k := range e.WorkloadKinds() {
+		names = append(names, k.String())
+	}
+	want := []string{"apps/StatefulSet", "batch/Job", "jobset.x-k8s.io/JobSet", "kubeflow.org/MPIJob", "kubeflow.org/PyTorchJob",
+		"leaderworkerset.x-k8s.io/LeaderWorkerSet", "ray.io/RayCluster", "ray.io/RayJob", "scheduling.k8s.io/PodGroup",
+		"scheduling.k8s.io/Workload", "trainer.kubeflow.org/TrainJob"}
+	if diff := cmp.Diff(want, names); diff != "" {
+		t.Errorf("default kinds (-want +got):\n%s", diff)
+	}
+	var loaded []string
+	e.OnLoad(func(v string) { loaded = append(loaded, v) })
+	b := DefaultBundle().Overlay(map[string]string{"custom.rego": `package partita.workload.custom
+
+kinds contains {"group": "example.com", "kind": "Trainer", "spec": true}
+
+# Asked again without its spec: watched with it.
+kinds contains {"group": "jobset.x-k8s.io", "kind": "JobSet", "spec": false}
+`})
+	v, err := e.Load(ctx, b, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{v}, loaded); diff != "" {
+		t.Errorf("OnLoad calls (-want +got):\n%s", diff)
+	}
+	got := e.WorkloadKinds()
+	has := func(k WorkloadKind) bool {
+		for _, g := range got {
+			if g == k {
+				return true
+			}
+		}
+		return false
+	}
+	if !has(WorkloadKind{Group: "example.com", Kind: "Trainer", Spec: true}) || !has(WorkloadKind{Group: "jobset.x-k8s.io", Kind: "JobSet", Spec: true}) {
+		t.Errorf("kinds %v: want Trainer added and JobSet kept with its spec", got)
+	}
+	bad := DefaultBundle().Overlay(map[string]string{"custom.rego": "package partita.workload.custom\n\nkinds contains {\"kind\": \"Pod\"}\n"})
+	if _, err := e.Load(ctx, bad, "bad"); err == nil || !strings.Contains(err.Error(), "the core group's kinds are not watched") {
+		t.Errorf("Load of a core kind: %v, want it refused", err)
+	}
+}

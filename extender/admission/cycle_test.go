@@ -170,6 +170,7 @@ func TestCycle(t *testing.T) {
 	nodes4, gpus4 := gpuNodes("n", 4, 1)
 	nodes2, gpus2 := gpuNodes("n", 2, 1)
 	nodes1, gpus1 := gpuNodes("n", 1, 1)
+	nodes2x2, gpus2x2 := gpuNodes("n", 2, 2)
 	gang4, pg4 := gang("train", "a", 4, 4, 1)
 	gang3of4, _ := gang("train", "a", 3, 4, 1)
 	queueA := MakeQueue("a").Obj()
@@ -260,6 +261,38 @@ func TestCycle(t *testing.T) {
 				Waiting: map[string]string{"ns/b-1": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-young"},
 				Evicted: []string{"ns/a-young (reclaim)"},
 			},
+		},
+		"reclaim takes the victim that leaves its queue at its fair share, not the youngest": {
+			// a deserves 2 of the 4 GPUs and holds 3; b deserves 2 and asks
+			// for 2 on one node. Taking a-big would leave a at 1, below its
+			// share, and the next cycle would reclaim it back.
+			world: world{nodes: nodes2x2, gpuNodes: gpus2x2, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("2", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("a-small", "a", "n-0", 1, t0).Obj(),
+				running("a-big", "a", "n-1", 2, t0.Add(time.Minute)).Obj(),
+				gated("b-1", "b", 2).Obj(),
+			}},
+			want: outcome{
+				Waiting: map[string]string{"ns/b-1": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-small"},
+				Evicted: []string{"ns/a-small (reclaim)"},
+			},
+		},
+		"reclaim never drops a victim's queue below its fair share": {
+			// a deserves 1 and holds a-big (2 GPUs); c deserves 1 and holds
+			// 2 single GPUs; b deserves 2 and asks for 2 on one node. Only
+			// one of c's pods may go, which is not enough: b waits.
+			world: world{nodes: nodes2x2, gpuNodes: gpus2x2, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("1", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(), MakeQueue("c").GPU("1", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("c-1", "c", "n-0", 1, t0).Obj(),
+				running("c-2", "c", "n-0", 1, t0.Add(time.Minute)).Obj(),
+				running("a-big", "a", "n-1", 2, t0.Add(2*time.Minute)).Obj(),
+				gated("b-1", "b", 2).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{
+				"ns/b-1": "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-0: 0 GPUs free; pod needs 2 whole GPUs (container main)",
+			}},
 		},
 		"a workload younger than the minimum runtime is not reclaimed": {
 			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, queueB}, pods: []*corev1.Pod{

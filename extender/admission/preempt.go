@@ -80,11 +80,15 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	var chosen []victim
 	found := false
 	for _, v := range cands {
-		if v.reclaim && v.q.allocated-taken[v.q] <= v.q.fairShare {
+		charge := c.activeCharge(v.w)
+		if v.reclaim && v.q.allocated-taken[v.q]-charge < v.q.fairShare {
+			// Reclaim takes a victim only if its queue stays at or above
+			// its fair share without it (and the victims already chosen
+			// from it): otherwise the next cycle would reclaim back.
 			continue
 		}
 		release(v.w.Active)
-		taken[v.q] += c.activeCharge(v.w)
+		taken[v.q] += charge
 		chosen = append(chosen, v)
 		if fits() {
 			found = true

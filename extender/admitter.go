@@ -235,6 +235,9 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	now := a.clock.Now()
 	a.expire(now)
 	a.handleTimeouts(ctx, st, now)
+	// Reservations that reached their expiry (timed-out gangs, lapsed
+	// holds) leave the ledger before the snapshot is taken.
+	a.ledger.ExpireReservations()
 	if a.snap == nil {
 		a.snap = a.ledger.Snapshot()
 	} else {
@@ -302,10 +305,19 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 		ready = append(ready, adm)
 	}
 	stamp := now.UTC().Format(admittedLayout)
+	// Reservations expire when the loop would give up on them: a gang's
+	// schedule timeout from the admission time the pods carry (so that the
+	// ledgers drop them in the cycle that handles the timeout), a single
+	// pod's hold after InflightTTL.
+	at, _ := time.Parse(admittedLayout, stamp)
 	var jobs []func() error
 	for _, adm := range ready {
+		expires := at.Add(a.opts.InflightTTL)
+		if adm.Pin {
+			expires = at.Add(a.scheduleTimeout(adm.Workload))
+		}
 		for _, m := range adm.Members {
-			jobs = append(jobs, func() error { return a.release(ctx, m, adm, stamp) })
+			jobs = append(jobs, func() error { return a.release(ctx, m, adm, stamp, expires) })
 		}
 	}
 	errs = append(errs, parallel(patchWorkers, jobs)...)
@@ -373,8 +385,11 @@ func parallel(n int, jobs []func() error) []error {
 }
 
 // release pins one member to its node (gangs) and removes the admission
-// gate, in one write.
-func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm admission.Admission, stamp string) error {
+// gate, in one write that also records the reservation of its devices
+// (gangs and held single pods, partita.dev/reservation until expires): the
+// pod is never ungated without it, so that every ledger, this one after a
+// restart included, holds the devices until the pod binds.
+func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm admission.Admission, stamp string, expires time.Time) error {
 	pin, key := adm.Pin, adm.Workload.Key
 	orig := m.Member.Pod
 	pod := orig.DeepCopy()
@@ -382,8 +397,15 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		pod.Annotations = map[string]string{}
 	}
 	pod.Annotations[v1alpha1.AnnotationAdmitted] = stamp
+	if pin || adm.Hold {
+		r, err := gpu.FormatReservation(gpu.ReservationOf(m.Allocation, key.String(), expires))
+		if err != nil {
+			a.ledger.Forget(orig.UID)
+			return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)
+		}
+		pod.Annotations[v1alpha1.AnnotationReservation] = r
+	}
 	if pin {
-		pod.Annotations[v1alpha1.AnnotationReservation] = key.String()
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
 		pinToNode(pod, m.Allocation.Node)
 	}
@@ -487,10 +509,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 			continue
 		}
 		started := w.Started()
-		limit := a.opts.ScheduleTimeout
-		if w.TimeoutSeconds > 0 {
-			limit = time.Duration(w.TimeoutSeconds) * time.Second
-		}
+		limit := a.scheduleTimeout(w)
 		if now.Sub(started) < limit || a.timedOut[w.Key].started.Equal(started) {
 			continue
 		}
@@ -526,6 +545,14 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 		a.metrics.evicted("timeout")
 		log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
 	}
+}
+
+// scheduleTimeout is how long w may take to bind fully once admitted.
+func (a *Admitter) scheduleTimeout(w *admission.Workload) time.Duration {
+	if w.TimeoutSeconds > 0 {
+		return time.Duration(w.TimeoutSeconds) * time.Second
+	}
+	return a.opts.ScheduleTimeout
 }
 
 // tellBudget is how many waiting pods one cycle tells about (an event and

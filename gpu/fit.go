@@ -65,6 +65,9 @@ type podEntry struct {
 	// assumed is set for a decision recorded by Assume and not yet seen on
 	// the pod.
 	assumed bool
+	// expires is set for a reservation read from an unbound pod: it holds
+	// until then (Ledger.ExpireReservations).
+	expires time.Time
 	// problem says why the pod's annotations could not be read fully; the
 	// entry counts what could be read.
 	problem    string
@@ -122,7 +125,7 @@ func (e *podEntry) sameDevices(o *podEntry) bool {
 
 func (e *podEntry) equal(o *podEntry) bool {
 	if e.namespace != o.namespace || e.name != o.name || e.uid != o.uid || e.node != o.node ||
-		e.assumed != o.assumed || e.problem != o.problem || len(e.containers) != len(o.containers) {
+		e.assumed != o.assumed || !e.expires.Equal(o.expires) || e.problem != o.problem || len(e.containers) != len(o.containers) {
 		return false
 	}
 	for i := range e.containers {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -128,6 +127,14 @@ type Admitter struct {
 	// conditions feed the writers of pod conditions, one queue each (see
 	// conditionQueue).
 	conditions []*conditionQueue
+	// refused are victims whose eviction was refused, spared until the
+	// time given; finishing are victims partly evicted, whose other
+	// members the loop evicts before anything else; refusedFor are the
+	// preemptors that could not evict, told so until the time given (see
+	// admitter_evict.go).
+	refused    map[admission.WorkloadKey]refusal
+	finishing  map[admission.WorkloadKey]finishing
+	refusedFor map[admission.WorkloadKey]time.Time
 }
 
 type inflightPod struct {
@@ -161,6 +168,8 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
 		told: map[admission.WorkloadKey]string{}, conditions: make([]*conditionQueue, conditionWriters),
+		refused: map[admission.WorkloadKey]refusal{}, finishing: map[admission.WorkloadKey]finishing{},
+		refusedFor: map[admission.WorkloadKey]time.Time{},
 	}
 	for i := range a.conditions {
 		a.conditions[i] = newConditionQueue()
@@ -246,18 +255,19 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	for _, p := range a.inflight {
 		_ = a.snap.Assume(p.alloc)
 	}
+	finished := a.finishEvictions(ctx, st, now)
 	res := admission.Run(ctx, st, a.snap, a.quota, admission.Options{
 		Now: now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
 		DisablePreemption: a.opts.DisablePreemption,
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
+		Unevictable:       a.unevictable(now, finished),
 	})
 	decided := a.clock.Since(start)
 	var errs []error
 	errs = append(errs, a.admit(ctx, res.Admissions, now))
-	for i := range res.Evictions {
-		a.evict(ctx, &res.Evictions[i])
-	}
+	a.evictAll(ctx, res, now)
+	a.noteRefusals(res, now)
 	a.tell(res, now)
 	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now))
 	a.metrics.observeCycle(res, decided, a.clock.Since(start))
@@ -447,36 +457,6 @@ func pinToNode(pod *corev1.Pod, node string) {
 	}
 }
 
-// evict evicts every member of a victim through the Eviction API, so that
-// PodDisruptionBudgets are honoured.
-func (a *Admitter) evict(ctx context.Context, e *admission.Eviction) {
-	log := logr.FromContextOrDiscard(ctx)
-	kind := "preempt"
-	if e.Reclaim {
-		kind = "reclaim"
-	}
-	for _, m := range e.Victim.Active {
-		a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "Evict", e.Message)
-		if err := a.evictPod(ctx, m.Pod); err != nil {
-			log.Error(err, "Failed to evict pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String())
-			continue
-		}
-		log.V(2).Info("Evicted pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String(), "kind", kind)
-	}
-	a.metrics.evicted(kind)
-}
-
-func (a *Admitter) evictPod(ctx context.Context, pod *corev1.Pod) error {
-	err := a.cs.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // handleTimeouts releases gangs that did not bind fully in time: members
 // with a controller are evicted (their controller makes new ones, which
 // wait again), reservations are dropped, the workload backs off. Bare pods
@@ -527,7 +507,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 			if metav1.GetControllerOf(m.Pod) == nil {
 				continue
 			}
-			if err := a.evictPod(ctx, m.Pod); err != nil {
+			if err := a.evictPod(ctx, m.Pod, false); err != nil {
 				log.Error(err, "Failed to evict pod of a timed-out gang", "pod", klog.KObj(m.Pod))
 				continue
 			}

@@ -41,6 +41,10 @@ const (
 	ReasonScheduleTimeout = "ScheduleTimeout"
 	// ReasonPreempted: the gang was evicted for another workload.
 	ReasonPreempted = "Preempted"
+	// ReasonEvictionRefused: the workloads that would make room for the
+	// gang may not be evicted now (a PodDisruptionBudget, or an eviction
+	// that failed), so none was evicted; the message says which and why.
+	ReasonEvictionRefused = "EvictionRefused"
 	// ReasonQueueConflict: the gang's pods name different queues, or
 	// another queue than their PodGroup; it is not admitted until they
 	// agree.

@@ -69,6 +69,10 @@ type Options struct {
 	BackoffUntil func(WorkloadKey) time.Time
 	// FairShares, when set, carries the last division from cycle to cycle.
 	FairShares *FairShares
+	// Unevictable are workloads that may not be victims this cycle, with
+	// why: their eviction was refused (a PodDisruptionBudget) or is being
+	// finished. Waits that could have evicted them say so.
+	Unevictable map[WorkloadKey]string
 }
 
 // Admission lets a workload's pending members go.
@@ -181,8 +185,10 @@ type cycle struct {
 	terminating []*Member
 	// over caches overFairShare.
 	over []*queueState
-	// evictableByQueue caches evictable.
+	// evictableByQueue caches evictable; spared are the workloads it left
+	// out for Options.Unevictable.
 	evictableByQueue map[string][]*Workload
+	spared           []spared
 	clusterMilli     int64
 	// held memoises activeCharge of device-charged workloads, computed
 	// before the cycle changes the snapshot. Keyed by the workload itself:
@@ -401,7 +407,11 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	if f, known := c.knownFailure(w, w.Pending[:required]); known && !c.mayEvictFor(q, w) {
 		// Room only shrinks within a cycle: a question already answered
 		// no is answered no again, without asking the policy.
-		c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
+		msg := f.message(w, w.Pending[:required])
+		if why := c.sparedFor(q, w); why != "" {
+			msg += "; " + why
+		}
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
 		return false
 	}
 	members, milli := len(w.Pending), int64(0)
@@ -423,7 +433,11 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	if err != nil {
 		if !c.preempt(q, w, w.Pending[:required]) {
 			f, _ := c.knownFailure(w, w.Pending[:required])
-			c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
+			msg := f.message(w, w.Pending[:required])
+			if why := c.sparedFor(q, w); why != "" {
+				msg += "; " + why
+			}
+			c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
 		}
 		return false
 	}

@@ -313,6 +313,28 @@ func TestCycle(t *testing.T) {
 				Evicted: []string{"ns/low (preempt)"},
 			},
 		},
+		"a victim whose eviction was refused is spared, and the wait says why": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low-a", "a", "n-0", 1, t0).Priority(0).Obj(),
+				running("low-b", "a", "n-1", 1, t0.Add(time.Minute)).Priority(0).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			opts: Options{Unevictable: map[WorkloadKey]string{{Namespace: "ns", Pod: "low-b"}: "a PodDisruptionBudget refused it"}},
+			want: outcome{
+				Waiting: map[string]string{"ns/high": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/low-a"},
+				Evicted: []string{"ns/low-a (preempt)"},
+			},
+		},
+		"with every victim spared the wait names them": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			opts: Options{Unevictable: map[WorkloadKey]string{{Namespace: "ns", Pod: "low"}: "a PodDisruptionBudget refused it"}},
+			want: outcome{Waiting: map[string]string{
+				"ns/high": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0") + "; ns/low is not evicted: a PodDisruptionBudget refused it",
+			}},
+		},
 		"equal priority in one queue preempts nothing": {
 			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
 				running("first", "a", "n-0", 1, t0).Obj(),

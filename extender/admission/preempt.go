@@ -15,6 +15,13 @@ import (
 // maxVictims bounds the workloads one search may evict.
 const maxVictims = 64
 
+// spared is a workload that would be a victim but for Options.Unevictable.
+type spared struct {
+	w   *Workload
+	q   string
+	why string
+}
+
 // victim is a workload the search may evict.
 type victim struct {
 	w       *Workload
@@ -175,6 +182,10 @@ func (c *cycle) evictable(queue string) []*Workload {
 		if v.Terminating() || c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
 			continue
 		}
+		if why, ok := c.opts.Unevictable[v.Key]; ok {
+			c.spared = append(c.spared, spared{w: v, q: queue, why: why})
+			continue
+		}
 		vs = append(vs, v)
 	}
 	c.evictableByQueue[queue] = vs
@@ -203,6 +214,33 @@ func evictionMessage(v victim, q *queueState, w *Workload) string {
 			w.Key, q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
 	}
 	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Key, w.Priority, v.w.Priority)
+}
+
+// sparedFor says which workloads that could have made room for w are not
+// evicted, and why; "" when none. It lists those of w's queue with lower
+// priority and, when w's queue may reclaim, those of queues over their
+// fair share.
+func (c *cycle) sparedFor(q *queueState, w *Workload) string {
+	if q == nil || len(c.opts.Unevictable) == 0 || c.opts.DisablePreemption {
+		return ""
+	}
+	// Make sure every queue that could give victims was looked at.
+	c.evictable(q.Name)
+	for _, vq := range c.overFairShare() {
+		c.evictable(vq.Name)
+	}
+	var parts []string
+	for _, s := range c.spared {
+		sameQueue := s.q == q.Name && s.w.Priority < w.Priority
+		reclaim := s.q != q.Name && q.allocated < q.fairShare && c.queues[s.q] != nil && c.queues[s.q].allocated > c.queues[s.q].fairShare
+		if (sameQueue || reclaim) && s.w != w {
+			parts = append(parts, fmt.Sprintf("%s is not evicted: %s", s.w.Key, s.why))
+		}
+		if len(parts) == 3 {
+			break
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // mayEvictFor reports whether some workload could be evicted for w at all:

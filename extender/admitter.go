@@ -35,6 +35,9 @@ const (
 	// DefaultAdmissionInterval is the longest the loop waits between cycles
 	// while something waits.
 	DefaultAdmissionInterval = time.Second
+	// DefaultStarvationBound is how long a queue's head of line waits
+	// before the loop holds room for it.
+	DefaultStarvationBound = 3 * time.Minute
 	// AdmitterName names the loop in events and logs.
 	AdmitterName = "partita-admitter"
 )
@@ -63,6 +66,9 @@ type AdmitterOptions struct {
 	PreemptMinRuntime time.Duration
 	// DisablePreemption turns reclaim and preemption off.
 	DisablePreemption bool
+	// StarvationBound is how long a queue's head of line may wait before
+	// the loop holds room for it; 0 turns that off.
+	StarvationBound time.Duration
 	// Interval is the longest wait between cycles while anything waits.
 	Interval time.Duration
 	// InflightTTL is how long a single pod's simulated place counts after it
@@ -86,7 +92,8 @@ func DefaultAdmitterOptions() AdmitterOptions {
 	return AdmitterOptions{
 		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout,
 		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultAssumeTTL,
-		DefaultQueue: v1alpha1.DefaultQueueName,
+		StarvationBound: DefaultStarvationBound,
+		DefaultQueue:    v1alpha1.DefaultQueueName,
 	}
 }
 
@@ -113,6 +120,9 @@ type Admitter struct {
 	lastGeneration uint64
 	lastCycle      time.Time
 	fairShares     admission.FairShares
+	rooms          admission.Rooms
+	// roomHeads are the heads of line room was held for in the last cycle.
+	roomHeads map[admission.WorkloadKey]bool
 	// inflight are single pods ungated and not bound yet, with the devices
 	// simulated for them: later cycles count them until they bind.
 	inflight map[types.UID]inflightPod
@@ -262,10 +272,13 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
 		Unevictable:       a.unevictable(now, finished),
+		StarvationBound:   a.opts.StarvationBound,
+		Rooms:             &a.rooms,
 	})
 	decided := a.clock.Since(start)
 	var errs []error
 	errs = append(errs, a.admit(ctx, res.Admissions, now))
+	a.logRooms(ctx, res)
 	a.evictAll(ctx, res, now)
 	a.noteRefusals(res, now)
 	a.tell(res, now)
@@ -525,6 +538,24 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 		a.metrics.evicted("timeout")
 		log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
 	}
+}
+
+// logRooms logs the rooms held for heads of line as they come and go.
+func (a *Admitter) logRooms(ctx context.Context, res *admission.Result) {
+	log := logr.FromContextOrDiscard(ctx)
+	now := make(map[admission.WorkloadKey]bool, len(res.Rooms))
+	for _, r := range res.Rooms {
+		now[r.Head] = true
+		if !a.roomHeads[r.Head] {
+			log.V(2).Info("Holding room for a head of line", "workload", r.Head.String(), "devices", r.Devices)
+		}
+	}
+	for k := range a.roomHeads {
+		if !now[k] {
+			log.V(2).Info("Released the room of a head of line", "workload", k.String())
+		}
+	}
+	a.roomHeads = now
 }
 
 // scheduleTimeout is how long w may take to bind fully once admitted.

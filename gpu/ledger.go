@@ -152,7 +152,7 @@ func (l *Ledger) Assume(a *PodAllocation) error {
 	if old := l.pods[a.UID]; old != nil && a.UID != "" {
 		return sameOrConflict(&l.v, old, a)
 	}
-	e, err := l.v.assumeEntry(a)
+	e, err := l.v.assumeEntry(a, false)
 	if err != nil {
 		return fmt.Errorf("assume pod %s/%s: %w", a.Namespace, a.Name, err)
 	}

@@ -137,6 +137,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.DurationVar(&f.admitter.ScheduleTimeout, "schedule-timeout", f.admitter.ScheduleTimeout, "how long an admitted gang may take to bind fully when its PodGroup sets no scheduleTimeoutSeconds")
 	fl.DurationVar(&f.admitter.PreemptMinRuntime, "preempt-min-runtime", f.admitter.PreemptMinRuntime, "a workload admitted less than this long ago is never evicted by reclaim or preemption")
 	fl.BoolVar(&f.admitter.DisablePreemption, "disable-preemption", false, "never evict workloads to reclaim fair share or for higher priority")
+	fl.DurationVar(&f.admitter.StarvationBound, "starvation-bound", f.admitter.StarvationBound, "once a queue's head of line has waited this long, the admission loop holds room for it: workloads behind it are admitted only where they do not take that room (0 turns it off)")
 	fl.BoolVar(&f.admitter.ImplicitJobGangs, "implicit-job-gangs", false, "admit the GPU pods of a Job that name no pod group as one gang of the Job's parallelism (capped by its completions)")
 	fl.StringVar(&f.admitter.DefaultQueue, "default-queue", f.admitter.DefaultQueue, "the queue of GPU workloads whose pods and PodGroup name none (pods the webhook never gave one, e.g. from before it did); the webhook's --default-queue; empty admits them on free room alone")
 	fl.DurationVar(&f.admitter.Interval, "admission-interval", f.admitter.Interval, "the longest wait between admission cycles while anything waits")

@@ -69,6 +69,12 @@ type Options struct {
 	BackoffUntil func(WorkloadKey) time.Time
 	// FairShares, when set, carries the last division from cycle to cycle.
 	FairShares *FairShares
+	// StarvationBound is how long a queue's head of line may wait before
+	// the cycle holds room for it (starvation.go); 0 turns that off.
+	StarvationBound time.Duration
+	// Rooms, when set, carries the rooms held for heads of line from cycle
+	// to cycle.
+	Rooms *Rooms
 	// Unevictable are workloads that may not be victims this cycle, with
 	// why: their eviction was refused (a PodDisruptionBudget) or is being
 	// finished. Waits that could have evicted them say so.
@@ -135,6 +141,8 @@ type Result struct {
 	Waiting    []Wait
 	Evictions  []Eviction
 	Queues     []QueueReport
+	// Rooms are the rooms held for heads of line that waited too long.
+	Rooms []RoomReport
 	// ClusterMilli is the healthy GPU capacity divided.
 	ClusterMilli int64
 }
@@ -190,6 +198,16 @@ type cycle struct {
 	evictableByQueue map[string][]*Workload
 	spared           []spared
 	clusterMilli     int64
+	// rooms are held for heads of line (starvation.go), roomOf by head;
+	// liftKey prefixes the failure memo while rooms are lifted;
+	// ignoreNodeUse makes room() count a node's allocatable alone, while
+	// findRoom takes pods off the snapshot.
+	rooms         []*room
+	roomOf        map[*Workload]*room
+	roomNotes     map[string]string
+	roomsFree     bool
+	liftKey       string
+	ignoreNodeUse bool
 	// held memoises activeCharge of device-charged workloads, computed
 	// before the cycle changes the snapshot. Keyed by the workload itself:
 	// hashing a pointer costs a fraction of hashing a WorkloadKey.
@@ -287,6 +305,7 @@ func (c *cycle) run() {
 		}
 		c.wait(w, v1alpha1.ReasonWaitingForQuota, msg)
 	}
+	c.holdRooms()
 	for _, q := range c.queues {
 		if len(q.workloads) == 0 {
 			continue
@@ -371,8 +390,16 @@ func (c *cycle) memberCharge(m *Member) (int64, bool) {
 	return m.GPUMilli, false
 }
 
-// admitOrWait tries one workload; it reports whether it was admitted.
+// admitOrWait tries one workload, with the rooms that do not hold
+// against it open; it reports whether it was admitted.
 func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
+	lifted := c.lift(q, w)
+	ok := c.tryAdmit(q, w)
+	c.close(lifted, w, ok)
+	return ok
+}
+
+func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 	if w.QueueConflict != "" {
 		c.wait(w, v1alpha1.ReasonQueueConflict, w.QueueConflict)
 		return false
@@ -496,6 +523,9 @@ func (c *cycle) wait(w *Workload, reason, msg string) {
 	if q := c.queues[w.Queue]; q != nil {
 		q.waiting++
 	}
+	if reason == v1alpha1.ReasonWaitingForCapacity && len(c.rooms) > 0 {
+		msg += c.roomNote(w)
+	}
 	c.waiting = append(c.waiting, Wait{Workload: w, Reason: reason, Message: msg})
 }
 
@@ -528,7 +558,7 @@ func (c *cycle) charge(node string, m *Member) {
 }
 
 func (c *cycle) result() *Result {
-	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, ClusterMilli: c.clusterMilli}
+	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, ClusterMilli: c.clusterMilli, Rooms: c.roomReports()}
 	names := make([]string, 0, len(c.queues))
 	for name := range c.queues {
 		names = append(names, name)

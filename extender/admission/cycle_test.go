@@ -490,3 +490,130 @@ func TestFairSharesCarryOverOnlyWhileNothingChanged(t *testing.T) {
 		t.Errorf("after b asked, the old division was kept (-want +got):\n%s", diff)
 	}
 }
+
+// TestHeadOfLineHoldsRoom: backfill admits smaller, younger workloads past
+// a head of line that does not fit; once the head has waited past the
+// starvation bound, the cycle holds room for it and admits behind it only
+// what does not need that room.
+func TestHeadOfLineHoldsRoom(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 2)
+	queueA := MakeQueue("a").Obj()
+	// Both nodes are half full; the head asks for 2 GPUs on one node.
+	base := []*corev1.Pod{
+		running("r-0", "a", "n-0", 1, t0).Obj(),
+		running("r-1", "a", "n-1", 1, t0).Obj(),
+		gated("head", "a", 2).Obj(),
+		gated("young-1", "a", 1).Created(t0.Add(50 * time.Minute)).Obj(),
+		gated("young-2", "a", 1).Created(t0.Add(51 * time.Minute)).Obj(),
+	}
+	headWaits := "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-0: 1 GPU free; pod needs 2 whole GPUs (container main)"
+	held := "GPUs 0, 1 of node n-0 are held"
+	cases := map[string]struct {
+		world world
+		opts  Options
+		want  outcome
+	}{
+		"without a bound younger pods take every GPU that frees": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-0"}, "ns/young-2": {"young-2@n-1"}},
+				Waiting:  map[string]string{"ns/head": headWaits},
+			},
+		},
+		"a head younger than the bound holds nothing": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			opts:  Options{StarvationBound: 2 * time.Hour},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-0"}, "ns/young-2": {"young-2@n-1"}},
+				Waiting:  map[string]string{"ns/head": headWaits},
+			},
+		},
+		"past the bound the head holds room and only what misses it is admitted": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			opts:  Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-1"}},
+				Waiting: map[string]string{
+					"ns/head": headWaits + "; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held +
+						" for it, and only workloads that do not need them are admitted meanwhile",
+					"ns/young-2": "WaitingForCapacity: pod needs 1 GPU; no node has room now: node n-0: no healthy GPU with room; pod needs a whole GPU (container main)" +
+						"; " + held + " for ns/head, which has waited since 2026-11-29 12:00:00",
+				},
+			},
+		},
+		"a head whose room is free starts there": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("r-1", "a", "n-1", 1, t0).Obj(),
+				gated("head", "a", 2).Obj(),
+				gated("young-1", "a", 1).Created(t0.Add(50 * time.Minute)).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{Admitted: map[string][]string{"ns/head": {"head@n-0"}, "ns/young-1": {"young-1@n-1"}}},
+		},
+		"a queue below its fair share is not held back by a queue at its own": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("2", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("r-0", "a", "n-0", 1, t0).Obj(),
+				running("r-1", "a", "n-1", 1, t0).Obj(),
+				gated("head", "a", 2).Obj(),
+				gated("b-1", "b", 1).Created(t0.Add(55 * time.Minute)).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Admitted: map[string][]string{"ns/b-1": {"b-1@n-0"}},
+				Waiting: map[string]string{"ns/head": "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-1: 1 GPU free; pod needs 2 whole GPUs (container main)" +
+					"; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held + " for it, and only workloads that do not need them are admitted meanwhile"},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, _ := runWorld(t, tc.world, tc.opts)
+			if tc.want.Admitted == nil {
+				tc.want.Admitted = map[string][]string{}
+			}
+			if tc.want.Waiting == nil {
+				tc.want.Waiting = map[string]string{}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHeadOfLineRoomStays: the room is kept from cycle to cycle while its
+// occupants leave, even where another node becomes the emptier, and the
+// head starts there once they have.
+func TestHeadOfLineRoomStays(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 3)
+	var rooms Rooms
+	opts := Options{StarvationBound: 3 * time.Minute, Rooms: &rooms}
+	r0 := []*corev1.Pod{running("r-0a", "a", "n-0", 1, t0).Obj(), running("r-0b", "a", "n-0", 1, t0).Obj()}
+	head := gated("head", "a", 3).Obj()
+	w := world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, pods: append([]*corev1.Pod{
+		running("r-1a", "a", "n-1", 1, t0).Obj(), running("r-1b", "a", "n-1", 1, t0).Obj(), running("r-1c", "a", "n-1", 1, t0).Obj(), head,
+	}, r0...)}
+	_, res := runWorld(t, w, opts)
+	want := []RoomReport{{Head: WorkloadKey{Namespace: "ns", Pod: "head"}, Devices: map[string][]string{"n-0": {"GPU-n-0-0", "GPU-n-0-1", "GPU-n-0-2"}}}}
+	if diff := cmp.Diff(want, res.Rooms); diff != "" {
+		t.Fatalf("rooms (-want +got):\n%s", diff)
+	}
+	// Two pods of n-1 end: n-1 is now the emptier node, but the room
+	// stays on n-0, and a newcomer gets n-1.
+	w.pods = append([]*corev1.Pod{running("r-1a", "a", "n-1", 1, t0).Obj(), head, gated("young", "a", 1).Created(t0.Add(50 * time.Minute)).Obj()}, r0...)
+	got, res := runWorld(t, w, opts)
+	if diff := cmp.Diff(want, res.Rooms); diff != "" {
+		t.Errorf("rooms after n-1 emptied (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string][]string{"ns/young": {"young@n-1"}}, got.Admitted); diff != "" {
+		t.Errorf("admitted (-want +got):\n%s", diff)
+	}
+	// The pods in the room end: the head starts there.
+	w.pods = []*corev1.Pod{running("r-1a", "a", "n-1", 1, t0).Obj(), running("young", "a", "n-1", 1, t0).Obj(), head}
+	got, res = runWorld(t, w, opts)
+	if diff := cmp.Diff(map[string][]string{"ns/head": {"head@n-0"}}, got.Admitted); diff != "" || len(res.Rooms) != 0 {
+		t.Errorf("admitted (-want +got):\n%s\nrooms %v", diff, res.Rooms)
+	}
+}

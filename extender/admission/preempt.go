@@ -52,7 +52,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	restore := func(ms []*Member) {
 		for _, m := range ms {
 			if a := saved[m.Pod.UID]; a != nil {
-				_ = c.snap.Assume(a)
+				_ = c.snap.Restore(a)
 				delete(saved, m.Pod.UID)
 			}
 		}

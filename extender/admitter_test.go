@@ -12,9 +12,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender/admission"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	pt "github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/policy"
 )
 
 // TestAdmitterHoldsMemorySlices: a single pod that asks for GPU memory is
@@ -173,5 +175,65 @@ func TestReservationsOutliveTheAdmitter(t *testing.T) {
 	clk.Step(5 * time.Minute)
 	if n := ledger.ExpireReservations(); n != 2 {
 		t.Errorf("ExpireReservations after the timeout dropped %d, want 2", n)
+	}
+}
+
+// TestAdmitterEnforcesCPUAndMemoryQuotas: through the default Rego quota
+// policy, a queue's CPU and memory limits hold its pods back like its GPU
+// limit, and its status shows the CPU and memory its pods request.
+func TestAdmitterEnforcesCPUAndMemoryQuotas(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	engine, err := policy.NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := pt.MakeQueue("a").CPU("2", "4", 1).Memory("8Gi", "16Gi", 1).Obj()
+	old := bound(t, wholePod("old", 1, "1000").Queue("a").Request("", corev1.ResourceCPU, "3").Request("", corev1.ResourceMemory, "12Gi").
+		Annotation(v1alpha1.AnnotationAdmitted, clk.Now().Format(admittedLayout)), "n1", 0)
+	cpu := wholePod("cpu", 1, "1000").Queue("a").Request("", corev1.ResourceCPU, "2").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now()).Obj()
+	mem := wholePod("mem", 1, "1000").Queue("a").Request("", corev1.ResourceMemory, "8Gi").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now().Add(time.Second)).Obj()
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(old, cpu, mem, queue).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 4).Obj()}, old)
+	a := NewAdmitter(ledger, c, nil, nil, PolicyQuota{Engine: engine}, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n1").Obj())
+	cache.UpsertQueue(queue)
+	for _, p := range []*corev1.Pod{old, cpu, mem} {
+		cache.UpsertPod(p)
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"cpu": "queue a is at its CPU limit: 3 of 4 CPUs, and the workload needs 2",
+		"mem": "queue a is at its memory limit: 12Gi of 16Gi, and the workload needs 8Gi",
+	} {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Spec.SchedulingGates) == 0 {
+			t.Errorf("pod %s was admitted past its queue's limit", name)
+		}
+		// The condition is written by a writer goroutine that Start runs;
+		// the cycle's reason is in the told map.
+		if got := a.told[admission.WorkloadKey{Namespace: "ns", Pod: name}]; got != v1alpha1.ReasonWaitingForQuota+want {
+			t.Errorf("pod %s waits with %q, want %q", name, got, want)
+		}
+	}
+	var q v1alpha1.Queue
+	if err := c.Get(ctx, client.ObjectKey{Name: "a"}, &q); err != nil {
+		t.Fatal(err)
+	}
+	alloc := q.Status.Allocated
+	if cpu, mem := alloc[v1alpha1.ResourceCPU], alloc[v1alpha1.ResourceMemory]; cpu.Cmp(resource.MustParse("3")) != 0 || mem.Cmp(resource.MustParse("12Gi")) != 0 {
+		t.Errorf("queue a allocated %v, want 3 CPUs and 12Gi", alloc)
+	}
+	if req := q.Status.Requested[v1alpha1.ResourceCPU]; req.Cmp(resource.MustParse("5")) != 0 {
+		t.Errorf("queue a requested %s CPUs, want 5", req.String())
 	}
 }

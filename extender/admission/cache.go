@@ -96,8 +96,9 @@ type Cache struct {
 	// pendingSlices and activeSlices cache pending and active as sorted
 	// slices, dropped when a queue's set changes.
 	pendingSlices, activeSlices map[string][]*Workload
-	// usage is what each queue's own workloads hold and wait for.
-	usage map[string]*[2]int64
+	// usage is what each queue's own workloads hold and wait for (see
+	// Cache.index).
+	usage map[string]*[6]int64
 	// jobGangs makes the pods of a Job without a pod group a gang of the
 	// Job's parallelism; jobs holds that parallelism by namespace/name.
 	jobGangs bool
@@ -167,7 +168,7 @@ func NewCache(opts ...CacheOption) *Cache {
 		active:        map[string]map[WorkloadKey]*Workload{},
 		pendingSlices: map[string][]*Workload{},
 		activeSlices:  map[string][]*Workload{},
-		usage:         map[string]*[2]int64{},
+		usage:         map[string]*[6]int64{},
 		deviceCharged: map[WorkloadKey]*Workload{},
 	}
 	for _, o := range opts {

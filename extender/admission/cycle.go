@@ -23,18 +23,25 @@ type QuotaChecker interface {
 // loop has admitted and not seen bound yet.
 type QuotaRequest struct {
 	Workload *Workload
-	// Members and GPUMilli are what admitting the workload now adds.
+	// Members and GPUMilli are what admitting the workload now adds, and
+	// CPUMilli and Memory (bytes) the CPU and memory its pods request.
 	Members  int
 	GPUMilli int64
+	CPUMilli int64
+	Memory   int64
 	// Queue is the workload's queue; Ancestors its parent first, up to the
 	// root.
 	Queue     QueueUsage
 	Ancestors []QueueUsage
-	// ClusterMilli is the cluster's healthy GPU capacity.
-	ClusterMilli int64
+	// ClusterMilli is the cluster's healthy GPU capacity; ClusterCPUMilli
+	// and ClusterMemory the allocatable CPU and memory of its GPU nodes.
+	ClusterMilli    int64
+	ClusterCPUMilli int64
+	ClusterMemory   int64
 }
 
-// QueueUsage is a queue's GPU settings and usage, in milli-GPUs.
+// QueueUsage is a queue's settings and usage: GPUs in milli-GPUs, CPU and
+// Memory in milli-CPUs and bytes.
 type QueueUsage struct {
 	Name     string
 	Priority int32
@@ -42,6 +49,13 @@ type QueueUsage struct {
 	QuotaMilli, LimitMilli int64
 	AllocatedMilli         int64
 	FairShareMilli         int64
+	CPU, Memory            ResourceUsage
+}
+
+// ResourceUsage is a queue's settings and usage of CPU or memory; Quota and
+// Limit are -1 for the whole capacity and no limit.
+type ResourceUsage struct {
+	Quota, Limit, Allocated, FairShare int64
 }
 
 // QuotaVerdict is the quota policy's answer.
@@ -133,6 +147,15 @@ type QueueReport struct {
 	FairShareMilli   int64
 	PendingWorkloads int32
 	Children         []string
+	// CPU (milli-CPUs) and Memory (bytes) allocated, requested and fair
+	// share.
+	CPU, Memory ResourceReport
+}
+
+// ResourceReport is a queue's allocation, request and fair share of CPU
+// or memory.
+type ResourceReport struct {
+	Allocated, Requested, FairShare int64
 }
 
 // Result is what a cycle decided.
@@ -143,8 +166,11 @@ type Result struct {
 	Queues     []QueueReport
 	// Rooms are the rooms held for heads of line that waited too long.
 	Rooms []RoomReport
-	// ClusterMilli is the healthy GPU capacity divided.
-	ClusterMilli int64
+	// ClusterMilli is the healthy GPU capacity divided; ClusterCPUMilli and
+	// ClusterMemory the CPU and memory.
+	ClusterMilli    int64
+	ClusterCPUMilli int64
+	ClusterMemory   int64
 }
 
 // Run decides one admission cycle on snap, a fresh ledger snapshot that
@@ -163,6 +189,8 @@ type queueState struct {
 	allocated int64
 	pending   int64
 	fairShare int64
+	// cpu (milli-CPUs) and memory (bytes): the pods' requests.
+	cpu, memory amounts
 	// workloads are the queue's workloads with pending members, in
 	// admission order; next is the first not tried yet.
 	workloads []*Workload
@@ -170,6 +198,12 @@ type queueState struct {
 	waiting   int32
 	// index is the queue's position in the cycle's heap, -1 when out.
 	index int
+}
+
+// amounts are a queue's allocation, waiting demand and fair share of one
+// resource.
+type amounts struct {
+	alloc, pending, fairShare int64
 }
 
 type cycle struct {
@@ -198,6 +232,10 @@ type cycle struct {
 	evictableByQueue map[string][]*Workload
 	spared           []spared
 	clusterMilli     int64
+	// clusterCPU and clusterMemory are the allocatable CPU (milli) and
+	// memory (bytes) of the nodes with a GPU inventory: what queues' CPU
+	// and memory fair shares divide.
+	clusterCPU, clusterMemory int64
 	// rooms are held for heads of line (starvation.go), roomOf by head;
 	// liftKey prefixes the failure memo while rooms are lifted;
 	// ignoreNodeUse makes room() count a node's allocatable alone, while
@@ -245,6 +283,15 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		q.parent = c.queues[q.Parent]
 	}
 	breakCycles(c.queues)
+	// Queued workloads run on GPU nodes only: their CPU and memory are
+	// what queues divide.
+	c.nodeNames = snap.Nodes()
+	for _, name := range c.nodeNames {
+		if n := st.Nodes[name]; n != nil && n.Node != nil {
+			c.clusterCPU += n.Node.Status.Allocatable.Cpu().MilliValue()
+			c.clusterMemory += n.Node.Status.Allocatable.Memory().Value()
+		}
+	}
 	// The cache counts each member's partita.dev/gpu-milli, exact for
 	// fractions and whole GPUs; what a memory request holds depends on its
 	// devices and is read from the ledger.
@@ -258,6 +305,10 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		for a := q; a != nil; a = a.parent {
 			a.allocated += own
 			a.pending += q.PendingMilli
+			a.cpu.alloc += q.AllocatedCPUMilli
+			a.cpu.pending += q.PendingCPUMilli
+			a.memory.alloc += q.AllocatedMemory
+			a.memory.pending += q.PendingMemory
 		}
 	}
 	c.divide()
@@ -441,12 +492,12 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
 		return false
 	}
-	members, milli := len(w.Pending), int64(0)
+	var milli int64
 	for _, m := range w.Pending {
 		milli += m.GPUMilli
 	}
 	if q != nil {
-		v, err := c.checkQuota(q, w, members, milli)
+		v, err := c.checkQuota(q, w, w.Pending, milli)
 		if err != nil {
 			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v; check the policy ConfigMaps labelled %s=rego and the extender's log", err, v1alpha1.LabelPolicy))
 			return false
@@ -487,7 +538,11 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		estimate += ma.Member.GPUMilli
 	}
 	if q != nil && admitted > estimate {
-		v, err := c.checkQuota(q, w, len(placed), admitted)
+		ms := make([]*Member, len(placed))
+		for i, ma := range placed {
+			ms[i] = ma.Member
+		}
+		v, err := c.checkQuota(q, w, ms, admitted)
 		if err != nil || !v.Allowed {
 			for _, ma := range placed {
 				c.snap.Forget(ma.Member.Pod.UID)
@@ -500,12 +555,19 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 			return false
 		}
 	}
+	var cpu, mem int64
 	for _, ma := range placed {
 		c.charge(ma.Allocation.Node, ma.Member)
+		cpu += ma.Member.CPUMilli
+		mem += ma.Member.Memory
 	}
 	for a := q; a != nil; a = a.parent {
 		a.allocated += admitted
 		a.pending -= estimate
+		a.cpu.alloc += cpu
+		a.cpu.pending -= cpu
+		a.memory.alloc += mem
+		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
 	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang, Hold: !gang && w.deviceCharged})
@@ -531,14 +593,24 @@ func (c *cycle) wait(w *Workload, reason, msg string) {
 
 // usage is q's QueueUsage now.
 func (q *queueState) usage() QueueUsage {
-	return QueueUsage{Name: q.Name, Priority: q.Priority, QuotaMilli: q.QuotaMilli, LimitMilli: q.LimitMilli, AllocatedMilli: q.allocated, FairShareMilli: q.fairShare}
+	return QueueUsage{Name: q.Name, Priority: q.Priority, QuotaMilli: q.QuotaMilli, LimitMilli: q.LimitMilli, AllocatedMilli: q.allocated, FairShareMilli: q.fairShare,
+		CPU:    ResourceUsage{Quota: q.CPU.Quota, Limit: q.CPU.Limit, Allocated: q.cpu.alloc, FairShare: q.cpu.fairShare},
+		Memory: ResourceUsage{Quota: q.Memory.Quota, Limit: q.Memory.Limit, Allocated: q.memory.alloc, FairShare: q.memory.fairShare},
+	}
 }
 
-func (c *cycle) checkQuota(q *queueState, w *Workload, members int, milli int64) (*QuotaVerdict, error) {
+// checkQuota asks the quota policy whether q may take members of w now,
+// holding milli milli-GPUs and requesting the members' CPU and memory.
+func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli int64) (*QuotaVerdict, error) {
 	if c.quota == nil {
 		return &QuotaVerdict{Allowed: true}, nil
 	}
-	req := &QuotaRequest{Workload: w, Members: members, GPUMilli: milli, Queue: q.usage(), ClusterMilli: c.clusterMilli}
+	req := &QuotaRequest{Workload: w, Members: len(members), GPUMilli: milli, Queue: q.usage(),
+		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
+	for _, m := range members {
+		req.CPUMilli += m.CPUMilli
+		req.Memory += m.Memory
+	}
 	for a := q.parent; a != nil; a = a.parent {
 		req.Ancestors = append(req.Ancestors, a.usage())
 	}
@@ -558,7 +630,8 @@ func (c *cycle) charge(node string, m *Member) {
 }
 
 func (c *cycle) result() *Result {
-	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, ClusterMilli: c.clusterMilli, Rooms: c.roomReports()}
+	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, Rooms: c.roomReports(),
+		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
 	names := make([]string, 0, len(c.queues))
 	for name := range c.queues {
 		names = append(names, name)
@@ -575,6 +648,8 @@ func (c *cycle) result() *Result {
 		r.Queues = append(r.Queues, QueueReport{
 			Name: name, AllocatedMilli: q.allocated, RequestedMilli: q.allocated + max(0, q.pending),
 			FairShareMilli: q.fairShare, PendingWorkloads: waiting[name], Children: q.Children,
+			CPU:    ResourceReport{Allocated: q.cpu.alloc, Requested: q.cpu.alloc + max(0, q.cpu.pending), FairShare: q.cpu.fairShare},
+			Memory: ResourceReport{Allocated: q.memory.alloc, Requested: q.memory.alloc + max(0, q.memory.pending), FairShare: q.memory.fairShare},
 		})
 	}
 	return r

@@ -64,7 +64,8 @@ func running(name, q, node string, gpus int, admitted time.Time) *PodWrapper {
 }
 
 // limitQuota stands in for the default Rego quota policy (tested in
-// package policy): it enforces the limits of the queue and its ancestors.
+// package policy): it enforces the GPU, CPU and memory limits of the queue
+// and its ancestors.
 type limitQuota struct{}
 
 func (limitQuota) CheckQuota(_ context.Context, r *QuotaRequest) (*QuotaVerdict, error) {
@@ -73,6 +74,14 @@ func (limitQuota) CheckQuota(_ context.Context, r *QuotaRequest) (*QuotaVerdict,
 		if q.LimitMilli >= 0 && q.AllocatedMilli+r.GPUMilli > q.LimitMilli {
 			v.Allowed = false
 			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its limit: %s of %s GPUs", q.Name, gpu.FormatMilli(q.AllocatedMilli), gpu.FormatMilli(q.LimitMilli)))
+		}
+		if q.CPU.Limit >= 0 && q.CPU.Allocated+r.CPUMilli > q.CPU.Limit {
+			v.Allowed = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its CPU limit: %s of %s CPUs", q.Name, gpu.FormatMilli(q.CPU.Allocated), gpu.FormatMilli(q.CPU.Limit)))
+		}
+		if q.Memory.Limit >= 0 && q.Memory.Allocated+r.Memory > q.Memory.Limit {
+			v.Allowed = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its memory limit: %d of %d bytes", q.Name, q.Memory.Allocated, q.Memory.Limit))
 		}
 	}
 	return v, nil
@@ -616,4 +625,69 @@ func TestHeadOfLineRoomStays(t *testing.T) {
 	if diff := cmp.Diff(map[string][]string{"ns/head": {"head@n-0"}}, got.Admitted); diff != "" || len(res.Rooms) != 0 {
 		t.Errorf("admitted (-want +got):\n%s\nrooms %v", diff, res.Rooms)
 	}
+}
+
+// TestQueueCPUAndMemory: a queue's CPU and memory are what its pods
+// request, divided into fair shares like GPUs, capped by their limits, and
+// part of the dominant share that orders the queues.
+func TestQueueCPUAndMemory(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 1)
+	t.Run("reports", func(t *testing.T) {
+		_, res := runWorld(t, world{nodes: nodes, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").CPU("2", "-1", 1).Obj(), MakeQueue("b").Obj()},
+			pods: []*corev1.Pod{
+				running("a-1", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "3").Request(DefaultContainer, corev1.ResourceMemory, "8Gi").Obj(),
+				gated("b-1", "b", 1).Request(DefaultContainer, corev1.ResourceCPU, "4").Obj(),
+			},
+		}, Options{})
+		got := map[string][2]ResourceReport{}
+		for _, q := range res.Queues {
+			got[q.Name] = [2]ResourceReport{q.CPU, q.Memory}
+		}
+		want := map[string][2]ResourceReport{
+			// b-1 is admitted in the cycle: it holds what it requested.
+			"a": {{Allocated: 3000, Requested: 3000, FairShare: 3000}, {Allocated: 8 << 30, Requested: 8 << 30, FairShare: 8 << 30}},
+			"b": {{Allocated: 4000, Requested: 4000, FairShare: 4000}, {}},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("CPU and memory reports (-want +got):\n%s", diff)
+		}
+		if res.ClusterCPUMilli != 128000 || res.ClusterMemory != 1<<40 {
+			t.Errorf("cluster CPU %d, memory %d; want the GPU nodes' allocatable, 128 CPUs and 1Ti", res.ClusterCPUMilli, res.ClusterMemory)
+		}
+	})
+	t.Run("limits", func(t *testing.T) {
+		got, _ := runWorld(t, world{nodes: nodes, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").CPU("0", "4", 1).Memory("0", "16Gi", 1).Obj()},
+			pods: []*corev1.Pod{
+				running("old", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "3").Request(DefaultContainer, corev1.ResourceMemory, "12Gi").Obj(),
+				gated("cpu", "a", 1).Request(DefaultContainer, corev1.ResourceCPU, "2").Obj(),
+				gated("mem", "a", 1).Request(DefaultContainer, corev1.ResourceMemory, "8Gi").Created(t0.Add(time.Second)).Obj(),
+			},
+		}, Options{})
+		want := map[string]string{
+			"ns/cpu": "WaitingForQuota: queue a is at its CPU limit: 3 of 4 CPUs",
+			"ns/mem": "WaitingForQuota: queue a is at its memory limit: 12884901888 of 17179869184 bytes",
+		}
+		if diff := cmp.Diff(want, got.Waiting); diff != "" {
+			t.Errorf("waiting (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the dominant share orders queues", func(t *testing.T) {
+		// a deserves both GPUs and holds one, but holds 6 of the 8 CPUs it
+		// deserves 7 of; b deserves no GPU and holds no CPU. By GPUs alone
+		// a would go first; by the dominant share b does.
+		small := []*corev1.Node{MakeNode("n-0").Allocatable(corev1.ResourceCPU, "4").Obj(), MakeNode("n-1").Allocatable(corev1.ResourceCPU, "4").Obj()}
+		got, _ := runWorld(t, world{nodes: small, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").GPU("2", "-1", 1).Obj(), MakeQueue("b").Obj()},
+			pods: []*corev1.Pod{
+				running("a-run", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "6").Obj(),
+				gated("a-2", "a", 1).Request(DefaultContainer, corev1.ResourceCPU, "1").Obj(),
+				gated("b-1", "b", 1).Request(DefaultContainer, corev1.ResourceCPU, "1").Created(t0.Add(time.Minute)).Obj(),
+			},
+		}, Options{})
+		if diff := cmp.Diff(map[string][]string{"ns/b-1": {"b-1@n-1"}}, got.Admitted); diff != "" {
+			t.Errorf("admitted (-want +got):\n%s", diff)
+		}
+	})
 }

@@ -135,9 +135,11 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 // victims lists the workloads that may be evicted for w, the first to go
 // first: lowest priority, then the most recently started.
 func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim {
-	var need int64
+	var need, needCPU, needMemory int64
 	for _, m := range members {
 		need += m.GPUMilli
+		needCPU += m.CPUMilli
+		needMemory += m.Memory
 	}
 	var out []victim
 	for _, v := range c.evictable(q.Name) {
@@ -148,7 +150,10 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 			out = append(out, victim{w: v, q: q})
 		}
 	}
-	if q.allocated+need <= q.fairShare {
+	// Reclaim takes back GPUs for a queue that stays within its fair
+	// share of every resource it asks for.
+	within := func(r amounts, need int64) bool { return need == 0 || r.alloc+need <= r.fairShare }
+	if q.allocated+need <= q.fairShare && within(q.cpu, needCPU) && within(q.memory, needMemory) {
 		for _, vq := range c.overFairShare() {
 			if vq == q {
 				continue

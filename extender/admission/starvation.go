@@ -115,7 +115,7 @@ func (c *cycle) holdRooms() {
 		for _, m := range w.Pending {
 			milli += m.GPUMilli
 		}
-		if v, err := c.checkQuota(q, w, len(w.Pending), milli); err != nil || !v.Allowed {
+		if v, err := c.checkQuota(q, w, w.Pending, milli); err != nil || !v.Allowed {
 			continue // waits for quota, not room
 		}
 		shape, _ := c.placeQuestion(w, members)

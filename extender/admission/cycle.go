@@ -240,10 +240,14 @@ type cycle struct {
 	// liftKey prefixes the failure memo while rooms are lifted;
 	// ignoreNodeUse makes room() count a node's allocatable alone, while
 	// findRoom takes pods off the snapshot.
-	rooms         []*room
-	roomOf        map[*Workload]*room
-	roomNotes     map[string]string
-	roomsFree     bool
+	rooms     []*room
+	roomOf    map[*Workload]*room
+	roomNotes map[string]string
+	roomsFree bool
+	// lifted are the rooms open to the workload being tried (lift), and
+	// liftOpen whether their devices are unwithheld now (openLifted).
+	lifted        []*room
+	liftOpen      bool
 	liftKey       string
 	ignoreNodeUse bool
 	// held memoises activeCharge of device-charged workloads, computed

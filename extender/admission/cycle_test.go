@@ -559,6 +559,19 @@ func TestHeadOfLineHoldsRoom(t *testing.T) {
 			opts: Options{StarvationBound: 3 * time.Minute},
 			want: outcome{Admitted: map[string][]string{"ns/head": {"head@n-0"}, "ns/young-1": {"young-1@n-1"}}},
 		},
+		"a head of higher priority still preempts what holds its room": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("r-0", "a", "n-0", 1, t0).Priority(0).Obj(),
+				running("r-1", "a", "n-1", 1, t0).Priority(0).Obj(),
+				gated("head", "a", 2).Priority(100).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Waiting: map[string]string{"ns/head": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/r-0" +
+					"; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held + " for it, and only workloads that do not need them are admitted meanwhile"},
+				Evicted: []string{"ns/r-0 (preempt)"},
+			},
+		},
 		"a queue below its fair share is not held back by a queue at its own": {
 			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{
 				MakeQueue("a").GPU("2", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(),

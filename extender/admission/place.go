@@ -53,6 +53,7 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 			return nil, f.err
 		}
 	}
+	defer c.openLifted()()
 	var placed []MemberAdmission
 	for _, g := range groups {
 		allocs, err := c.placeGroup(w, g)

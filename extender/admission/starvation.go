@@ -304,9 +304,12 @@ func roomOf(placed []MemberAdmission) []roomDevices {
 	return out
 }
 
-// lift opens the rooms that may not hold against w of queue q: its own,
+// lift marks the rooms that may not hold against w of queue q: its own,
 // and, when q is below its fair share, those of heads whose queues are not.
-// It returns them, for close.
+// They are opened only while w is actually placed (openLifted, from place),
+// which most attempts never get to (the cycle's memo of failed shapes
+// answers them); lift only keys that memo by what is open. It returns
+// them, for close.
 func (c *cycle) lift(q *queueState, w *Workload) []*room {
 	if len(c.rooms) == 0 {
 		return nil
@@ -319,10 +322,7 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		}
 		own := r.head == w
 		entitled := q != nil && r.q != q && q.allocated < q.fairShare && r.q.allocated >= r.q.fairShare
-		// A room with nothing free takes nobody: opening it would only
-		// cost the cycle's memo of failed placements.
-		if (own || entitled) && c.roomFree(r) {
-			c.unwithhold(r.devices)
+		if own || entitled {
 			r.lifted = true
 			out = append(out, r)
 			fmt.Fprintf(&key, "%d,", i)
@@ -331,8 +331,27 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 	if len(out) > 0 {
 		// Failures with more room open are not failures with less.
 		c.liftKey = "lift:" + key.String() + "|"
+		c.lifted = out
 	}
 	return out
+}
+
+// openLifted opens the lifted rooms for a placement, and returns what
+// closes them again; a no-op when none is lifted or they are open already.
+func (c *cycle) openLifted() func() {
+	if len(c.lifted) == 0 || c.liftOpen {
+		return func() {}
+	}
+	c.liftOpen = true
+	for _, r := range c.lifted {
+		c.unwithhold(r.devices)
+	}
+	return func() {
+		for _, r := range c.lifted {
+			c.withhold(r.devices)
+		}
+		c.liftOpen = false
+	}
 }
 
 func (c *cycle) roomFree(r *room) bool {
@@ -344,22 +363,22 @@ func (c *cycle) roomFree(r *room) bool {
 	return false
 }
 
-// close withholds again the rooms lift opened, but those whose head was
-// just admitted.
+// close ends an attempt with rooms lifted: a head just admitted gives its
+// room up, and its devices are free for everyone again (those it did not
+// take).
 func (c *cycle) close(lifted []*room, w *Workload, admitted bool) {
 	for _, r := range lifted {
 		r.lifted = false
 		if r.head == w && admitted {
 			r.consumed = true
 			c.roomNotes = nil
+			c.unwithhold(r.devices)
 			if c.opts.Rooms != nil {
 				delete(c.opts.Rooms.byKey, w.Key)
 			}
-			continue
 		}
-		c.withhold(r.devices)
 	}
-	c.liftKey = ""
+	c.lifted, c.liftKey = nil, ""
 }
 
 // roomNote is what a waiting workload is told about the rooms: for a head,

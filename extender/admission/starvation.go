@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -315,7 +316,7 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		return nil
 	}
 	var out []*room
-	var key strings.Builder
+	var free []int
 	for i, r := range c.rooms {
 		if r.consumed {
 			continue
@@ -325,13 +326,22 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		if own || entitled {
 			r.lifted = true
 			out = append(out, r)
-			fmt.Fprintf(&key, "%d,", i)
+			if c.roomFree(r) {
+				free = append(free, i)
+			}
 		}
 	}
-	if len(out) > 0 {
-		// Failures with more room open are not failures with less.
-		c.liftKey = "lift:" + key.String() + "|"
-		c.lifted = out
+	c.lifted = out
+	if len(free) > 0 {
+		// Failures with more room open are not failures with less. Rooms
+		// with nothing free change no placement (only the simulations of
+		// preemption, which the memo does not answer), so they do not
+		// count.
+		parts := make([]string, len(free))
+		for i, f := range free {
+			parts[i] = strconv.Itoa(f)
+		}
+		c.liftKey = "lift:" + strings.Join(parts, ",") + "|"
 	}
 	return out
 }

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/devcluster"
 )
 
@@ -224,8 +225,11 @@ func TestGangStartsWholeOnceItFits(t *testing.T) {
 	nodes := map[string]bool{}
 	for _, p := range got {
 		nodes[p.Spec.NodeName] = true
-		if p.Annotations[v1alpha1.AnnotationReservation] != ns+"/train" {
-			t.Errorf("pod %s: reservation %q, want %q", p.Name, p.Annotations[v1alpha1.AnnotationReservation], ns+"/train")
+		// The reservation said where it would go, and with which devices.
+		r, err := gpu.ParseReservation(p.Annotations[v1alpha1.AnnotationReservation])
+		if err != nil || r.Workload != ns+"/train" || r.Node != p.Spec.NodeName || !slices.Equal(r.Containers[0].Devices, devicesOf(&p)) {
+			t.Errorf("pod %s on %s with %v: reservation %q (%v), want gang %s/train there", p.Name, p.Spec.NodeName, devicesOf(&p),
+				p.Annotations[v1alpha1.AnnotationReservation], err, ns)
 		}
 	}
 	if len(nodes) != 4 {

@@ -128,6 +128,7 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "patch", resource: "pods", namespace: "default"},
 				{verb: "create", resource: "pods", subresource: "binding", namespace: "default"},
 				{verb: "create", resource: "pods", subresource: "eviction", namespace: "default"},
+				{verb: "watch", group: "policy", resource: "poddisruptionbudgets"},
 				{verb: "list", resource: "nodes"}, {verb: "list", group: "scheduling.k8s.io", resource: "priorityclasses"},
 				{verb: "watch", group: "partita.dev", resource: "gpunodes"}, {verb: "watch", group: "partita.dev", resource: "podgroups"},
 				{verb: "update", group: "partita.dev", resource: "queues", subresource: "status"},

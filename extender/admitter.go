@@ -9,7 +9,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +35,9 @@ const (
 	// DefaultAdmissionInterval is the longest the loop waits between cycles
 	// while something waits.
 	DefaultAdmissionInterval = time.Second
+	// DefaultStarvationBound is how long a queue's head of line waits
+	// before the loop holds room for it.
+	DefaultStarvationBound = 3 * time.Minute
 	// AdmitterName names the loop in events and logs.
 	AdmitterName = "partita-admitter"
 )
@@ -64,6 +66,9 @@ type AdmitterOptions struct {
 	PreemptMinRuntime time.Duration
 	// DisablePreemption turns reclaim and preemption off.
 	DisablePreemption bool
+	// StarvationBound is how long a queue's head of line may wait before
+	// the loop holds room for it; 0 turns that off.
+	StarvationBound time.Duration
 	// Interval is the longest wait between cycles while anything waits.
 	Interval time.Duration
 	// InflightTTL is how long a single pod's simulated place counts after it
@@ -87,7 +92,8 @@ func DefaultAdmitterOptions() AdmitterOptions {
 	return AdmitterOptions{
 		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout,
 		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultAssumeTTL,
-		DefaultQueue: v1alpha1.DefaultQueueName,
+		StarvationBound: DefaultStarvationBound,
+		DefaultQueue:    v1alpha1.DefaultQueueName,
 	}
 }
 
@@ -114,6 +120,9 @@ type Admitter struct {
 	lastGeneration uint64
 	lastCycle      time.Time
 	fairShares     admission.FairShares
+	rooms          admission.Rooms
+	// roomHeads are the heads of line room was held for in the last cycle.
+	roomHeads map[admission.WorkloadKey]bool
 	// inflight are single pods ungated and not bound yet, with the devices
 	// simulated for them: later cycles count them until they bind.
 	inflight map[types.UID]inflightPod
@@ -131,6 +140,14 @@ type Admitter struct {
 	// podGroups remembers the last write of each mapped gang's PodGroup
 	// (admitter_mapped.go).
 	podGroups map[admission.WorkloadKey]podGroupWrite
+	// refused are victims whose eviction was refused, spared until the
+	// time given; finishing are victims partly evicted, whose other
+	// members the loop evicts before anything else; refusedFor are the
+	// preemptors that could not evict, told so until the time given (see
+	// admitter_evict.go).
+	refused    map[admission.WorkloadKey]refusal
+	finishing  map[admission.WorkloadKey]finishing
+	refusedFor map[admission.WorkloadKey]time.Time
 }
 
 type inflightPod struct {
@@ -169,6 +186,8 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
 		told: map[admission.WorkloadKey]string{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[admission.WorkloadKey]podGroupWrite{},
+		refused:   map[admission.WorkloadKey]refusal{}, finishing: map[admission.WorkloadKey]finishing{},
+		refusedFor: map[admission.WorkloadKey]time.Time{},
 	}
 	for i := range a.conditions {
 		a.conditions[i] = newConditionQueue()
@@ -243,6 +262,9 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	now := a.clock.Now()
 	a.expire(now)
 	a.handleTimeouts(ctx, st, now)
+	// Reservations that reached their expiry (timed-out gangs, lapsed
+	// holds) leave the ledger before the snapshot is taken.
+	a.ledger.ExpireReservations()
 	if a.snap == nil {
 		a.snap = a.ledger.Snapshot()
 	} else {
@@ -251,18 +273,22 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	for _, p := range a.inflight {
 		_ = a.snap.Assume(p.alloc)
 	}
+	finished := a.finishEvictions(ctx, st, now)
 	res := admission.Run(ctx, st, a.snap, a.quota, admission.Options{
 		Now: now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
 		DisablePreemption: a.opts.DisablePreemption,
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
+		Unevictable:       a.unevictable(now, finished),
+		StarvationBound:   a.opts.StarvationBound,
+		Rooms:             &a.rooms,
 	})
 	decided := a.clock.Since(start)
 	var errs []error
 	errs = append(errs, a.admit(ctx, res.Admissions, now))
-	for i := range res.Evictions {
-		a.evict(ctx, &res.Evictions[i])
-	}
+	a.logRooms(ctx, res)
+	a.evictAll(ctx, res, now)
+	a.noteRefusals(res, now)
 	a.tell(res, now)
 	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now), a.keepMappedPodGroups(ctx, st, now))
 	a.metrics.observeCycle(res, decided, a.clock.Since(start))
@@ -310,10 +336,19 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 		ready = append(ready, adm)
 	}
 	stamp := now.UTC().Format(admittedLayout)
+	// Reservations expire when the loop would give up on them: a gang's
+	// schedule timeout from the admission time the pods carry (so that the
+	// ledgers drop them in the cycle that handles the timeout), a single
+	// pod's hold after InflightTTL.
+	at, _ := time.Parse(admittedLayout, stamp)
 	var jobs []func() error
 	for _, adm := range ready {
+		expires := at.Add(a.opts.InflightTTL)
+		if adm.Pin {
+			expires = at.Add(a.scheduleTimeout(adm.Workload))
+		}
 		for _, m := range adm.Members {
-			jobs = append(jobs, func() error { return a.release(ctx, m, adm, stamp) })
+			jobs = append(jobs, func() error { return a.release(ctx, m, adm, stamp, expires) })
 		}
 	}
 	errs = append(errs, parallel(patchWorkers, jobs)...)
@@ -381,8 +416,11 @@ func parallel(n int, jobs []func() error) []error {
 }
 
 // release pins one member to its node (gangs) and removes the admission
-// gate, in one write.
-func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm admission.Admission, stamp string) error {
+// gate, in one write that also records the reservation of its devices
+// (gangs and held single pods, partita.dev/reservation until expires): the
+// pod is never ungated without it, so that every ledger, this one after a
+// restart included, holds the devices until the pod binds.
+func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm admission.Admission, stamp string, expires time.Time) error {
 	pin, key := adm.Pin, adm.Workload.Key
 	orig := m.Member.Pod
 	pod := orig.DeepCopy()
@@ -393,8 +431,15 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	for k, v := range workloadAnnotations(adm.Workload) {
 		pod.Annotations[k] = v
 	}
+	if pin || adm.Hold {
+		r, err := gpu.FormatReservation(gpu.ReservationOf(m.Allocation, key.String(), expires))
+		if err != nil {
+			a.ledger.Forget(orig.UID)
+			return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)
+		}
+		pod.Annotations[v1alpha1.AnnotationReservation] = r
+	}
 	if pin {
-		pod.Annotations[v1alpha1.AnnotationReservation] = key.String()
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
 		pinToNode(pod, m.Allocation.Node)
 	}
@@ -436,36 +481,6 @@ func pinToNode(pod *corev1.Pod, node string) {
 	}
 }
 
-// evict evicts every member of a victim through the Eviction API, so that
-// PodDisruptionBudgets are honoured.
-func (a *Admitter) evict(ctx context.Context, e *admission.Eviction) {
-	log := logr.FromContextOrDiscard(ctx)
-	kind := "preempt"
-	if e.Reclaim {
-		kind = "reclaim"
-	}
-	for _, m := range e.Members {
-		a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonPreempted, "Evict", e.Message)
-		if err := a.evictPod(ctx, m.Pod); err != nil {
-			log.Error(err, "Failed to evict pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String())
-			continue
-		}
-		log.V(2).Info("Evicted pod", "pod", klog.KObj(m.Pod), "for", e.For.Key.String(), "kind", kind)
-	}
-	a.metrics.evicted(kind)
-}
-
-func (a *Admitter) evictPod(ctx context.Context, pod *corev1.Pod) error {
-	err := a.cs.PolicyV1().Evictions(pod.Namespace).Evict(ctx, &policyv1.Eviction{
-		ObjectMeta:    metav1.ObjectMeta{Name: pod.Name, Namespace: pod.Namespace},
-		DeleteOptions: &metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}},
-	})
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	return err
-}
-
 // handleTimeouts releases gangs that did not bind fully in time: members
 // with a controller are evicted (their controller makes new ones, which
 // wait again), reservations are dropped, the workload backs off. Bare pods
@@ -498,10 +513,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 			continue
 		}
 		started := w.Started()
-		limit := a.opts.ScheduleTimeout
-		if w.TimeoutSeconds > 0 {
-			limit = time.Duration(w.TimeoutSeconds) * time.Second
-		}
+		limit := a.scheduleTimeout(w)
 		if now.Sub(started) < limit || a.timedOut[w.Key].started.Equal(started) {
 			continue
 		}
@@ -519,7 +531,7 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 			if metav1.GetControllerOf(m.Pod) == nil {
 				continue
 			}
-			if err := a.evictPod(ctx, m.Pod); err != nil {
+			if err := a.evictPod(ctx, m.Pod, false); err != nil {
 				log.Error(err, "Failed to evict pod of a timed-out gang", "pod", klog.KObj(m.Pod))
 				continue
 			}
@@ -537,6 +549,32 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *admission.State, now 
 		a.metrics.evicted("timeout")
 		log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
 	}
+}
+
+// logRooms logs the rooms held for heads of line as they come and go.
+func (a *Admitter) logRooms(ctx context.Context, res *admission.Result) {
+	log := logr.FromContextOrDiscard(ctx)
+	now := make(map[admission.WorkloadKey]bool, len(res.Rooms))
+	for _, r := range res.Rooms {
+		now[r.Head] = true
+		if !a.roomHeads[r.Head] {
+			log.V(2).Info("Holding room for a head of line", "workload", r.Head.String(), "devices", r.Devices)
+		}
+	}
+	for k := range a.roomHeads {
+		if !now[k] {
+			log.V(2).Info("Released the room of a head of line", "workload", k.String())
+		}
+	}
+	a.roomHeads = now
+}
+
+// scheduleTimeout is how long w may take to bind fully once admitted.
+func (a *Admitter) scheduleTimeout(w *admission.Workload) time.Duration {
+	if w.TimeoutSeconds > 0 {
+		return time.Duration(w.TimeoutSeconds) * time.Second
+	}
+	return a.opts.ScheduleTimeout
 }
 
 // tellBudget is how many waiting pods one cycle tells about (an event and

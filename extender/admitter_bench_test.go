@@ -106,15 +106,20 @@ func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string,
 	now := created.Add(time.Hour)
 	var res *admission.Result
 	var shares admission.FairShares
+	var rooms admission.Rooms
 	b.ResetTimer()
 	for b.Loop() {
 		st := cache.State()
 		ledger.Refresh(snap)
-		res = admission.Run(ctx, st, snap, quota, admission.Options{Now: now, Placement: gpu.PlacementBinpack, PreemptMinRuntime: time.Minute, FairShares: &shares})
+		// As the extender runs it by default: every queue's head has
+		// waited past the starvation bound, so rooms are held too.
+		res = admission.Run(ctx, st, snap, quota, admission.Options{Now: now, Placement: gpu.PlacementBinpack, PreemptMinRuntime: time.Minute,
+			FairShares: &shares, StarvationBound: DefaultStarvationBound, Rooms: &rooms})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(pending), "pending-pods")
 	b.ReportMetric(float64(len(res.Waiting)), "waiting-workloads")
 	b.ReportMetric(float64(len(res.Admissions)), "admitted")
 	b.ReportMetric(float64(len(res.Evictions)), "evictions")
+	b.ReportMetric(float64(len(res.Rooms)), "rooms")
 }

@@ -50,7 +50,7 @@ func NewAdmitterMetrics(reg prometheus.Registerer) *AdmitterMetrics {
 		queueFairShare: queue("partita_queue_fair_share_gpus", "The queue's fair share of GPUs (DESIGN §6)."),
 		queuePending:   queue("partita_queue_pending_workloads", "Workloads of the queue waiting for admission."),
 	}
-	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout} {
+	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonEvictionRefused} {
 		m.pending.WithLabelValues(r)
 	}
 	reg.MustRegister(m.cycle, m.admissions, m.evictions, m.pending, m.queueAllocated, m.queueRequested, m.queueFairShare, m.queuePending)
@@ -67,7 +67,7 @@ func (m *AdmitterMetrics) observeCycle(res *admission.Result, decide, total time
 	for _, w := range res.Waiting {
 		counts[w.Reason]++
 	}
-	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout} {
+	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonEvictionRefused} {
 		m.pending.WithLabelValues(r).Set(counts[r])
 	}
 }

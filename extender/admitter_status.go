@@ -29,9 +29,9 @@ func (a *Admitter) writeQueueStatus(ctx context.Context, st *admission.State, re
 			continue
 		}
 		want := q.Status.DeepCopy()
-		want.Allocated = gpuList(want.Allocated, r.AllocatedMilli)
-		want.Requested = gpuList(want.Requested, r.RequestedMilli)
-		want.FairShare = gpuList(want.FairShare, r.FairShareMilli)
+		want.Allocated = resourceList(want.Allocated, r.AllocatedMilli, r.CPU.Allocated, r.Memory.Allocated)
+		want.Requested = resourceList(want.Requested, r.RequestedMilli, r.CPU.Requested, r.Memory.Requested)
+		want.FairShare = resourceList(want.FairShare, r.FairShareMilli, r.CPU.FairShare, r.Memory.FairShare)
 		want.PendingWorkloads = r.PendingWorkloads
 		want.ChildQueues = slices.Clone(r.Children)
 		a.metrics.queue(r)
@@ -54,13 +54,16 @@ func (a *Admitter) writeQueueStatus(ctx context.Context, st *admission.State, re
 // statusWorkers bounds the status writes in flight at once.
 const statusWorkers = 8
 
-// gpuList sets the gpu entry of l to milli milli-GPUs.
-func gpuList(l corev1.ResourceList, milli int64) corev1.ResourceList {
+// resourceList sets the gpu, cpu and memory entries of l: gpuMilli
+// milli-GPUs, cpuMilli milli-CPUs and memory bytes.
+func resourceList(l corev1.ResourceList, gpuMilli, cpuMilli, memory int64) corev1.ResourceList {
 	out := corev1.ResourceList{}
 	for k, v := range l {
 		out[k] = v
 	}
-	out[v1alpha1.ResourceGPU] = *resource.NewMilliQuantity(milli, resource.DecimalSI)
+	out[v1alpha1.ResourceGPU] = *resource.NewMilliQuantity(gpuMilli, resource.DecimalSI)
+	out[v1alpha1.ResourceCPU] = *resource.NewMilliQuantity(cpuMilli, resource.DecimalSI)
+	out[v1alpha1.ResourceMemory] = *resource.NewQuantity(memory, resource.BinarySI)
 	return out
 }
 

@@ -6,14 +6,17 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/extender/admission"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	pt "github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/policy"
 )
 
 // TestAdmitterHoldsMemorySlices: a single pod that asks for GPU memory is
@@ -33,7 +36,7 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	queue := pt.MakeQueue("a").GPU("0", "1", 1).Obj()
 	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(pod.DeepCopy(), queue.DeepCopy()).
 		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
-	ledger := gpu.BuildLedger([]v1alpha1.GPUNode{*l4, *h200}, nil)
+	ledger := gpu.BuildLedger([]v1alpha1.GPUNode{*l4, *h200}, nil, gpu.WithClock(clk))
 	opts := DefaultAdmitterOptions()
 	a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, opts, nil, clk)
 	cache := a.Cache()
@@ -55,6 +58,13 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	if len(got.Spec.SchedulingGates) != 0 || got.Spec.Affinity != nil {
 		t.Errorf("released pod: gates %v, affinity %+v; want ungated and not pinned", got.Spec.SchedulingGates, got.Spec.Affinity)
 	}
+	// The hold travels on the pod: a ledger that sees it (another
+	// replica's, or this one's after a restart) holds the same device.
+	res, err := gpu.ParseReservation(got.Annotations[v1alpha1.AnnotationReservation])
+	if err != nil || res.Node != "l4" || !res.Expires.Equal(clk.Now().Add(opts.InflightTTL)) {
+		t.Fatalf("reservation %+v (%v); want node l4 until %s", res, err, clk.Now().Add(opts.InflightTTL))
+	}
+	ledger.UpsertPod(&got)
 	var q v1alpha1.Queue
 	if err := c.Get(ctx, client.ObjectKey{Name: "a"}, &q); err != nil {
 		t.Fatal(err)
@@ -71,5 +81,159 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	}
 	if a, ok := ledger.Allocation(pod.UID); ok {
 		t.Errorf("the hold outlived InflightTTL: %+v", a)
+	}
+}
+
+// TestReservationsOutliveTheAdmitter: a gang the loop pinned carries its
+// reservation on its pods, so that a new process, whose ledger and cache
+// are built from the API objects alone, keeps the devices for it: a pod
+// that comes later waits instead of taking them, and the extender's filter
+// sends it nowhere else either, until the reservation expires.
+func TestReservationsOutliveTheAdmitter(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 1).Obj(), gpuNode("n2", 1).Obj()}
+	queue := pt.MakeQueue("a").Obj()
+	pg := pt.MakePodGroup("train", "ns").MinMember(2).ScheduleTimeoutSeconds(300).Obj()
+	var objs []client.Object
+	for _, name := range []string{"train-0", "train-1"} {
+		objs = append(objs, pt.MakePod(name, "ns").Queue("a").GPUCount(1).PodGroup("train").
+			Resource("", v1alpha1.ResourceGPUMilli, "1000").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now()).Obj())
+	}
+	objs = append(objs, queue, pg)
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &v1alpha1.PodGroup{}, &corev1.Pod{}).Build()
+
+	// start is a fresh extender process: a ledger and a loop fed from what
+	// the API server holds.
+	start := func() (*gpu.Ledger, *Admitter) {
+		t.Helper()
+		var pods corev1.PodList
+		if err := c.List(ctx, &pods); err != nil {
+			t.Fatal(err)
+		}
+		var gns []v1alpha1.GPUNode
+		for _, n := range nodes {
+			gns = append(gns, *n)
+		}
+		ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
+		a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+		cache := a.Cache()
+		for _, n := range []string{"n1", "n2"} {
+			cache.UpsertNode(pt.MakeNode(n).Obj())
+		}
+		cache.UpsertQueue(queue)
+		cache.UpsertPodGroup(pg)
+		for i := range pods.Items {
+			cache.UpsertPod(&pods.Items[i])
+		}
+		return ledger, a
+	}
+	_, first := start()
+	if err := first.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The first process is gone before kube-scheduler binds the members;
+	// a pod that would fit on their devices comes.
+	late := pt.MakePod("late", "ns").Queue("a").GPUCount(1).Resource("", v1alpha1.ResourceGPUMilli, "1000").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now().Add(time.Second)).Obj()
+	if err := c.Create(ctx, late); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(10 * time.Second)
+	ledger, second := start()
+	if err := second.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(late), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.SchedulingGates) == 0 {
+		t.Fatalf("the late pod was admitted onto the gang's reserved devices: %v", got.Annotations)
+	}
+	e := New(ledger, c, &fakeBinder{})
+	res, err := e.Filter(ctx, &extenderv1.ExtenderArgs{Pod: late, NodeNames: &[]string{"n1", "n2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(*res.NodeNames) != 0 {
+		t.Errorf("filter passed %v for the late pod; the gang holds both GPUs", *res.NodeNames)
+	}
+	for _, name := range []string{"train-0", "train-1"} {
+		var m corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, &m); err != nil {
+			t.Fatal(err)
+		}
+		held, ok := ledger.Allocation(m.UID)
+		if !ok || held.Node != m.Annotations[v1alpha1.AnnotationNode] {
+			t.Errorf("the new ledger holds %+v, %v for %s, pinned to %s", held, ok, name, m.Annotations[v1alpha1.AnnotationNode])
+		}
+	}
+
+	// Past the gang's schedule timeout the reservations lapse everywhere.
+	clk.Step(5 * time.Minute)
+	if n := ledger.ExpireReservations(); n != 2 {
+		t.Errorf("ExpireReservations after the timeout dropped %d, want 2", n)
+	}
+}
+
+// TestAdmitterEnforcesCPUAndMemoryQuotas: through the default Rego quota
+// policy, a queue's CPU and memory limits hold its pods back like its GPU
+// limit, and its status shows the CPU and memory its pods request.
+func TestAdmitterEnforcesCPUAndMemoryQuotas(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	engine, err := policy.NewEngine(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	queue := pt.MakeQueue("a").CPU("2", "4", 1).Memory("8Gi", "16Gi", 1).Obj()
+	old := bound(t, wholePod("old", 1, "1000").Queue("a").Request("", corev1.ResourceCPU, "3").Request("", corev1.ResourceMemory, "12Gi").
+		Annotation(v1alpha1.AnnotationAdmitted, clk.Now().Format(admittedLayout)), "n1", 0)
+	cpu := wholePod("cpu", 1, "1000").Queue("a").Request("", corev1.ResourceCPU, "2").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now()).Obj()
+	mem := wholePod("mem", 1, "1000").Queue("a").Request("", corev1.ResourceMemory, "8Gi").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now().Add(time.Second)).Obj()
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(old, cpu, mem, queue).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 4).Obj()}, old)
+	a := NewAdmitter(ledger, c, nil, nil, PolicyQuota{Engine: engine}, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n1").Obj())
+	cache.UpsertQueue(queue)
+	for _, p := range []*corev1.Pod{old, cpu, mem} {
+		cache.UpsertPod(p)
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{
+		"cpu": "queue a is at its CPU limit: 3 of 4 CPUs, and the workload needs 2",
+		"mem": "queue a is at its memory limit: 12Gi of 16Gi, and the workload needs 8Gi",
+	} {
+		var p corev1.Pod
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: name}, &p); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.Spec.SchedulingGates) == 0 {
+			t.Errorf("pod %s was admitted past its queue's limit", name)
+		}
+		// The condition is written by a writer goroutine that Start runs;
+		// the cycle's reason is in the told map.
+		if got := a.told[admission.WorkloadKey{Namespace: "ns", Pod: name}]; got != v1alpha1.ReasonWaitingForQuota+want {
+			t.Errorf("pod %s waits with %q, want %q", name, got, want)
+		}
+	}
+	var q v1alpha1.Queue
+	if err := c.Get(ctx, client.ObjectKey{Name: "a"}, &q); err != nil {
+		t.Fatal(err)
+	}
+	alloc := q.Status.Allocated
+	if cpu, mem := alloc[v1alpha1.ResourceCPU], alloc[v1alpha1.ResourceMemory]; cpu.Cmp(resource.MustParse("3")) != 0 || mem.Cmp(resource.MustParse("12Gi")) != 0 {
+		t.Errorf("queue a allocated %v, want 3 CPUs and 12Gi", alloc)
+	}
+	if req := q.Status.Requested[v1alpha1.ResourceCPU]; req.Cmp(resource.MustParse("5")) != 0 {
+		t.Errorf("queue a requested %s CPUs, want 5", req.String())
 	}
 }

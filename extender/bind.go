@@ -380,24 +380,34 @@ func (e *Extender) track(key client.ObjectKey, a *gpu.PodAllocation) {
 }
 
 // NeedLeaderElection is false: every replica runs the expiry loop, though
-// only the leader has decisions to expire.
+// only the leader has bind decisions to expire, and every replica's ledger
+// holds the admission loop's reservations.
 func (e *Extender) NeedLeaderElection() bool { return false }
+
+// reservationSweep is how often the ledger drops reservations that expired
+// while their pods did not change.
+const reservationSweep = time.Second
 
 // Start expires bind decisions until ctx ends: a decision whose pod shows
 // it (bound, in the informer cache) is done; one that the pod still does not
 // show after the TTL is checked against the API server and dropped from the
 // ledger if the pod is unbound or gone. Without this a Binding whose outcome
-// was unknown could hold its devices forever.
+// was unknown could hold its devices forever. Every second it also drops
+// the reservations (partita.dev/reservation) that have expired.
 func (e *Extender) Start(ctx context.Context) error {
 	period := max(time.Second, e.assumeTTL/4)
 	t := e.clock.NewTicker(period)
 	defer t.Stop()
+	sweep := e.clock.NewTicker(reservationSweep)
+	defer sweep.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C():
 			e.expire(ctx)
+		case <-sweep.C():
+			e.ledger.ExpireReservations()
 		}
 	}
 }

@@ -32,13 +32,24 @@ func IndexPodsByUID(ctx context.Context, indexer client.FieldIndexer) error {
 
 func podUIDIndex(obj client.Object) []string { return []string{string(obj.GetUID())} }
 
-// Preempt answers kube-scheduler's preemption for a GPU pod: of the nodes
-// and victims kube-scheduler proposes, it keeps only the nodes where
-// evicting the victims really frees a device slice that fits the pod, and
-// drops every node where a victim belongs to a gang (a gang is evicted whole
-// by Partita's admission loop, never in part). Managed pods carry
-// preemptionPolicy Never, so kube-scheduler proposes nothing for them; this
-// guards pods that do not.
+// Preempt answers kube-scheduler's preemption for a GPU pod (kube-scheduler
+// asks the extender only about pods that request partita.dev/gpu-milli).
+// kube-scheduler's preemption knows nothing of queues, fair share or gangs,
+// so for GPUs only Partita's admission loop evicts (DESIGN §6):
+//
+//   - A preemptor the admission loop manages (it carries
+//     partita.dev/admitted) gets no victims at all: if it does not fit, the
+//     loop's own reclaim and preemption decide.
+//   - Any other GPU preemptor (a pod the webhook did not gate: an unmanaged
+//     namespace, or the admission gate turned off) keeps only the nodes
+//     where evicting the proposed victims really frees a device slice that
+//     fits it, and where no victim is one the loop manages or belongs to a
+//     gang: those are evicted whole by the loop, or not at all.
+//
+// The chart's own kube-scheduler profile for GPU pods also turns
+// kube-scheduler's DefaultPreemption off (SchedulerConfigOptions); this verb
+// is what keeps the cluster's own scheduler (scheduler.mode=default, the dev
+// cluster) from preempting for GPUs.
 func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreemptionArgs) (*extenderv1.ExtenderPreemptionResult, error) {
 	start := e.clock.Now()
 	defer func() { e.metrics.observeVerb(VerbPreempt, e.clock.Since(start)) }()
@@ -59,6 +70,10 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 		return out, nil
 	}
 	log := logr.FromContextOrDiscard(ctx).WithValues("pod", klog.KObj(args.Pod))
+	if managed(args.Pod) {
+		log.V(3).Info("Refused preemption", "why", "the admission loop alone evicts for pods it admits", "proposedNodes", len(proposed))
+		return out, nil
+	}
 	pinned := e.pinnedNode(args.Pod)
 	snap := e.ledger.Snapshot()
 	nodes := make([]string, 0, len(proposed))
@@ -75,8 +90,8 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 			log.V(4).Info("Refused preemption on node", "node", node, "why", "the pod's GPUs are reserved on node "+pinned)
 			continue
 		}
-		if gang := e.gangVictim(ctx, mv); gang != "" {
-			log.V(4).Info("Refused preemption on node", "node", node, "why", "a victim belongs to gang "+gang)
+		if why := e.protectedVictim(ctx, mv); why != "" {
+			log.V(4).Info("Refused preemption on node", "node", node, "why", why)
 			continue
 		}
 		for _, v := range mv.Pods {
@@ -92,6 +107,12 @@ func (e *Extender) Preempt(ctx context.Context, args *extenderv1.ExtenderPreempt
 	}
 	log.V(3).Info("Answered preemption", "proposedNodes", len(proposed), "keptNodes", len(out.NodeNameToMetaVictims))
 	return out, nil
+}
+
+// managed reports whether the admission loop admitted the pod.
+func managed(pod *corev1.Pod) bool {
+	_, ok := pod.Annotations[v1alpha1.AnnotationAdmitted]
+	return ok
 }
 
 // metaVictims are the proposed victims by UID, whichever form they came in.
@@ -115,21 +136,27 @@ func metaVictims(args *extenderv1.ExtenderPreemptionArgs) map[string]*extenderv1
 	return out
 }
 
-// gangVictim returns the gang of the first victim that belongs to one, ""
-// if none does. A victim that cannot be looked up counts as a gang member:
-// evicting part of a gang is worse than not preempting.
-func (e *Extender) gangVictim(ctx context.Context, mv *extenderv1.MetaVictims) string {
+// protectedVictim says why kube-scheduler may not evict one of the
+// proposed victims, "" when it may evict them all: a victim the admission
+// loop admitted, or that belongs to a gang. A victim that cannot be looked
+// up counts as protected: evicting part of a gang is worse than not
+// preempting.
+func (e *Extender) protectedVictim(ctx context.Context, mv *extenderv1.MetaVictims) string {
 	for _, v := range mv.Pods {
 		if v == nil {
 			continue
 		}
 		var pods corev1.PodList
 		if err := e.pods.List(ctx, &pods, client.MatchingFields{IndexPodUID: v.UID}); err != nil {
-			return "(unknown: " + err.Error() + ")"
+			return "a victim could not be looked up: " + err.Error()
 		}
 		for i := range pods.Items {
-			if g := podGroupOf(&pods.Items[i]); g != "" {
-				return g
+			p := &pods.Items[i]
+			if g := podGroupOf(p); g != "" {
+				return "victim " + p.Namespace + "/" + p.Name + " belongs to gang " + g
+			}
+			if managed(p) {
+				return "victim " + p.Namespace + "/" + p.Name + " was admitted by the admission loop, which alone evicts it"
 			}
 		}
 	}

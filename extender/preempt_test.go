@@ -27,7 +27,9 @@ func TestPreempt(t *testing.T) {
 	h2 := bound(t, fractionPod("h2", "0.5", "500"), "n1", 1)
 	g := bound(t, wholePod("g", 1, "1000").PodGroup("train"), "n2", 0)
 	cpuGang := pt.MakePod("launcher", "ns").Label(v1alpha1.LabelPodGroup, "train").Node("n2").Obj()
-	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj()}
+	// n3: GPU 0 held whole by m, a single pod the admission loop admitted.
+	m := bound(t, wholePod("m", 1, "1000").Annotation(v1alpha1.AnnotationAdmitted, "2026-12-01T00:00:00.000Z"), "n3", 0)
+	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj(), gpuNode("n3", 1).Obj()}
 	whole := wholePod("p", 1, "1000")
 	cases := map[string]struct {
 		pod  *corev1.Pod
@@ -86,6 +88,21 @@ func TestPreempt(t *testing.T) {
 			},
 			want: map[string]*extenderv1.MetaVictims{},
 		},
+		"a pod the admission loop admitted gets no victims": {
+			pod: whole.Clone().Annotation(v1alpha1.AnnotationAdmitted, "2026-12-01T00:00:00.000Z").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{},
+		},
+		"a pod the admission loop admitted is never a victim": {
+			pod: whole.Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
+				return &extenderv1.ExtenderPreemptionArgs{Pod: p, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{
+					"n1": metaVictimsOf("uid-ns-w"), "n3": metaVictimsOf("uid-ns-m")}}
+			},
+			want: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("uid-ns-w")},
+		},
 		"a pod without GPUs is not the extender's to judge": {
 			pod: pt.MakePod("p", "ns").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderPreemptionArgs {
@@ -96,8 +113,8 @@ func TestPreempt(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			l := newLedger(nodes, w, h1, h2, g)
-			e := New(l, fakeClient(w, h1, h2, g, cpuGang), &fakeBinder{})
+			l := newLedger(nodes, w, h1, h2, g, m)
+			e := New(l, fakeClient(w, h1, h2, g, cpuGang, m), &fakeBinder{})
 			got, err := e.Preempt(testCtx(t), tc.args(tc.pod))
 			if err != nil {
 				t.Fatalf("Preempt: %v", err)
@@ -106,8 +123,8 @@ func TestPreempt(t *testing.T) {
 				t.Errorf("Preempt (-want,+got):\n%s", diff)
 			}
 			// Preempt simulates on a snapshot: the ledger is untouched.
-			if got := len(l.State().Pods); got != 4 {
-				t.Errorf("ledger holds %d pods after Preempt, want 4", got)
+			if got := len(l.State().Pods); got != 5 {
+				t.Errorf("ledger holds %d pods after Preempt, want 5", got)
 			}
 		})
 	}

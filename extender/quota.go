@@ -23,10 +23,10 @@ func (p PolicyQuota) CheckQuota(ctx context.Context, r *admission.QuotaRequest) 
 	in := &policy.QuotaInput{
 		Workload: policy.QuotaWorkload{
 			Namespace: r.Workload.Key.Namespace, Name: name, Kind: kind, Queue: r.Workload.Queue,
-			Members: int32(r.Members), GPUMilli: r.GPUMilli, Priority: r.Workload.Priority,
+			Members: int32(r.Members), GPUMilli: r.GPUMilli, CPUMilli: r.CPUMilli, MemoryBytes: r.Memory, Priority: r.Workload.Priority,
 		},
 		Queue:   quotaQueue(r.Queue),
-		Cluster: policy.QuotaCluster{GPUMilli: r.ClusterMilli},
+		Cluster: policy.QuotaCluster{GPUMilli: r.ClusterMilli, CPUMilli: r.ClusterCPUMilli, MemoryBytes: r.ClusterMemory},
 	}
 	for _, a := range r.Ancestors {
 		in.Ancestors = append(in.Ancestors, quotaQueue(a))
@@ -39,7 +39,10 @@ func (p PolicyQuota) CheckQuota(ctx context.Context, r *admission.QuotaRequest) 
 }
 
 func quotaQueue(u admission.QueueUsage) policy.QuotaQueue {
-	return policy.QuotaQueue{Name: u.Name, Priority: u.Priority, GPU: policy.QuotaResource{
-		QuotaMilli: u.QuotaMilli, LimitMilli: u.LimitMilli, AllocatedMilli: u.AllocatedMilli, FairShareMilli: u.FairShareMilli,
-	}}
+	return policy.QuotaQueue{Name: u.Name, Priority: u.Priority,
+		GPU: policy.QuotaResource{QuotaMilli: u.QuotaMilli, LimitMilli: u.LimitMilli, AllocatedMilli: u.AllocatedMilli, FairShareMilli: u.FairShareMilli},
+		CPU: policy.QuotaResource{QuotaMilli: u.CPU.Quota, LimitMilli: u.CPU.Limit, AllocatedMilli: u.CPU.Allocated, FairShareMilli: u.CPU.FairShare},
+		Memory: policy.QuotaBytes{QuotaBytes: u.Memory.Quota, LimitBytes: u.Memory.Limit, AllocatedBytes: u.Memory.Allocated,
+			FairShareBytes: u.Memory.FairShare},
+	}
 }

@@ -47,8 +47,12 @@ type SchedulerConfigOptions struct {
 	ServerName string
 	// SchedulerName, when set, names the one profile: a kube-scheduler run
 	// beside the cluster's default one (the chart's scheduler.mode=second)
-	// schedules only the pods that name it. Empty keeps the default profile
-	// (default-scheduler), for configuring the cluster's own scheduler.
+	// schedules only the pods that name it, which are GPU pods whose
+	// preemption is the admission loop's: the profile turns kube-scheduler's
+	// DefaultPreemption off (DESIGN §6). Empty keeps the default profile
+	// (default-scheduler), for configuring the cluster's own scheduler,
+	// whose preemption stays on for other pods; there the extender's
+	// preempt verb keeps it from evicting for GPU pods.
 	SchedulerName string
 	// LeaseName and LeaseNamespace, when set, name the scheduler's leader
 	// election Lease. A second scheduler must not share the default one's
@@ -92,6 +96,10 @@ leaderElection:
 {{- if .SchedulerName}}
 profiles:
 - schedulerName: {{.SchedulerName}}
+  plugins:
+    postFilter:
+      disabled:
+      - name: DefaultPreemption
 {{- end}}
 extenders:
 - urlPrefix: {{.URL}}

@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -91,7 +92,11 @@ func TestSchedulerConfigSecondScheduler(t *testing.T) {
 		t.Fatalf("decode as KubeSchedulerConfiguration: %v\n%s", err, b)
 	}
 	if len(got.Profiles) != 1 || got.Profiles[0].SchedulerName == nil || *got.Profiles[0].SchedulerName != "partita" {
-		t.Errorf("profiles = %+v, want one named partita", got.Profiles)
+		t.Fatalf("profiles = %+v, want one named partita", got.Profiles)
+	}
+	// GPU pods are preempted by the admission loop alone.
+	if p := got.Profiles[0].Plugins; p == nil || !slices.Equal(p.PostFilter.Disabled, []configv1.Plugin{{Name: "DefaultPreemption"}}) {
+		t.Errorf("profile plugins = %+v, want DefaultPreemption disabled", p)
 	}
 	le := got.LeaderElection
 	if le.LeaderElect == nil || !*le.LeaderElect || le.ResourceName != "partita-scheduler" || le.ResourceNamespace != "partita-system" {

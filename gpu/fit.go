@@ -24,6 +24,9 @@ type deviceState struct {
 	users   int32
 	whole   int32
 	healthy bool
+	// withheld keeps new allocations off the device on a snapshot (see
+	// Snapshot.Withhold); what it holds stays. Never set in a ledger.
+	withheld bool
 }
 
 // nodeState is one node: its inventory, its device range in the flat slice
@@ -65,6 +68,9 @@ type podEntry struct {
 	// assumed is set for a decision recorded by Assume and not yet seen on
 	// the pod.
 	assumed bool
+	// expires is set for a reservation read from an unbound pod: it holds
+	// until then (Ledger.ExpireReservations).
+	expires time.Time
 	// problem says why the pod's annotations could not be read fully; the
 	// entry counts what could be read.
 	problem    string
@@ -122,7 +128,7 @@ func (e *podEntry) sameDevices(o *podEntry) bool {
 
 func (e *podEntry) equal(o *podEntry) bool {
 	if e.namespace != o.namespace || e.name != o.name || e.uid != o.uid || e.node != o.node ||
-		e.assumed != o.assumed || e.problem != o.problem || len(e.containers) != len(o.containers) {
+		e.assumed != o.assumed || !e.expires.Equal(o.expires) || e.problem != o.problem || len(e.containers) != len(o.containers) {
 		return false
 	}
 	for i := range e.containers {
@@ -330,7 +336,7 @@ func place(devs []deviceState, req *PodRequest, pl Placement, sc *scratch) (plan
 
 // fits reports whether one device can take one more slice of c.
 func fits(d *deviceState, c *ContainerRequest) bool {
-	if !d.healthy {
+	if !d.healthy || d.withheld {
 		return false
 	}
 	if c.Whole() {
@@ -440,7 +446,7 @@ func explain(n *nodeState, devs []deviceState, req *PodRequest, pl Placement, f 
 	best := -1
 	for j := range work {
 		d := &work[j]
-		if !d.healthy || d.whole > 0 {
+		if !d.healthy || d.withheld || d.whole > 0 {
 			continue
 		}
 		if best < 0 {
@@ -594,7 +600,7 @@ func bestSingle(devs []deviceState, c *ContainerRequest, pl Placement) int {
 	var bestMilli int64
 	for j := range devs {
 		d := &devs[j]
-		if !d.healthy {
+		if !d.healthy || d.withheld {
 			continue
 		}
 		switch {
@@ -761,8 +767,9 @@ func validRequest(req *PodRequest) error {
 	return nil
 }
 
-// assumeEntry checks that a can be added to v and returns it as an entry.
-func (v *view) assumeEntry(a *PodAllocation) (*podEntry, error) {
+// assumeEntry checks that a can be added to v and returns it as an entry;
+// restore lets it onto withheld devices (what was there goes back).
+func (v *view) assumeEntry(a *PodAllocation, restore bool) (*podEntry, error) {
 	key := a.Namespace + "/" + a.Name
 	if a.UID == "" {
 		return nil, &InvalidAllocationError{Pod: key, Reason: "no pod UID"}
@@ -823,6 +830,9 @@ func (v *view) assumeEntry(a *PodAllocation) (*podEntry, error) {
 			d := &work[j]
 			if !d.healthy {
 				return nil, bad("device %d (%s) is unhealthy", d.index, uuid)
+			}
+			if d.withheld && !restore {
+				return nil, bad("device %d (%s) is held for another workload", d.index, uuid)
 			}
 			milli, mem, whole := ec.charge(d.memoryMiB)
 			if (whole && d.users > 0) || (!whole && d.whole > 0) || d.milli+milli > MilliPerGPU || d.memMiB+mem > d.memoryMiB {

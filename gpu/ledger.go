@@ -35,25 +35,53 @@ type Ledger struct {
 	// garbage counts abandoned device slots and node slots since the last
 	// compaction.
 	garbage int
+	// reserved are the entries read from pods' reservations (they expire),
+	// by UID: a subset of pods.
+	reserved map[types.UID]*podEntry
+	clock    Clock
 }
 
+// Clock tells the time; k8s.io/utils/clock's clocks are Clocks.
+type Clock interface {
+	Now() time.Time
+}
+
+type realClock struct{}
+
+func (realClock) Now() time.Time { return time.Now() }
+
+// LedgerOption configures a Ledger.
+type LedgerOption func(*Ledger)
+
+// WithClock sets the clock that reservations expire by (the real clock by
+// default).
+func WithClock(c Clock) LedgerOption { return func(l *Ledger) { l.clock = c } }
+
 // NewLedger returns an empty ledger.
-func NewLedger() *Ledger {
-	return &Ledger{
-		v:    view{nodeIdx: map[string]int32{}},
-		pods: map[types.UID]*podEntry{},
+func NewLedger(opts ...LedgerOption) *Ledger {
+	l := &Ledger{
+		v:        view{nodeIdx: map[string]int32{}},
+		pods:     map[types.UID]*podEntry{},
+		reserved: map[types.UID]*podEntry{},
+		clock:    realClock{},
 	}
+	for _, o := range opts {
+		o(l)
+	}
+	return l
 }
 
 // BuildLedger returns the ledger of the given objects, as if each had been
-// upserted in turn. It is pure: the same objects give the same State.
-func BuildLedger(nodes []v1alpha1.GPUNode, pods []corev1.Pod) *Ledger {
-	l := NewLedger()
+// upserted in turn. The same objects give the same State at the same time
+// (reservations expire by the ledger's clock, see WithClock).
+func BuildLedger(nodes []v1alpha1.GPUNode, pods []corev1.Pod, opts ...LedgerOption) *Ledger {
+	l := NewLedger(opts...)
+	now := l.clock.Now()
 	for i := range nodes {
 		l.upsertNode(InventoryFromGPUNode(&nodes[i]), heartbeatOf(&nodes[i]))
 	}
 	for i := range pods {
-		l.upsertPod(&pods[i], entryFromPod(&pods[i]))
+		l.upsertPod(&pods[i], entryFromPod(&pods[i], now))
 	}
 	return l
 }
@@ -90,13 +118,14 @@ func (l *Ledger) DeleteNode(name string) {
 }
 
 // UpsertPod adds or updates a pod. A bound pod with allocation annotations
-// holds its devices (counted once its node's GPUNode is known); a pod that
-// Succeeded or Failed frees them (a terminating pod still holds them, as its
-// containers may still run). An update that shows no allocation yet (the pod
-// is not bound) keeps a decision recorded by Assume. Pods without a UID are
-// ignored.
+// holds its devices (counted once its node's GPUNode is known); so does an
+// unbound pod with a reservation (partita.dev/reservation, see Reservation)
+// until it expires; a pod that Succeeded or Failed frees them (a terminating
+// pod still holds them, as its containers may still run). An update that
+// shows no allocation yet (the pod is not bound) keeps a decision recorded
+// by Assume. Pods without a UID are ignored.
 func (l *Ledger) UpsertPod(pod *corev1.Pod) {
-	e := entryFromPod(pod)
+	e := entryFromPod(pod, l.clock.Now())
 	l.lock.Lock()
 	defer l.lock.Unlock()
 	l.upsertPod(pod, e)
@@ -123,7 +152,7 @@ func (l *Ledger) Assume(a *PodAllocation) error {
 	if old := l.pods[a.UID]; old != nil && a.UID != "" {
 		return sameOrConflict(&l.v, old, a)
 	}
-	e, err := l.v.assumeEntry(a)
+	e, err := l.v.assumeEntry(a, false)
 	if err != nil {
 		return fmt.Errorf("assume pod %s/%s: %w", a.Namespace, a.Name, err)
 	}
@@ -133,13 +162,32 @@ func (l *Ledger) Assume(a *PodAllocation) error {
 
 // Forget drops a decision recorded by Assume that the pod does not show yet
 // (the bind failed, or a reservation expired). What a pod shows stays until
-// the pod ends or is deleted.
+// the pod ends or is deleted, or, for a reservation the pod carries, until
+// it expires (ExpireReservations).
 func (l *Ledger) Forget(uid types.UID) {
 	l.lock.Lock()
 	defer l.lock.Unlock()
 	if e := l.pods[uid]; e != nil && e.assumed {
 		l.removeEntry(e)
 	}
+}
+
+// ExpireReservations drops the reservations read from pods that have
+// expired by the ledger's clock, and returns how many. Upserting a pod
+// ignores an expired reservation; this drops those whose pods did not
+// change since. Callers run it every second or so.
+func (l *Ledger) ExpireReservations() int {
+	now := l.clock.Now()
+	l.lock.Lock()
+	defer l.lock.Unlock()
+	n := 0
+	for _, e := range l.reserved {
+		if !now.Before(e.expires) {
+			l.removeEntry(e)
+			n++
+		}
+	}
+	return n
 }
 
 // Heartbeats returns the latest agent heartbeat of every node with an
@@ -372,10 +420,14 @@ func (l *Ledger) addEntry(e *podEntry) {
 	n.pods = append(n.pods[:len(n.pods):len(n.pods)], e)
 	l.v.charge(n, e, 1)
 	l.pods[e.uid] = e
+	if !e.expires.IsZero() {
+		l.reserved[e.uid] = e
+	}
 }
 
 func (l *Ledger) removeEntry(e *podEntry) {
 	delete(l.pods, e.uid)
+	delete(l.reserved, e.uid)
 	slot, ok := l.v.slot(e.node)
 	if !ok {
 		return
@@ -455,14 +507,18 @@ func sameOrConflict(v *view, old *podEntry, a *PodAllocation) error {
 	return fmt.Errorf("assume pod %s/%s: %w", a.Namespace, a.Name, ErrAlreadyAllocated)
 }
 
-// entryFromPod reads what a pod holds: nil when it holds nothing (not bound,
-// no allocation annotations, or finished). It reads leniently, because the
-// pod's annotations are the truth whatever they say: problems are kept in
-// the entry (see Stranded), and a container whose request cannot be read
-// counts as holding its devices whole, or its memory limit.
-func entryFromPod(pod *corev1.Pod) *podEntry {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed || pod.Spec.NodeName == "" {
+// entryFromPod reads what a pod holds at now: nil when it holds nothing
+// (not bound and no live reservation, no allocation annotations, or
+// finished). It reads leniently, because the pod's annotations are the
+// truth whatever they say: problems are kept in the entry (see Stranded),
+// and a container whose request cannot be read counts as holding its
+// devices whole, or its memory limit.
+func entryFromPod(pod *corev1.Pod, now time.Time) *podEntry {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
 		return nil
+	}
+	if pod.Spec.NodeName == "" {
+		return reservedEntry(pod, now)
 	}
 	anns, err := readAllocationAnnotations(pod.Annotations)
 	if len(anns) == 0 {

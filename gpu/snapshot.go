@@ -59,10 +59,21 @@ func (s *Snapshot) Nodes() []string {
 // devices on another node in the ledger; Ledger.Assume, which the admitter
 // calls next, refuses that one.
 func (s *Snapshot) Assume(a *PodAllocation) error {
+	return s.assume(a, false)
+}
+
+// Restore is Assume for an allocation taken off the snapshot with Forget,
+// to try a placement without it: it goes back onto its devices even if
+// they are withheld (Withhold).
+func (s *Snapshot) Restore(a *PodAllocation) error {
+	return s.assume(a, true)
+}
+
+func (s *Snapshot) assume(a *PodAllocation, restore bool) error {
 	if old := s.find(a.UID, a.Node); old != nil && a.UID != "" {
 		return sameOrConflict(&s.v, old, a)
 	}
-	e, err := s.v.assumeEntry(a)
+	e, err := s.v.assumeEntry(a, restore)
 	if err != nil {
 		return fmt.Errorf("assume pod %s/%s: %w", a.Namespace, a.Name, err)
 	}
@@ -129,6 +140,97 @@ func (s *Snapshot) HeldMilli(uid types.UID, node string) (int64, bool) {
 		return 0, false
 	}
 	return s.v.held(n, e), true
+}
+
+// Withhold keeps the devices uuids of node from new placements on the
+// snapshot (Fit, Choose, PlaceGang and Assume skip or refuse them) until
+// Unwithhold; what they hold stays, and Restore puts back there what was
+// taken off. The admission loop holds room this way for a workload that
+// has waited too long. It withholds all of them, or none and reports
+// false when node has no inventory or one of them is missing, unhealthy
+// or already withheld.
+func (s *Snapshot) Withhold(node string, uuids []string) bool {
+	n, ok := s.v.presentNode(node)
+	if !ok {
+		return false
+	}
+	devs := s.v.devs(n)
+	idx := make([]int, 0, len(uuids))
+	for _, u := range uuids {
+		j := n.inv.position(u)
+		if j < 0 || !devs[j].healthy || devs[j].withheld || slices.Contains(idx, j) {
+			return false
+		}
+		idx = append(idx, j)
+	}
+	for _, j := range idx {
+		devs[j].withheld = true
+	}
+	return true
+}
+
+// Unwithhold lets new placements onto devices Withhold kept from them.
+func (s *Snapshot) Unwithhold(node string, uuids []string) {
+	n, ok := s.v.presentNode(node)
+	if !ok {
+		return
+	}
+	devs := s.v.devs(n)
+	for _, u := range uuids {
+		if j := n.inv.position(u); j >= 0 {
+			devs[j].withheld = false
+		}
+	}
+}
+
+// RoomMilli is the free share of node's devices uuids, withheld or not,
+// in milli-GPUs: whether opening a withheld room could change a placement.
+func (s *Snapshot) RoomMilli(node string, uuids []string) int64 {
+	n, ok := s.v.presentNode(node)
+	if !ok {
+		return 0
+	}
+	devs := s.v.devs(n)
+	var free int64
+	for _, u := range uuids {
+		if j := n.inv.position(u); j >= 0 && devs[j].healthy {
+			free += freeMilli(&devs[j])
+		}
+	}
+	return free
+}
+
+// PodsOn returns the UIDs of the pods that hold devices on node in the
+// snapshot, the least holding first (then by UID).
+func (s *Snapshot) PodsOn(node string) []types.UID {
+	slot, ok := s.v.slot(node)
+	if !ok {
+		return nil
+	}
+	n := &s.v.nodes[slot]
+	type held struct {
+		uid   types.UID
+		milli int64
+	}
+	hs := make([]held, 0, len(n.pods))
+	for _, e := range n.pods {
+		var m int64
+		if n.present() {
+			m = s.v.held(n, e)
+		}
+		hs = append(hs, held{e.uid, m})
+	}
+	slices.SortFunc(hs, func(a, b held) int {
+		if a.milli != b.milli {
+			return int(a.milli - b.milli)
+		}
+		return strings.Compare(string(a.uid), string(b.uid))
+	})
+	out := make([]types.UID, len(hs))
+	for i, h := range hs {
+		out[i] = h.uid
+	}
+	return out
 }
 
 // InventoryEpoch changes whenever a node's inventory in the ledger changes

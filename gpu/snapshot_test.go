@@ -272,3 +272,51 @@ func TestSnapshotHeldMilli(t *testing.T) {
 		t.Errorf("assumed: HeldMilli = %d, %v, allocation Milli = %d; want 143", got, ok, a.Milli())
 	}
 }
+
+// TestSnapshotWithhold: withheld devices take nothing new, keep what they
+// hold and take back what was taken off; the ledger never sees it.
+func TestSnapshotWithhold(t *testing.T) {
+	occupant := held("occupant", "n1", "0.5", 0)
+	l := ledgerWith([]*v1alpha1.GPUNode{h100s("n1", 2)}, []*corev1.Pod{occupant})
+	s := l.Snapshot()
+	dev0, dev1 := pt.DeviceUUID("n1", 0), pt.DeviceUUID("n1", 1)
+	if !s.Withhold("n1", []string{dev0}) {
+		t.Fatal("Withhold refused a healthy device")
+	}
+	if s.Withhold("n1", []string{dev1, dev0}) {
+		t.Error("Withhold took a device withheld already")
+	}
+	if s.Withhold("n1", []string{"GPU-nope"}) || s.Withhold("n9", []string{dev1}) {
+		t.Error("Withhold took a device that does not exist")
+	}
+	half := parse(t, pt.MakePod("half", "ns").GPUFraction("0.5").Obj())
+	a, err := s.Choose("n1", half, gpu.PlacementBinpack)
+	if err != nil || a.Containers[0].DeviceUUIDs[0] != dev1 {
+		t.Errorf("Choose = %+v, %v; want GPU 1, the binpack choice GPU 0 being withheld", a, err)
+	}
+	onDev0 := &gpu.PodAllocation{Namespace: "ns", Name: "half", UID: "uid-half", Node: "n1",
+		Containers: []gpu.ContainerAllocation{{Container: pt.DefaultContainer, DeviceUUIDs: []string{dev0}, Milli: 500}}}
+	if err := s.Assume(onDev0); err == nil {
+		t.Error("Assume put a new pod on a withheld device")
+	}
+	taken, ok := s.Allocation(occupant.UID)
+	if !ok {
+		t.Fatal("occupant missing")
+	}
+	s.Forget(occupant.UID)
+	if err := s.Restore(taken); err != nil {
+		t.Errorf("Restore onto a withheld device: %v", err)
+	}
+	if pods := s.PodsOn("n1"); len(pods) != 1 || pods[0] != occupant.UID {
+		t.Errorf("PodsOn = %v, want the occupant", pods)
+	}
+	two := parse(t, pt.MakePod("two", "ns").GPUCount(2).Obj())
+	s.Unwithhold("n1", []string{dev0})
+	s.Forget(occupant.UID)
+	if err := s.Fit("n1", two); err != nil {
+		t.Errorf("Fit after Unwithhold: %v", err)
+	}
+	if err := l.Fit("n1", half); err != nil {
+		t.Errorf("the ledger saw the snapshot's withholding: %v", err)
+	}
+}

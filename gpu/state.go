@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -62,6 +63,9 @@ type PodState struct {
 	// Assumed is set for a decision recorded by Assume that the pod does not
 	// show yet.
 	Assumed bool
+	// ReservedUntil is set for an unbound pod's reservation
+	// (partita.dev/reservation): when it expires.
+	ReservedUntil *time.Time `json:",omitempty"`
 }
 
 // StrandedReason says why an allocation is not (fully) served.
@@ -122,7 +126,12 @@ func (v *view) state() LedgerState {
 	for i := range v.nodes {
 		n := &v.nodes[i]
 		for _, e := range n.pods {
-			out.Pods = append(out.Pods, PodState{Allocation: *e.allocation(n.inv), Assumed: e.assumed})
+			ps := PodState{Allocation: *e.allocation(n.inv), Assumed: e.assumed}
+			if !e.expires.IsZero() {
+				t := e.expires
+				ps.ReservedUntil = &t
+			}
+			out.Pods = append(out.Pods, ps)
 		}
 		if !n.present() {
 			continue

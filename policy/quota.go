@@ -48,11 +48,15 @@ type QuotaWorkload struct {
 	// GPUMilli is the GPUs the whole workload takes, in milli-GPUs: the sum
 	// of its members' partita.dev/gpu-milli.
 	GPUMilli int64 `json:"gpuMilli"`
+	// CPUMilli and MemoryBytes are the CPU (milli-CPUs) and memory its pods
+	// request, summed.
+	CPUMilli    int64 `json:"cpuMilli"`
+	MemoryBytes int64 `json:"memoryBytes"`
 	// Priority is the workload's priority (its pods' priority class value).
 	Priority int32 `json:"priority"`
 }
 
-// QuotaQueue is one queue and its GPU usage.
+// QuotaQueue is one queue and its usage.
 type QuotaQueue struct {
 	// Name is the queue's name.
 	Name string `json:"name"`
@@ -60,10 +64,25 @@ type QuotaQueue struct {
 	Priority int32 `json:"priority"`
 	// GPU is the queue's GPU quota, limit and usage.
 	GPU QuotaResource `json:"gpu"`
+	// CPU is the queue's CPU quota, limit and usage, in milli-CPUs (the
+	// CPU its pods request).
+	CPU QuotaResource `json:"cpu"`
+	// Memory is the queue's memory quota, limit and usage, in bytes (the
+	// memory its pods request).
+	Memory QuotaBytes `json:"memory"`
+}
+
+// QuotaBytes is a queue's quota, limit and usage of memory, in bytes, as
+// QuotaResource is of GPUs and CPU.
+type QuotaBytes struct {
+	QuotaBytes     int64 `json:"quotaBytes"`
+	LimitBytes     int64 `json:"limitBytes"`
+	AllocatedBytes int64 `json:"allocatedBytes"`
+	FairShareBytes int64 `json:"fairShareBytes"`
 }
 
 // QuotaResource is a queue's quota, limit and usage of one resource, in
-// milli-units (1000 = one GPU).
+// milli-units (1000 = one GPU, one CPU).
 type QuotaResource struct {
 	// QuotaMilli is spec quota, what the queue is guaranteed; -1 means the
 	// whole capacity.
@@ -84,6 +103,10 @@ type QuotaResource struct {
 type QuotaCluster struct {
 	// GPUMilli is the cluster's GPU capacity in milli-GPUs.
 	GPUMilli int64 `json:"gpuMilli"`
+	// CPUMilli and MemoryBytes are the allocatable CPU and memory of the
+	// nodes with GPUs, where queued workloads run.
+	CPUMilli    int64 `json:"cpuMilli"`
+	MemoryBytes int64 `json:"memoryBytes"`
 }
 
 // QuotaDecision is data.partita.quota's answer for one workload.
@@ -140,35 +163,50 @@ func (in *QuotaInput) value(inputOptions) (ast.Value, error) {
 			ast.Item(a.term(ast.String("queue")), a.term(ast.String(w.Queue))),
 			ast.Item(a.term(ast.String("members")), a.int(int64(w.Members))),
 			ast.Item(a.term(ast.String("gpuMilli")), a.int(w.GPUMilli)),
+			ast.Item(a.term(ast.String("cpuMilli")), a.int(w.CPUMilli)),
+			ast.Item(a.term(ast.String("memoryBytes")), a.int(w.MemoryBytes)),
 			ast.Item(a.term(ast.String("priority")), a.int(int64(w.Priority))),
 		)),
 		ast.Item(a.term(ast.String("queue")), a.queue(&in.Queue)),
 		ast.Item(a.term(ast.String("ancestors")), a.term(ast.NewArray(ancestors...))),
 		ast.Item(a.term(ast.String("cluster")), a.object(
 			ast.Item(a.term(ast.String("gpuMilli")), a.int(in.Cluster.GPUMilli)),
+			ast.Item(a.term(ast.String("cpuMilli")), a.int(in.Cluster.CPUMilli)),
+			ast.Item(a.term(ast.String("memoryBytes")), a.int(in.Cluster.MemoryBytes)),
 		)),
 	), nil
 }
 
 // Terms value takes from its arena at most: quotaQueueTerms for each queue
-// (an object, 7 keys, the name, 6 numbers) and quotaInputTerms for the rest
-// (the workload: an object, 7 keys, 4 strings, 3 numbers; 4 top-level keys,
-// the ancestors array, the cluster object, its key and number). A wrong
-// count costs an allocation, never a wrong input.
+// (an object, 5 keys, the name, a number, and 3 resource objects of 4 keys
+// and 4 numbers each) and quotaInputTerms for the rest (the workload: an
+// object, 9 keys, 4 strings, 5 numbers; 4 top-level keys, the ancestors
+// array, the cluster object, its 3 keys and numbers). A wrong count costs
+// an allocation, never a wrong input.
 const (
-	quotaQueueTerms = 15
-	quotaInputTerms = 23 + quotaQueueTerms
+	quotaQueueTerms = 35
+	quotaInputTerms = 33 + quotaQueueTerms
 )
 
 func (a *termArena) queue(q *QuotaQueue) *ast.Term {
+	milli := func(r *QuotaResource) *ast.Term {
+		return a.object(
+			ast.Item(a.term(ast.String("quotaMilli")), a.int(r.QuotaMilli)),
+			ast.Item(a.term(ast.String("limitMilli")), a.int(r.LimitMilli)),
+			ast.Item(a.term(ast.String("allocatedMilli")), a.int(r.AllocatedMilli)),
+			ast.Item(a.term(ast.String("fairShareMilli")), a.int(r.FairShareMilli)),
+		)
+	}
 	return a.object(
 		ast.Item(a.term(ast.String("name")), a.term(ast.String(q.Name))),
 		ast.Item(a.term(ast.String("priority")), a.int(int64(q.Priority))),
-		ast.Item(a.term(ast.String("gpu")), a.object(
-			ast.Item(a.term(ast.String("quotaMilli")), a.int(q.GPU.QuotaMilli)),
-			ast.Item(a.term(ast.String("limitMilli")), a.int(q.GPU.LimitMilli)),
-			ast.Item(a.term(ast.String("allocatedMilli")), a.int(q.GPU.AllocatedMilli)),
-			ast.Item(a.term(ast.String("fairShareMilli")), a.int(q.GPU.FairShareMilli)),
+		ast.Item(a.term(ast.String("gpu")), milli(&q.GPU)),
+		ast.Item(a.term(ast.String("cpu")), milli(&q.CPU)),
+		ast.Item(a.term(ast.String("memory")), a.object(
+			ast.Item(a.term(ast.String("quotaBytes")), a.int(q.Memory.QuotaBytes)),
+			ast.Item(a.term(ast.String("limitBytes")), a.int(q.Memory.LimitBytes)),
+			ast.Item(a.term(ast.String("allocatedBytes")), a.int(q.Memory.AllocatedBytes)),
+			ast.Item(a.term(ast.String("fairShareBytes")), a.int(q.Memory.FairShareBytes)),
 		)),
 	)
 }

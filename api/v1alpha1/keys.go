@@ -79,7 +79,10 @@ const (
 	AnnotationSMLimitPrefix = "partita.dev/sm-limit."
 	// AnnotationNode is the node chosen at bind.
 	AnnotationNode = "partita.dev/node"
-	// AnnotationReservation names the admission loop's reservation for a pod.
+	// AnnotationReservation is what the admission loop reserved for a pod it
+	// let go and that is not bound yet: a JSON record of the node, each
+	// container's devices and the expiry (gpu.Reservation). Only Partita
+	// writes it.
 	AnnotationReservation = "partita.dev/reservation"
 	// AnnotationAdmitted records when the admission loop admitted the pod.
 	AnnotationAdmitted = "partita.dev/admitted"

@@ -45,6 +45,10 @@ const (
 	// its owners are not read yet, the workload rule failed, or the
 	// PodGroup that carries the workload's queue does not exist yet.
 	ReasonWaitingForWorkload = "WaitingForWorkload"
+	// ReasonEvictionRefused: the workloads that would make room for the
+	// gang may not be evicted now (a PodDisruptionBudget, or an eviction
+	// that failed), so none was evicted; the message says which and why.
+	ReasonEvictionRefused = "EvictionRefused"
 	// ReasonQueueConflict: the gang's pods name different queues, or
 	// another queue than their PodGroup; it is not admitted until they
 	// agree.

@@ -73,6 +73,9 @@ func devHostProcesses(mode devcluster.Mode) ([]devcluster.HostProcess, error) {
 			// A short shelter from eviction keeps the demo and the tests
 			// quick; production keeps the default minute.
 			"--preempt-min-runtime", "5s",
+			// And a short wait before a head of line gets room held for it
+			// (production: 3m).
+			"--starvation-bound", "10s",
 			// Three of the dev agent's heartbeats: a stopped agent's nodes
 			// take no new pods after 45s (production: 3m for 1m).
 			"--agent-heartbeat-timeout", "45s", "--v", "2"},

@@ -109,8 +109,9 @@ type Cache struct {
 	// pendingSlices and activeSlices cache pending and active as sorted
 	// slices, dropped when a queue's set changes.
 	pendingSlices, activeSlices map[string][]*Workload
-	// usage is what each queue's own workloads hold and wait for.
-	usage map[string]*[2]int64
+	// usage is what each queue's own workloads hold and wait for (see
+	// Cache.index).
+	usage map[string]*[6]int64
 	// mapper groups the pods that name no pod group (WithMapper).
 	mapper Mapper
 	// priorityClasses are the values of PriorityClasses by name, for
@@ -180,7 +181,7 @@ func NewCache(opts ...CacheOption) *Cache {
 		active:        map[string]map[WorkloadKey]*Workload{},
 		pendingSlices: map[string][]*Workload{},
 		activeSlices:  map[string][]*Workload{},
-		usage:         map[string]*[2]int64{},
+		usage:         map[string]*[6]int64{},
 		deviceCharged: map[WorkloadKey]*Workload{},
 		elastic:       map[WorkloadKey]*Workload{},
 	}

@@ -25,18 +25,25 @@ type QuotaChecker interface {
 // loop has admitted and not seen bound yet.
 type QuotaRequest struct {
 	Workload *Workload
-	// Members and GPUMilli are what admitting the workload now adds.
+	// Members and GPUMilli are what admitting the workload now adds, and
+	// CPUMilli and Memory (bytes) the CPU and memory its pods request.
 	Members  int
 	GPUMilli int64
+	CPUMilli int64
+	Memory   int64
 	// Queue is the workload's queue; Ancestors its parent first, up to the
 	// root.
 	Queue     QueueUsage
 	Ancestors []QueueUsage
-	// ClusterMilli is the cluster's healthy GPU capacity.
-	ClusterMilli int64
+	// ClusterMilli is the cluster's healthy GPU capacity; ClusterCPUMilli
+	// and ClusterMemory the allocatable CPU and memory of its GPU nodes.
+	ClusterMilli    int64
+	ClusterCPUMilli int64
+	ClusterMemory   int64
 }
 
-// QueueUsage is a queue's GPU settings and usage, in milli-GPUs.
+// QueueUsage is a queue's settings and usage: GPUs in milli-GPUs, CPU and
+// Memory in milli-CPUs and bytes.
 type QueueUsage struct {
 	Name     string
 	Priority int32
@@ -44,6 +51,13 @@ type QueueUsage struct {
 	QuotaMilli, LimitMilli int64
 	AllocatedMilli         int64
 	FairShareMilli         int64
+	CPU, Memory            ResourceUsage
+}
+
+// ResourceUsage is a queue's settings and usage of CPU or memory; Quota and
+// Limit are -1 for the whole capacity and no limit.
+type ResourceUsage struct {
+	Quota, Limit, Allocated, FairShare int64
 }
 
 // QuotaVerdict is the quota policy's answer.
@@ -71,6 +85,16 @@ type Options struct {
 	BackoffUntil func(WorkloadKey) time.Time
 	// FairShares, when set, carries the last division from cycle to cycle.
 	FairShares *FairShares
+	// StarvationBound is how long a queue's head of line may wait before
+	// the cycle holds room for it (starvation.go); 0 turns that off.
+	StarvationBound time.Duration
+	// Rooms, when set, carries the rooms held for heads of line from cycle
+	// to cycle.
+	Rooms *Rooms
+	// Unevictable are workloads that may not be victims this cycle, with
+	// why: their eviction was refused (a PodDisruptionBudget) or is being
+	// finished. Waits that could have evicted them say so.
+	Unevictable map[WorkloadKey]string
 }
 
 // Admission lets a workload's pending members go.
@@ -129,6 +153,15 @@ type QueueReport struct {
 	FairShareMilli   int64
 	PendingWorkloads int32
 	Children         []string
+	// CPU (milli-CPUs) and Memory (bytes) allocated, requested and fair
+	// share.
+	CPU, Memory ResourceReport
+}
+
+// ResourceReport is a queue's allocation, request and fair share of CPU
+// or memory.
+type ResourceReport struct {
+	Allocated, Requested, FairShare int64
 }
 
 // Result is what a cycle decided.
@@ -137,8 +170,13 @@ type Result struct {
 	Waiting    []Wait
 	Evictions  []Eviction
 	Queues     []QueueReport
-	// ClusterMilli is the healthy GPU capacity divided.
-	ClusterMilli int64
+	// Rooms are the rooms held for heads of line that waited too long.
+	Rooms []RoomReport
+	// ClusterMilli is the healthy GPU capacity divided; ClusterCPUMilli and
+	// ClusterMemory the CPU and memory.
+	ClusterMilli    int64
+	ClusterCPUMilli int64
+	ClusterMemory   int64
 }
 
 // Run decides one admission cycle on snap, a fresh ledger snapshot that
@@ -157,6 +195,8 @@ type queueState struct {
 	allocated int64
 	pending   int64
 	fairShare int64
+	// cpu (milli-CPUs) and memory (bytes): the pods' requests.
+	cpu, memory amounts
 	// workloads are the queue's workloads with pending members, in
 	// admission order; next is the first not tried yet.
 	workloads []*Workload
@@ -164,6 +204,12 @@ type queueState struct {
 	waiting   int32
 	// index is the queue's position in the cycle's heap, -1 when out.
 	index int
+}
+
+// amounts are a queue's allocation, waiting demand and fair share of one
+// resource.
+type amounts struct {
+	alloc, pending, fairShare int64
 }
 
 type cycle struct {
@@ -192,9 +238,29 @@ type cycle struct {
 	terminating []*Member
 	// over caches overFairShare.
 	over []*queueState
-	// evictableByQueue caches evictable.
+	// evictableByQueue caches evictable; spared are the workloads it left
+	// out for Options.Unevictable.
 	evictableByQueue map[string][]*Workload
+	spared           []spared
 	clusterMilli     int64
+	// clusterCPU and clusterMemory are the allocatable CPU (milli) and
+	// memory (bytes) of the nodes with a GPU inventory: what queues' CPU
+	// and memory fair shares divide.
+	clusterCPU, clusterMemory int64
+	// rooms are held for heads of line (starvation.go), roomOf by head;
+	// liftKey prefixes the failure memo while rooms are lifted;
+	// ignoreNodeUse makes room() count a node's allocatable alone, while
+	// findRoom takes pods off the snapshot.
+	rooms     []*room
+	roomOf    map[*Workload]*room
+	roomNotes map[string]string
+	roomsFree bool
+	// lifted are the rooms open to the workload being tried (lift), and
+	// liftOpen whether their devices are unwithheld now (openLifted).
+	lifted        []*room
+	liftOpen      bool
+	liftKey       string
+	ignoreNodeUse bool
 	// held memoises activeCharge of device-charged workloads, computed
 	// before the cycle changes the snapshot. Keyed by the workload itself:
 	// hashing a pointer costs a fraction of hashing a WorkloadKey.
@@ -232,6 +298,15 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		q.parent = c.queues[q.Parent]
 	}
 	breakCycles(c.queues)
+	// Queued workloads run on GPU nodes only: their CPU and memory are
+	// what queues divide.
+	c.nodeNames = snap.Nodes()
+	for _, name := range c.nodeNames {
+		if n := st.Nodes[name]; n != nil && n.Node != nil {
+			c.clusterCPU += n.Node.Status.Allocatable.Cpu().MilliValue()
+			c.clusterMemory += n.Node.Status.Allocatable.Memory().Value()
+		}
+	}
 	// The cache counts each member's partita.dev/gpu-milli, exact for
 	// fractions and whole GPUs; what a memory request holds depends on its
 	// devices and is read from the ledger.
@@ -245,6 +320,10 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		for a := q; a != nil; a = a.parent {
 			a.allocated += own
 			a.pending += q.PendingMilli
+			a.cpu.alloc += q.AllocatedCPUMilli
+			a.cpu.pending += q.PendingCPUMilli
+			a.memory.alloc += q.AllocatedMemory
+			a.memory.pending += q.PendingMemory
 		}
 	}
 	c.divide()
@@ -292,6 +371,7 @@ func (c *cycle) run() {
 		}
 		c.wait(w, v1alpha1.ReasonWaitingForQuota, msg)
 	}
+	c.holdRooms()
 	for _, q := range c.queues {
 		if len(q.workloads) == 0 {
 			continue
@@ -378,8 +458,16 @@ func (c *cycle) memberCharge(m *Member) (int64, bool) {
 	return m.GPUMilli, false
 }
 
-// admitOrWait tries one workload; it reports whether it was admitted.
+// admitOrWait tries one workload, with the rooms that do not hold
+// against it open; it reports whether it was admitted.
 func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
+	lifted := c.lift(q, w)
+	ok := c.tryAdmit(q, w)
+	c.close(lifted, w, ok)
+	return ok
+}
+
+func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 	if w.QueueConflict != "" {
 		c.wait(w, v1alpha1.ReasonQueueConflict, w.QueueConflict)
 		return false
@@ -416,7 +504,11 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	if f, known := c.knownFailure(w, w.Pending[:required]); known && !c.mayEvictFor(q, w) {
 		// Room only shrinks within a cycle: a question already answered
 		// no is answered no again, without asking the policy.
-		c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
+		msg := f.message(w, w.Pending[:required])
+		if why := c.sparedFor(q, w); why != "" {
+			msg += "; " + why
+		}
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
 		return false
 	}
 	// An elastic gang asks for its minimum now; the members beyond it are
@@ -429,12 +521,12 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 		}
 		pending = w.Pending[:required]
 	}
-	members, milli := len(pending), int64(0)
+	var milli int64
 	for _, m := range pending {
 		milli += m.GPUMilli
 	}
 	if q != nil {
-		v, err := c.checkQuota(q, w, members, milli)
+		v, err := c.checkQuota(q, w, pending, milli)
 		if err != nil {
 			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v; check the policy ConfigMaps labelled %s=rego and the extender's log", err, v1alpha1.LabelPolicy))
 			return false
@@ -448,7 +540,11 @@ func (c *cycle) admitOrWait(q *queueState, w *Workload) bool {
 	if err != nil {
 		if !c.preempt(q, w, w.Pending[:required]) {
 			f, _ := c.knownFailure(w, w.Pending[:required])
-			c.wait(w, v1alpha1.ReasonWaitingForCapacity, f.message(w, w.Pending[:required]))
+			msg := f.message(w, w.Pending[:required])
+			if why := c.sparedFor(q, w); why != "" {
+				msg += "; " + why
+			}
+			c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
 		}
 		return false
 	}
@@ -484,7 +580,11 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		estimate += ma.Member.GPUMilli
 	}
 	if q != nil && admitted > estimate {
-		v, err := c.checkQuota(q, w, len(placed), admitted)
+		ms := make([]*Member, len(placed))
+		for i, ma := range placed {
+			ms[i] = ma.Member
+		}
+		v, err := c.checkQuota(q, w, ms, admitted)
 		if err != nil || !v.Allowed {
 			for _, ma := range placed {
 				c.snap.Forget(ma.Member.Pod.UID)
@@ -497,12 +597,19 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 			return false
 		}
 	}
+	var cpu, mem int64
 	for _, ma := range placed {
 		c.charge(ma.Allocation.Node, ma.Member)
+		cpu += ma.Member.CPUMilli
+		mem += ma.Member.Memory
 	}
 	for a := q; a != nil; a = a.parent {
 		a.allocated += admitted
 		a.pending -= estimate
+		a.cpu.alloc += cpu
+		a.cpu.pending -= cpu
+		a.memory.alloc += mem
+		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
 	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang, Hold: !gang && w.deviceCharged})
@@ -520,19 +627,32 @@ func (c *cycle) wait(w *Workload, reason, msg string) {
 	if q := c.queues[w.Queue]; q != nil {
 		q.waiting++
 	}
+	if reason == v1alpha1.ReasonWaitingForCapacity && len(c.rooms) > 0 {
+		msg += c.roomNote(w)
+	}
 	c.waiting = append(c.waiting, Wait{Workload: w, Reason: reason, Message: msg})
 }
 
 // usage is q's QueueUsage now.
 func (q *queueState) usage() QueueUsage {
-	return QueueUsage{Name: q.Name, Priority: q.Priority, QuotaMilli: q.QuotaMilli, LimitMilli: q.LimitMilli, AllocatedMilli: q.allocated, FairShareMilli: q.fairShare}
+	return QueueUsage{Name: q.Name, Priority: q.Priority, QuotaMilli: q.QuotaMilli, LimitMilli: q.LimitMilli, AllocatedMilli: q.allocated, FairShareMilli: q.fairShare,
+		CPU:    ResourceUsage{Quota: q.CPU.Quota, Limit: q.CPU.Limit, Allocated: q.cpu.alloc, FairShare: q.cpu.fairShare},
+		Memory: ResourceUsage{Quota: q.Memory.Quota, Limit: q.Memory.Limit, Allocated: q.memory.alloc, FairShare: q.memory.fairShare},
+	}
 }
 
-func (c *cycle) checkQuota(q *queueState, w *Workload, members int, milli int64) (*QuotaVerdict, error) {
+// checkQuota asks the quota policy whether q may take members of w now,
+// holding milli milli-GPUs and requesting the members' CPU and memory.
+func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli int64) (*QuotaVerdict, error) {
 	if c.quota == nil {
 		return &QuotaVerdict{Allowed: true}, nil
 	}
-	req := &QuotaRequest{Workload: w, Members: members, GPUMilli: milli, Queue: q.usage(), ClusterMilli: c.clusterMilli}
+	req := &QuotaRequest{Workload: w, Members: len(members), GPUMilli: milli, Queue: q.usage(),
+		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
+	for _, m := range members {
+		req.CPUMilli += m.CPUMilli
+		req.Memory += m.Memory
+	}
 	for a := q.parent; a != nil; a = a.parent {
 		req.Ancestors = append(req.Ancestors, a.usage())
 	}
@@ -552,7 +672,8 @@ func (c *cycle) charge(node string, m *Member) {
 }
 
 func (c *cycle) result() *Result {
-	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, ClusterMilli: c.clusterMilli}
+	r := &Result{Admissions: c.admissions, Waiting: c.waiting, Evictions: c.evictions, Rooms: c.roomReports(),
+		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
 	names := make([]string, 0, len(c.queues))
 	for name := range c.queues {
 		names = append(names, name)
@@ -569,6 +690,8 @@ func (c *cycle) result() *Result {
 		r.Queues = append(r.Queues, QueueReport{
 			Name: name, AllocatedMilli: q.allocated, RequestedMilli: q.allocated + max(0, q.pending),
 			FairShareMilli: q.fairShare, PendingWorkloads: waiting[name], Children: q.Children,
+			CPU:    ResourceReport{Allocated: q.cpu.alloc, Requested: q.cpu.alloc + max(0, q.cpu.pending), FairShare: q.cpu.fairShare},
+			Memory: ResourceReport{Allocated: q.memory.alloc, Requested: q.memory.alloc + max(0, q.memory.pending), FairShare: q.memory.fairShare},
 		})
 	}
 	return r

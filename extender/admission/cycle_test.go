@@ -100,7 +100,8 @@ func running(name, q, node string, gpus int, admitted time.Time) *PodWrapper {
 }
 
 // limitQuota stands in for the default Rego quota policy (tested in
-// package policy): it enforces the limits of the queue and its ancestors.
+// package policy): it enforces the GPU, CPU and memory limits of the queue
+// and its ancestors.
 type limitQuota struct{}
 
 func (limitQuota) CheckQuota(_ context.Context, r *QuotaRequest) (*QuotaVerdict, error) {
@@ -109,6 +110,14 @@ func (limitQuota) CheckQuota(_ context.Context, r *QuotaRequest) (*QuotaVerdict,
 		if q.LimitMilli >= 0 && q.AllocatedMilli+r.GPUMilli > q.LimitMilli {
 			v.Allowed = false
 			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its limit: %s of %s GPUs", q.Name, gpu.FormatMilli(q.AllocatedMilli), gpu.FormatMilli(q.LimitMilli)))
+		}
+		if q.CPU.Limit >= 0 && q.CPU.Allocated+r.CPUMilli > q.CPU.Limit {
+			v.Allowed = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its CPU limit: %s of %s CPUs", q.Name, gpu.FormatMilli(q.CPU.Allocated), gpu.FormatMilli(q.CPU.Limit)))
+		}
+		if q.Memory.Limit >= 0 && q.Memory.Allocated+r.Memory > q.Memory.Limit {
+			v.Allowed = false
+			v.Reasons = append(v.Reasons, fmt.Sprintf("queue %s is at its memory limit: %d of %d bytes", q.Name, q.Memory.Allocated, q.Memory.Limit))
 		}
 	}
 	return v, nil
@@ -219,6 +228,7 @@ func TestCycle(t *testing.T) {
 	nodes4, gpus4 := gpuNodes("n", 4, 1)
 	nodes2, gpus2 := gpuNodes("n", 2, 1)
 	nodes1, gpus1 := gpuNodes("n", 1, 1)
+	nodes2x2, gpus2x2 := gpuNodes("n", 2, 2)
 	gang4, pg4 := gang("train", "a", 4, 4, 1)
 	gang3of4, _ := gang("train", "a", 3, 4, 1)
 	queueA := MakeQueue("a").Obj()
@@ -312,6 +322,38 @@ func TestCycle(t *testing.T) {
 				Evicted: []string{"ns/a-young (reclaim)"},
 			},
 		},
+		"reclaim takes the victim that leaves its queue at its fair share, not the youngest": {
+			// a deserves 2 of the 4 GPUs and holds 3; b deserves 2 and asks
+			// for 2 on one node. Taking a-big would leave a at 1, below its
+			// share, and the next cycle would reclaim it back.
+			world: world{nodes: nodes2x2, gpuNodes: gpus2x2, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("2", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("a-small", "a", "n-0", 1, t0).Obj(),
+				running("a-big", "a", "n-1", 2, t0.Add(time.Minute)).Obj(),
+				gated("b-1", "b", 2).Obj(),
+			}},
+			want: outcome{
+				Waiting: map[string]string{"ns/b-1": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-small"},
+				Evicted: []string{"ns/a-small (reclaim)"},
+			},
+		},
+		"reclaim never drops a victim's queue below its fair share": {
+			// a deserves 1 and holds a-big (2 GPUs); c deserves 1 and holds
+			// 2 single GPUs; b deserves 2 and asks for 2 on one node. Only
+			// one of c's pods may go, which is not enough: b waits.
+			world: world{nodes: nodes2x2, gpuNodes: gpus2x2, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("1", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(), MakeQueue("c").GPU("1", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("c-1", "c", "n-0", 1, t0).Obj(),
+				running("c-2", "c", "n-0", 1, t0.Add(time.Minute)).Obj(),
+				running("a-big", "a", "n-1", 2, t0.Add(2*time.Minute)).Obj(),
+				gated("b-1", "b", 2).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{
+				"ns/b-1": "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-0: 0 GPUs free; pod needs 2 whole GPUs (container main)",
+			}},
+		},
 		"a workload younger than the minimum runtime is not reclaimed": {
 			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, queueB}, pods: []*corev1.Pod{
 				running("a-old", "a", "n-0", 1, t0.Add(30*time.Second)).Obj(),
@@ -330,6 +372,28 @@ func TestCycle(t *testing.T) {
 				Waiting: map[string]string{"ns/high": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/low"},
 				Evicted: []string{"ns/low (preempt)"},
 			},
+		},
+		"a victim whose eviction was refused is spared, and the wait says why": {
+			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low-a", "a", "n-0", 1, t0).Priority(0).Obj(),
+				running("low-b", "a", "n-1", 1, t0.Add(time.Minute)).Priority(0).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			opts: Options{Unevictable: map[WorkloadKey]string{{Namespace: "ns", Pod: "low-b"}: "a PodDisruptionBudget refused it"}},
+			want: outcome{
+				Waiting: map[string]string{"ns/high": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/low-a"},
+				Evicted: []string{"ns/low-a (preempt)"},
+			},
+		},
+		"with every victim spared the wait names them": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Obj(),
+				gated("high", "a", 1).Priority(100).Obj(),
+			}},
+			opts: Options{Unevictable: map[WorkloadKey]string{{Namespace: "ns", Pod: "low"}: "a PodDisruptionBudget refused it"}},
+			want: outcome{Waiting: map[string]string{
+				"ns/high": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0") + "; ns/low is not evicted: a PodDisruptionBudget refused it",
+			}},
 		},
 		"equal priority in one queue preempts nothing": {
 			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
@@ -603,4 +667,209 @@ func TestElastic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestHeadOfLineHoldsRoom: backfill admits smaller, younger workloads past
+// a head of line that does not fit; once the head has waited past the
+// starvation bound, the cycle holds room for it and admits behind it only
+// what does not need that room.
+func TestHeadOfLineHoldsRoom(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 2)
+	queueA := MakeQueue("a").Obj()
+	// Both nodes are half full; the head asks for 2 GPUs on one node.
+	base := []*corev1.Pod{
+		running("r-0", "a", "n-0", 1, t0).Obj(),
+		running("r-1", "a", "n-1", 1, t0).Obj(),
+		gated("head", "a", 2).Obj(),
+		gated("young-1", "a", 1).Created(t0.Add(50 * time.Minute)).Obj(),
+		gated("young-2", "a", 1).Created(t0.Add(51 * time.Minute)).Obj(),
+	}
+	headWaits := "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-0: 1 GPU free; pod needs 2 whole GPUs (container main)"
+	held := "GPUs 0, 1 of node n-0 are held"
+	cases := map[string]struct {
+		world world
+		opts  Options
+		want  outcome
+	}{
+		"without a bound younger pods take every GPU that frees": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-0"}, "ns/young-2": {"young-2@n-1"}},
+				Waiting:  map[string]string{"ns/head": headWaits},
+			},
+		},
+		"a head younger than the bound holds nothing": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			opts:  Options{StarvationBound: 2 * time.Hour},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-0"}, "ns/young-2": {"young-2@n-1"}},
+				Waiting:  map[string]string{"ns/head": headWaits},
+			},
+		},
+		"past the bound the head holds room and only what misses it is admitted": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: base},
+			opts:  Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Admitted: map[string][]string{"ns/young-1": {"young-1@n-1"}},
+				Waiting: map[string]string{
+					"ns/head": headWaits + "; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held +
+						" for it, and only workloads that do not need them are admitted meanwhile",
+					"ns/young-2": "WaitingForCapacity: pod needs 1 GPU; no node has room now: node n-0: no healthy GPU with room; pod needs a whole GPU (container main)" +
+						"; " + held + " for ns/head, which has waited since 2026-11-29 12:00:00",
+				},
+			},
+		},
+		"a head whose room is free starts there": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("r-1", "a", "n-1", 1, t0).Obj(),
+				gated("head", "a", 2).Obj(),
+				gated("young-1", "a", 1).Created(t0.Add(50 * time.Minute)).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{Admitted: map[string][]string{"ns/head": {"head@n-0"}, "ns/young-1": {"young-1@n-1"}}},
+		},
+		"a head of higher priority still preempts what holds its room": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("r-0", "a", "n-0", 1, t0).Priority(0).Obj(),
+				running("r-1", "a", "n-1", 1, t0).Priority(0).Obj(),
+				gated("head", "a", 2).Priority(100).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Waiting: map[string]string{"ns/head": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/r-0" +
+					"; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held + " for it, and only workloads that do not need them are admitted meanwhile"},
+				Evicted: []string{"ns/r-0 (preempt)"},
+			},
+		},
+		"a queue below its fair share is not held back by a queue at its own": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{
+				MakeQueue("a").GPU("2", "-1", 0).Obj(), MakeQueue("b").GPU("2", "-1", 0).Obj(),
+			}, pods: []*corev1.Pod{
+				running("r-0", "a", "n-0", 1, t0).Obj(),
+				running("r-1", "a", "n-1", 1, t0).Obj(),
+				gated("head", "a", 2).Obj(),
+				gated("b-1", "b", 1).Created(t0.Add(55 * time.Minute)).Obj(),
+			}},
+			opts: Options{StarvationBound: 3 * time.Minute},
+			want: outcome{
+				Admitted: map[string][]string{"ns/b-1": {"b-1@n-0"}},
+				Waiting: map[string]string{"ns/head": "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-1: 1 GPU free; pod needs 2 whole GPUs (container main)" +
+					"; it has waited since 2026-11-29 12:00:00, past the starvation bound of 3m0s: " + held + " for it, and only workloads that do not need them are admitted meanwhile"},
+			},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got, _ := runWorld(t, tc.world, tc.opts)
+			if tc.want.Admitted == nil {
+				tc.want.Admitted = map[string][]string{}
+			}
+			if tc.want.Waiting == nil {
+				tc.want.Waiting = map[string]string{}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("outcome (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestHeadOfLineRoomStays: the room is kept from cycle to cycle while its
+// occupants leave, even where another node becomes the emptier, and the
+// head starts there once they have.
+func TestHeadOfLineRoomStays(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 3)
+	var rooms Rooms
+	opts := Options{StarvationBound: 3 * time.Minute, Rooms: &rooms}
+	r0 := []*corev1.Pod{running("r-0a", "a", "n-0", 1, t0).Obj(), running("r-0b", "a", "n-0", 1, t0).Obj()}
+	head := gated("head", "a", 3).Obj()
+	w := world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, pods: append([]*corev1.Pod{
+		running("r-1a", "a", "n-1", 1, t0).Obj(), running("r-1b", "a", "n-1", 1, t0).Obj(), running("r-1c", "a", "n-1", 1, t0).Obj(), head,
+	}, r0...)}
+	_, res := runWorld(t, w, opts)
+	want := []RoomReport{{Head: WorkloadKey{Namespace: "ns", Pod: "head"}, Devices: map[string][]string{"n-0": {"GPU-n-0-0", "GPU-n-0-1", "GPU-n-0-2"}}}}
+	if diff := cmp.Diff(want, res.Rooms); diff != "" {
+		t.Fatalf("rooms (-want +got):\n%s", diff)
+	}
+	// Two pods of n-1 end: n-1 is now the emptier node, but the room
+	// stays on n-0, and a newcomer gets n-1.
+	w.pods = append([]*corev1.Pod{running("r-1a", "a", "n-1", 1, t0).Obj(), head, gated("young", "a", 1).Created(t0.Add(50 * time.Minute)).Obj()}, r0...)
+	got, res := runWorld(t, w, opts)
+	if diff := cmp.Diff(want, res.Rooms); diff != "" {
+		t.Errorf("rooms after n-1 emptied (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string][]string{"ns/young": {"young@n-1"}}, got.Admitted); diff != "" {
+		t.Errorf("admitted (-want +got):\n%s", diff)
+	}
+	// The pods in the room end: the head starts there.
+	w.pods = []*corev1.Pod{running("r-1a", "a", "n-1", 1, t0).Obj(), running("young", "a", "n-1", 1, t0).Obj(), head}
+	got, res = runWorld(t, w, opts)
+	if diff := cmp.Diff(map[string][]string{"ns/head": {"head@n-0"}}, got.Admitted); diff != "" || len(res.Rooms) != 0 {
+		t.Errorf("admitted (-want +got):\n%s\nrooms %v", diff, res.Rooms)
+	}
+}
+
+// TestQueueCPUAndMemory: a queue's CPU and memory are what its pods
+// request, divided into fair shares like GPUs, capped by their limits, and
+// part of the dominant share that orders the queues.
+func TestQueueCPUAndMemory(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 1)
+	t.Run("reports", func(t *testing.T) {
+		_, res := runWorld(t, world{nodes: nodes, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").CPU("2", "-1", 1).Obj(), MakeQueue("b").Obj()},
+			pods: []*corev1.Pod{
+				running("a-1", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "3").Request(DefaultContainer, corev1.ResourceMemory, "8Gi").Obj(),
+				gated("b-1", "b", 1).Request(DefaultContainer, corev1.ResourceCPU, "4").Obj(),
+			},
+		}, Options{})
+		got := map[string][2]ResourceReport{}
+		for _, q := range res.Queues {
+			got[q.Name] = [2]ResourceReport{q.CPU, q.Memory}
+		}
+		want := map[string][2]ResourceReport{
+			// b-1 is admitted in the cycle: it holds what it requested.
+			"a": {{Allocated: 3000, Requested: 3000, FairShare: 3000}, {Allocated: 8 << 30, Requested: 8 << 30, FairShare: 8 << 30}},
+			"b": {{Allocated: 4000, Requested: 4000, FairShare: 4000}, {}},
+		}
+		if diff := cmp.Diff(want, got); diff != "" {
+			t.Errorf("CPU and memory reports (-want +got):\n%s", diff)
+		}
+		if res.ClusterCPUMilli != 128000 || res.ClusterMemory != 1<<40 {
+			t.Errorf("cluster CPU %d, memory %d; want the GPU nodes' allocatable, 128 CPUs and 1Ti", res.ClusterCPUMilli, res.ClusterMemory)
+		}
+	})
+	t.Run("limits", func(t *testing.T) {
+		got, _ := runWorld(t, world{nodes: nodes, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").CPU("0", "4", 1).Memory("0", "16Gi", 1).Obj()},
+			pods: []*corev1.Pod{
+				running("old", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "3").Request(DefaultContainer, corev1.ResourceMemory, "12Gi").Obj(),
+				gated("cpu", "a", 1).Request(DefaultContainer, corev1.ResourceCPU, "2").Obj(),
+				gated("mem", "a", 1).Request(DefaultContainer, corev1.ResourceMemory, "8Gi").Created(t0.Add(time.Second)).Obj(),
+			},
+		}, Options{})
+		want := map[string]string{
+			"ns/cpu": "WaitingForQuota: queue a is at its CPU limit: 3 of 4 CPUs",
+			"ns/mem": "WaitingForQuota: queue a is at its memory limit: 12884901888 of 17179869184 bytes",
+		}
+		if diff := cmp.Diff(want, got.Waiting); diff != "" {
+			t.Errorf("waiting (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("the dominant share orders queues", func(t *testing.T) {
+		// a deserves both GPUs and holds one, but holds 6 of the 8 CPUs it
+		// deserves 7 of; b deserves no GPU and holds no CPU. By GPUs alone
+		// a would go first; by the dominant share b does.
+		small := []*corev1.Node{MakeNode("n-0").Allocatable(corev1.ResourceCPU, "4").Obj(), MakeNode("n-1").Allocatable(corev1.ResourceCPU, "4").Obj()}
+		got, _ := runWorld(t, world{nodes: small, gpuNodes: gns,
+			queues: []*v1alpha1.Queue{MakeQueue("a").GPU("2", "-1", 1).Obj(), MakeQueue("b").Obj()},
+			pods: []*corev1.Pod{
+				running("a-run", "a", "n-0", 1, t0).Request(DefaultContainer, corev1.ResourceCPU, "6").Obj(),
+				gated("a-2", "a", 1).Request(DefaultContainer, corev1.ResourceCPU, "1").Obj(),
+				gated("b-1", "b", 1).Request(DefaultContainer, corev1.ResourceCPU, "1").Created(t0.Add(time.Minute)).Obj(),
+			},
+		}, Options{})
+		if diff := cmp.Diff(map[string][]string{"ns/b-1": {"b-1@n-1"}}, got.Admitted); diff != "" {
+			t.Errorf("admitted (-want +got):\n%s", diff)
+		}
+	})
 }

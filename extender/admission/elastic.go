@@ -45,7 +45,7 @@ func (c *cycle) admitExtras() {
 		var held int64
 		for _, m := range w.Pending[from:] {
 			if e.q != nil {
-				v, err := c.checkQuota(e.q, w, 1, held+m.GPUMilli)
+				v, err := c.checkQuota(e.q, w, []*Member{m}, held+m.GPUMilli)
 				if err != nil || !v.Allowed {
 					reason = v1alpha1.ReasonWaitingForQuota
 					msg = fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v", err)

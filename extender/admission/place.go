@@ -47,11 +47,13 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 		return nil, nil
 	}
 	key, groups := c.placeQuestion(w, members)
+	key = c.liftKey + key
 	if memo {
 		if f, ok := c.failedShapes[key]; ok {
 			return nil, f.err
 		}
 	}
+	defer c.openLifted()()
 	var placed []MemberAdmission
 	for _, g := range groups {
 		allocs, err := c.placeGroup(w, g)
@@ -101,7 +103,7 @@ func (c *cycle) knownFailure(w *Workload, members []*Member) (*failure, bool) {
 		return nil, false
 	}
 	key, _ := c.placeQuestion(w, members)
-	f, ok := c.failedShapes[key]
+	f, ok := c.failedShapes[c.liftKey+key]
 	return f, ok
 }
 
@@ -251,13 +253,18 @@ func (c *cycle) room(name string, m *Member) int {
 	if e := c.extra[name]; e != nil {
 		extraCPU, extraMem = e[0], e[1]
 	}
+	usedCPU, usedMem := n.CPUMilli+extraCPU, n.Memory+extraMem
+	if c.ignoreNodeUse {
+		// findRoom asks what the node takes once its pods end.
+		usedCPU, usedMem = 0, 0
+	}
 	fit := math.MaxInt32
 	alloc := n.Node.Status.Allocatable
 	if m.CPUMilli > 0 {
-		fit = min(fit, int((alloc.Cpu().MilliValue()-n.CPUMilli-extraCPU)/m.CPUMilli))
+		fit = min(fit, int((alloc.Cpu().MilliValue()-usedCPU)/m.CPUMilli))
 	}
 	if m.Memory > 0 {
-		fit = min(fit, int((alloc.Memory().Value()-n.Memory-extraMem)/m.Memory))
+		fit = min(fit, int((alloc.Memory().Value()-usedMem)/m.Memory))
 	}
 	return fit
 }

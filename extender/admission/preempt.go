@@ -15,6 +15,13 @@ import (
 // maxVictims bounds the workloads one search may evict.
 const maxVictims = 64
 
+// spared is a workload that would be a victim but for Options.Unevictable.
+type spared struct {
+	w   *Workload
+	q   string
+	why string
+}
+
 // victim is a workload the search may evict, or (elastic) some of its
 // elastic members beyond its minimum.
 type victim struct {
@@ -50,7 +57,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	restore := func(ms []*Member) {
 		for _, m := range ms {
 			if a := saved[m.Pod.UID]; a != nil {
-				_ = c.snap.Assume(a)
+				_ = c.snap.Restore(a)
 				delete(saved, m.Pod.UID)
 			}
 		}
@@ -86,18 +93,24 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	var chosen []victim
 	found := false
 	for _, v := range cands {
-		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q] <= v.q.fairShare {
+		var charge int64
+		if v.elastic {
+			for _, m := range v.members {
+				mc, _ := c.memberCharge(m)
+				charge += mc
+			}
+		} else {
+			charge = c.activeCharge(v.w)
+		}
+		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q]-charge < v.q.fairShare {
+			// Reclaim takes a victim only if its queue stays at or above
+			// its fair share without it (and the victims already chosen
+			// from it): otherwise the next cycle would reclaim back.
+			// Elastic members hold only room no minimum wanted.
 			continue
 		}
 		release(v.members)
-		if v.elastic {
-			for _, m := range v.members {
-				charge, _ := c.memberCharge(m)
-				taken[v.q] += charge
-			}
-		} else {
-			taken[v.q] += c.activeCharge(v.w)
-		}
+		taken[v.q] += charge
 		chosen = append(chosen, v)
 		if fits() {
 			found = true
@@ -140,9 +153,11 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 // victims lists the workloads that may be evicted for w, the first to go
 // first: lowest priority, then the most recently started.
 func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim {
-	var need int64
+	var need, needCPU, needMemory int64
 	for _, m := range members {
 		need += m.GPUMilli
+		needCPU += m.CPUMilli
+		needMemory += m.Memory
 	}
 	var out []victim
 	for _, v := range c.evictable(q.Name) {
@@ -153,7 +168,10 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 			out = append(out, victim{w: v, q: q, members: v.Active})
 		}
 	}
-	if q.allocated+need <= q.fairShare {
+	// Reclaim takes back GPUs for a queue that stays within its fair
+	// share of every resource it asks for.
+	within := func(r amounts, need int64) bool { return need == 0 || r.alloc+need <= r.fairShare }
+	if q.allocated+need <= q.fairShare && within(q.cpu, needCPU) && within(q.memory, needMemory) {
 		for _, vq := range c.overFairShare() {
 			if vq == q {
 				continue
@@ -187,6 +205,10 @@ func (c *cycle) evictable(queue string) []*Workload {
 		if v.Terminating() || c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
 			continue
 		}
+		if why, ok := c.opts.Unevictable[v.Key]; ok {
+			c.spared = append(c.spared, spared{w: v, q: queue, why: why})
+			continue
+		}
 		vs = append(vs, v)
 	}
 	c.evictableByQueue[queue] = vs
@@ -218,6 +240,33 @@ func evictionMessage(v victim, q *queueState, w *Workload) string {
 			w.Name(), q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
 	}
 	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Name(), w.Priority, v.w.Priority)
+}
+
+// sparedFor says which workloads that could have made room for w are not
+// evicted, and why; "" when none. It lists those of w's queue with lower
+// priority and, when w's queue may reclaim, those of queues over their
+// fair share.
+func (c *cycle) sparedFor(q *queueState, w *Workload) string {
+	if q == nil || len(c.opts.Unevictable) == 0 || c.opts.DisablePreemption {
+		return ""
+	}
+	// Make sure every queue that could give victims was looked at.
+	c.evictable(q.Name)
+	for _, vq := range c.overFairShare() {
+		c.evictable(vq.Name)
+	}
+	var parts []string
+	for _, s := range c.spared {
+		sameQueue := s.q == q.Name && s.w.Priority < w.Priority
+		reclaim := s.q != q.Name && q.allocated < q.fairShare && c.queues[s.q] != nil && c.queues[s.q].allocated > c.queues[s.q].fairShare
+		if (sameQueue || reclaim) && s.w != w {
+			parts = append(parts, fmt.Sprintf("%s is not evicted: %s", s.w.Key, s.why))
+		}
+		if len(parts) == 3 {
+			break
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 // mayEvictFor reports whether some workload could be evicted for w at all:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -100,8 +101,12 @@ type Workload struct {
 	PodGroup MappedPodGroup
 
 	activeMilli, pendingMilli int64
-	started                   time.Time
-	terminating               bool
+	// activeCPU and pendingCPU (milli-CPUs), activeMemory and
+	// pendingMemory (bytes) are the members' CPU and memory requests.
+	activeCPU, pendingCPU       int64
+	activeMemory, pendingMemory int64
+	started                     time.Time
+	terminating                 bool
 	// deviceCharged: a member asks for GPU memory, whose share depends on
 	// the device it gets, so its charge is read from the ledger.
 	deviceCharged bool
@@ -188,10 +193,14 @@ func (w *Workload) Terminating() bool { return w.terminating }
 func (w *Workload) summarise() {
 	for _, m := range w.Pending {
 		w.pendingMilli += m.GPUMilli
+		w.pendingCPU += m.CPUMilli
+		w.pendingMemory += m.Memory
 		w.deviceCharged = w.deviceCharged || m.memory
 	}
 	for _, m := range w.Active {
 		w.activeMilli += m.GPUMilli
+		w.activeCPU += m.CPUMilli
+		w.activeMemory += m.Memory
 		w.deviceCharged = w.deviceCharged || m.memory
 		at := m.Admitted
 		if at.IsZero() {
@@ -220,7 +229,16 @@ func memoryRequest(r *gpu.PodRequest) bool {
 	return false
 }
 
-// Queue is one queue as a cycle sees it, in GPU milli-units.
+// Settings are a queue's quota, limit and over-quota weight of one resource
+// in its base unit (milli-GPUs, milli-CPUs, bytes); a quota of -1 is the
+// whole capacity, a limit of -1 none.
+type Settings struct {
+	Quota, Limit int64
+	Weight       int32
+}
+
+// Queue is one queue as a cycle sees it: GPUs in milli-GPUs, CPU in
+// milli-CPUs, memory in bytes.
 type Queue struct {
 	Name   string
 	Parent string
@@ -239,6 +257,13 @@ type Queue struct {
 	// AllocatedMilli and PendingMilli are what the queue's own workloads
 	// hold and wait for (its children's not included).
 	AllocatedMilli, PendingMilli int64
+	// CPU and Memory are the queue's settings of those resources.
+	CPU, Memory Settings
+	// AllocatedCPUMilli, PendingCPUMilli, AllocatedMemory and
+	// PendingMemory are the CPU and memory its own workloads' pods request,
+	// admitted and waiting.
+	AllocatedCPUMilli, PendingCPUMilli int64
+	AllocatedMemory, PendingMemory     int64
 }
 
 // Node is a node and what its pods request.
@@ -309,6 +334,8 @@ func (c *Cache) State() *State {
 		out := queueFromSpec(name, q)
 		if u := c.usage[name]; u != nil {
 			out.AllocatedMilli, out.PendingMilli = u[0], u[1]
+			out.AllocatedCPUMilli, out.PendingCPUMilli = u[2], u[3]
+			out.AllocatedMemory, out.PendingMemory = u[4], u[5]
 		}
 		st.Queues[name] = out
 	}
@@ -372,11 +399,16 @@ func (c *Cache) index(w *Workload, sign int64) {
 	}
 	u := c.usage[w.Queue]
 	if u == nil {
-		u = &[2]int64{}
+		u = &[6]int64{}
 		c.usage[w.Queue] = u
 	}
+	// GPUs, CPU and memory; each admitted, then waiting.
 	u[0] += sign * w.activeMilli
 	u[1] += sign * w.pendingMilli
+	u[2] += sign * w.activeCPU
+	u[3] += sign * w.pendingCPU
+	u[4] += sign * w.activeMemory
+	u[5] += sign * w.pendingMemory
 	put := func(m map[WorkloadKey]*Workload, on bool) {
 		if sign > 0 && on {
 			m[w.Key] = w
@@ -618,30 +650,40 @@ func member(p *podInfo) *Member {
 
 func queueFromSpec(name string, q *queueInfo) *Queue {
 	out := &Queue{
-		Name: name, Parent: q.spec.Parent, Priority: v1alpha1.DefaultQueuePriority, Created: q.created,
-		QuotaMilli: 0, LimitMilli: -1, Weight: 1, Status: q.status,
+		Name: name, Parent: q.spec.Parent, Priority: v1alpha1.DefaultQueuePriority, Created: q.created, Status: q.status,
 	}
 	if q.spec.Priority != nil {
 		out.Priority = *q.spec.Priority
 	}
-	if g := q.spec.Resources.GPU; g != nil {
-		if g.Quota != nil {
-			out.QuotaMilli = milliOrUnlimited(g.Quota.MilliValue())
-		}
-		if g.Limit != nil {
-			out.LimitMilli = milliOrUnlimited(g.Limit.MilliValue())
-		}
-		if g.OverQuotaWeight != nil {
-			out.Weight = *g.OverQuotaWeight
-		}
-	}
+	gpu := settingsOf(q.spec.Resources.GPU, func(v resource.Quantity) int64 { return v.MilliValue() })
+	out.QuotaMilli, out.LimitMilli, out.Weight = gpu.Quota, gpu.Limit, gpu.Weight
+	out.CPU = settingsOf(q.spec.Resources.CPU, func(v resource.Quantity) int64 { return v.MilliValue() })
+	out.Memory = settingsOf(q.spec.Resources.Memory, func(v resource.Quantity) int64 { return v.Value() })
 	return out
 }
 
-// milliOrUnlimited maps -1 (as milli, -1000) to -1.
-func milliOrUnlimited(m int64) int64 {
-	if m < 0 {
-		return -1
+// settingsOf reads one resource's settings with unit (milli-units or
+// bytes); the defaults are quota 0, no limit, weight 1. A negative amount
+// is -1, the whole capacity or no limit.
+func settingsOf(r *v1alpha1.ResourceQuota, unit func(resource.Quantity) int64) Settings {
+	out := Settings{Quota: 0, Limit: -1, Weight: 1}
+	if r == nil {
+		return out
 	}
-	return m
+	amount := func(v resource.Quantity) int64 {
+		if v.Sign() < 0 {
+			return -1
+		}
+		return unit(v)
+	}
+	if r.Quota != nil {
+		out.Quota = amount(*r.Quota)
+	}
+	if r.Limit != nil {
+		out.Limit = amount(*r.Limit)
+	}
+	if r.OverQuotaWeight != nil {
+		out.Weight = *r.OverQuotaWeight
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package ctl
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 
@@ -63,6 +64,23 @@ type QueueReport struct {
 	Admitted int `json:"admitted"`
 	// Gated counts the queue's pods still held by the admission gate.
 	Gated int `json:"gated"`
+	// CPU is the queue's CPU in milli-CPUs, Memory its memory in bytes:
+	// settings from the spec, what its pods request from the status.
+	CPU    ResourceReport `json:"cpu"`
+	Memory ResourceReport `json:"memory"`
+}
+
+// ResourceReport is a queue's settings and usage of CPU or memory. Set is
+// true when the spec configures the resource; the amounts in the status
+// are nil until the admission loop reports them.
+type ResourceReport struct {
+	Set       bool   `json:"set"`
+	Quota     int64  `json:"quota"`
+	Limit     int64  `json:"limit"`
+	Weight    int32  `json:"overQuotaWeight"`
+	Allocated *int64 `json:"allocated"`
+	FairShare *int64 `json:"fairShare"`
+	Requested *int64 `json:"requested"`
 }
 
 // Queues builds the queue tree from c's Queues and the pods labelled with
@@ -189,6 +207,41 @@ func queueReport(q *v1alpha1.Queue, depth int, leaf bool) QueueReport {
 	r.AllocatedMilli = statusMilli(q.Status.Allocated)
 	r.FairShareMilli = statusMilli(q.Status.FairShare)
 	r.RequestedMilli = statusMilli(q.Status.Requested)
+	r.CPU = resourceReport(q, q.Spec.Resources.CPU, v1alpha1.ResourceCPU, func(v resource.Quantity) int64 { return v.MilliValue() })
+	r.Memory = resourceReport(q, q.Spec.Resources.Memory, v1alpha1.ResourceMemory, func(v resource.Quantity) int64 { return v.Value() })
+	return r
+}
+
+// resourceReport reads a queue's CPU or memory in unit (milli or bytes).
+func resourceReport(q *v1alpha1.Queue, spec *v1alpha1.ResourceQuota, name corev1.ResourceName, unit func(resource.Quantity) int64) ResourceReport {
+	r := ResourceReport{Limit: Unlimited, Weight: 1}
+	amount := func(v resource.Quantity) int64 {
+		if v.CmpInt64(-1) == 0 {
+			return Unlimited
+		}
+		return unit(v)
+	}
+	if spec != nil {
+		r.Set = true
+		if spec.Quota != nil {
+			r.Quota = amount(*spec.Quota)
+		}
+		if spec.Limit != nil {
+			r.Limit = amount(*spec.Limit)
+		}
+		if spec.OverQuotaWeight != nil {
+			r.Weight = *spec.OverQuotaWeight
+		}
+	}
+	status := func(l corev1.ResourceList) *int64 {
+		v, ok := l[name]
+		if !ok {
+			return nil
+		}
+		n := unit(v)
+		return &n
+	}
+	r.Allocated, r.FairShare, r.Requested = status(q.Status.Allocated), status(q.Status.FairShare), status(q.Status.Requested)
 	return r
 }
 
@@ -246,10 +299,54 @@ func WriteQueues(w io.Writer, r QueuesReport, o Output) error {
 	if err := tw.flush(); err != nil {
 		return fmt.Errorf("write queues: %w", err)
 	}
+	if err := writeQueueResources(w, r, &unreported); err != nil {
+		return err
+	}
 	if unreported {
 		if _, err := fmt.Fprintln(w, "(- : not reported yet by the admission loop in the queue's status)"); err != nil {
 			return fmt.Errorf("write queues: %w", err)
 		}
+	}
+	return nil
+}
+
+// writeQueueResources writes the CPU and memory table, when some queue
+// sets a CPU or memory quota or limit: CPU in CPUs, memory as a quantity.
+func writeQueueResources(w io.Writer, r QueuesReport, unreported *bool) error {
+	if !slices.ContainsFunc(r.Queues, func(q QueueReport) bool { return q.CPU.Set || q.Memory.Set }) {
+		return nil
+	}
+	cpu := func(m int64) string { return gpu.FormatMilli(m) }
+	mem := func(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }
+	cells := func(rr ResourceReport, f func(int64) string) []any {
+		quota, limit := "all", "none"
+		if rr.Quota != Unlimited {
+			quota = f(rr.Quota)
+		}
+		if rr.Limit != Unlimited {
+			limit = f(rr.Limit)
+		}
+		opt := func(v *int64) string {
+			if v == nil {
+				*unreported = true
+				return "-"
+			}
+			return f(*v)
+		}
+		return []any{quota, limit, opt(rr.Allocated), opt(rr.FairShare), opt(rr.Requested)}
+	}
+	if _, err := fmt.Fprintln(w); err != nil {
+		return fmt.Errorf("write queues: %w", err)
+	}
+	tw := newTable(w)
+	tw.row("QUEUE\tCPU QUOTA\tCPU LIMIT\tCPU ALLOCATED\tCPU FAIR SHARE\tCPU REQUESTED\tMEMORY QUOTA\tMEMORY LIMIT\tMEMORY ALLOCATED\tMEMORY FAIR SHARE\tMEMORY REQUESTED\n")
+	for _, q := range r.Queues {
+		args := append([]any{strings.Repeat("  ", q.Depth) + q.Name}, cells(q.CPU, cpu)...)
+		args = append(args, cells(q.Memory, mem)...)
+		tw.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", args...)
+	}
+	if err := tw.flush(); err != nil {
+		return fmt.Errorf("write queues: %w", err)
 	}
 	return nil
 }

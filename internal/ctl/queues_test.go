@@ -40,6 +40,22 @@ research                             50        all    8      3.5        8       
 (- : not reported yet by the admission loop in the queue's status)
 `,
 		},
+		"CPU and memory, once a queue sets them": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("team-a").GPU("4", "-1", 1).CPU("16", "32", 1).Memory("64Gi", "-1", 1).GPUStatus("2", "4", "2", 0).
+					ResourceStatus(v1alpha1.ResourceCPU, "12500m", "16", "20").ResourceStatus(v1alpha1.ResourceMemory, "48Gi", "64Gi", "80Gi").Obj(),
+				*pt.MakeQueue("team-b").GPUStatus("0", "0", "0", 0).Obj(),
+			},
+			want: `QUEUE   PRIORITY  QUOTA  LIMIT  ALLOCATED  FAIR SHARE  REQUESTED  PENDING  RUNNING  ADMITTED  GATED
+team-a  100       4      none   2          4           2          0        0        0         0
+team-b  100       0      none   0          0           0          0        0        0         0
+
+QUEUE   CPU QUOTA  CPU LIMIT  CPU ALLOCATED  CPU FAIR SHARE  CPU REQUESTED  MEMORY QUOTA  MEMORY LIMIT  MEMORY ALLOCATED  MEMORY FAIR SHARE  MEMORY REQUESTED
+team-a  16         32         12.5           16              20             64Gi          none          48Gi              64Gi               80Gi
+team-b  0          none       -              -               -              0             none          -                 -                  -
+(- : not reported yet by the admission loop in the queue's status)
+`,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -11,7 +11,9 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/duration"
+	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
@@ -394,6 +396,25 @@ func (w *why) gangDemand() (milli int64, pods int) {
 	return milli, pods
 }
 
+// resourceDemand is the CPU (milli) and memory (bytes) the pod, or its
+// gang's gated members, request: what the queue's CPU and memory limits
+// are checked against.
+func (w *why) resourceDemand() (cpuMilli, memory int64) {
+	pods := []*corev1.Pod{w.pod}
+	if len(w.members) > 0 {
+		pods = w.members
+	}
+	for _, p := range pods {
+		if !hasAdmissionGate(p) {
+			continue
+		}
+		reqs := resourcehelper.PodRequests(p, resourcehelper.PodResourcesOptions{})
+		cpuMilli += reqs.Cpu().MilliValue()
+		memory += reqs.Memory().Value()
+	}
+	return cpuMilli, memory
+}
+
 func (w *why) queue() {
 	name := ""
 	if w.req != nil {
@@ -466,6 +487,34 @@ func (w *why) queue() {
 		case alloc+need > r.LimitMilli:
 			w.add(CheckQueue, StatusBlocking, nums, "queue %s would pass its limit: %s of %s GPUs allocated; %s %s",
 				cur.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(r.LimitMilli), what, gpu.FormatMilli(need))
+			blocked = true
+		}
+	}
+	// CPU and memory limits hold the same way, on what the pods request.
+	cpuNeed, memNeed := w.resourceDemand()
+	seen = map[string]bool{}
+	for cur := q; cur != nil && !seen[cur.Name]; cur = byName[cur.Spec.Parent] {
+		seen[cur.Name] = true
+		r := queueReport(cur, 0, false)
+		for _, res := range []struct {
+			name   string
+			rr     ResourceReport
+			need   int64
+			format func(int64) string
+		}{
+			{"CPU", r.CPU, cpuNeed, func(m int64) string {
+				if m == 1000 {
+					return "1 CPU"
+				}
+				return gpu.FormatMilli(m) + " CPUs"
+			}},
+			{"memory", r.Memory, memNeed, func(b int64) string { return resource.NewQuantity(b, resource.BinarySI).String() }},
+		} {
+			if res.rr.Limit == Unlimited || res.rr.Allocated == nil || res.need == 0 || *res.rr.Allocated+res.need <= res.rr.Limit {
+				continue
+			}
+			w.add(CheckQueue, StatusBlocking, nil, "queue %s would pass its %s limit: %s of %s allocated; %s %s",
+				cur.Name, res.name, res.format(*res.rr.Allocated), res.format(res.rr.Limit), what, res.format(res.need))
 			blocked = true
 		}
 	}

@@ -314,3 +314,34 @@ func TestWhyBadInput(t *testing.T) {
 		})
 	}
 }
+
+// TestWhyCPUAndMemoryLimits: a queue's CPU and memory limits hold a pod as
+// its GPU limit does, and why says which.
+func TestWhyCPUAndMemoryLimits(t *testing.T) {
+	c := twoNodes()
+	c.Queues = []v1alpha1.Queue{*pt.MakeQueue("team-a").CPU("1", "2", 1).Memory("0", "16Gi", 1).GPUStatus("0", "1", "1", 1).
+		ResourceStatus(v1alpha1.ResourceCPU, "1500m", "2", "2500m").ResourceStatus(v1alpha1.ResourceMemory, "12Gi", "16Gi", "20Gi").Obj()}
+	c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").Queue("team-a").GPUFraction("0.5").
+		Request(pt.DefaultContainer, corev1.ResourceCPU, "1").Request(pt.DefaultContainer, corev1.ResourceMemory, "8Gi").
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj())
+	r, err := Why(c, "team-a", "p", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range r.Findings {
+		if f.Check == CheckQueue && f.Status == StatusBlocking {
+			got = append(got, f.Message)
+		}
+	}
+	want := []string{
+		"queue team-a would pass its CPU limit: 1.5 CPUs of 2 CPUs allocated; the pod needs 1 CPU",
+		"queue team-a would pass its memory limit: 12Gi of 16Gi allocated; the pod needs 8Gi",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("blocking queue findings (-want,+got):\n%s", diff)
+	}
+	if !strings.Contains(r.Summary, "CPU limit") {
+		t.Errorf("summary %q does not name the CPU limit", r.Summary)
+	}
+}

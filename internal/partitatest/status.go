@@ -44,6 +44,24 @@ func (w *QueueWrapper) GPUStatus(allocated, fairShare, requested string, pending
 	return w
 }
 
+// ResourceStatus sets status.allocated, fairShare and requested of one
+// resource (cpu, memory); "" leaves an entry out.
+func (w *QueueWrapper) ResourceStatus(name corev1.ResourceName, allocated, fairShare, requested string) *QueueWrapper {
+	set := func(l *corev1.ResourceList, v string) {
+		if v == "" {
+			return
+		}
+		if *l == nil {
+			*l = corev1.ResourceList{}
+		}
+		(*l)[name] = resource.MustParse(v)
+	}
+	set(&w.Status.Allocated, allocated)
+	set(&w.Status.FairShare, fairShare)
+	set(&w.Status.Requested, requested)
+	return w
+}
+
 // Phase sets the PodGroup's status phase and the reason it waits.
 func (w *PodGroupWrapper) Phase(phase v1alpha1.PodGroupPhase, reason string) *PodGroupWrapper {
 	w.Status.Phase = phase

@@ -85,3 +85,51 @@ test_gpus_formatting if {
 	quota.gpus(2500) == "2.5"
 	quota.gpus(125) == "0.125"
 }
+
+# The CPU and memory limits. A workload of cpu milli-CPUs and mem bytes for
+# team-a, whose own CPU and memory limits and usage are given.
+res_req(cpu, mem, team_cpu, team_mem, ancestors) := {
+	"workload": {
+		"namespace": "team-a", "name": "train-1", "kind": "PodGroup", "queue": "team-a",
+		"members": 2, "gpuMilli": 1000, "cpuMilli": cpu, "memoryBytes": mem, "priority": 100,
+	},
+	"queue": {"name": "team-a", "priority": 100, "gpu": gpu(-1, 0), "cpu": team_cpu, "memory": team_mem},
+	"ancestors": ancestors,
+	"cluster": {"gpuMilli": 32000, "cpuMilli": 256000, "memoryBytes": 1099511627776},
+}
+
+cpu(limit, allocated) := {"quotaMilli": 0, "limitMilli": limit, "allocatedMilli": allocated, "fairShareMilli": 0}
+
+mem(limit, allocated) := {"quotaBytes": 0, "limitBytes": limit, "allocatedBytes": allocated, "fairShareBytes": 0}
+
+gi := 1073741824
+
+test_cpu_and_memory_under_limits if {
+	count(deny(res_req(8000, 64 * gi, cpu(64000, 56000), mem(256 * gi, 192 * gi), []))) == 0
+}
+
+test_no_cpu_or_memory_limit if {
+	count(deny(res_req(8000, 64 * gi, cpu(-1, 640000), mem(-1, 1024 * gi), []))) == 0
+}
+
+test_cpu_limit if {
+	deny(res_req(8000, 0, cpu(64000, 60000), mem(-1, 0), [])) == {"queue team-a is at its CPU limit: 60 of 64 CPUs, and the workload needs 8"}
+	deny(res_req(500, 0, cpu(4000, 4000), mem(-1, 0), [])) == {"queue team-a is at its CPU limit: 4 of 4 CPUs"}
+}
+
+test_memory_limit if {
+	deny(res_req(0, 64 * gi, cpu(-1, 0), mem(256 * gi, 224 * gi), [])) == {"queue team-a is at its memory limit: 224Gi of 256Gi, and the workload needs 64Gi"}
+	deny(res_req(0, gi / 2, cpu(-1, 0), mem(gi + gi / 2, gi + gi / 2), [])) == {"queue team-a is at its memory limit: 1.5Gi of 1.5Gi"}
+}
+
+test_parent_cpu_and_memory_limits if {
+	parent := {"name": "research", "priority": 100, "gpu": gpu(-1, 0), "cpu": cpu(16000, 12000), "memory": mem(64 * gi, 60 * gi)}
+	deny(res_req(8000, 8 * gi, cpu(-1, 0), mem(-1, 0), [parent])) == {
+		"queue research (parent of team-a) is at its CPU limit: 12 of 16 CPUs, and the workload needs 8",
+		"queue research (parent of team-a) is at its memory limit: 60Gi of 64Gi, and the workload needs 8Gi",
+	}
+}
+
+test_a_workload_without_cpu_fits_a_full_queue if {
+	count(deny(res_req(0, 0, cpu(4000, 4000), mem(gi, gi), []))) == 0
+}

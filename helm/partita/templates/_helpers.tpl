@@ -105,6 +105,10 @@ leaderElection:
   resourceNamespace: {{ .Release.Namespace | toJson }}
 profiles:
 - schedulerName: {{ $s.name | toJson }}
+  plugins:
+    postFilter:
+      disabled:
+      - name: DefaultPreemption
 {{- end }}
 extenders:
 - urlPrefix: {{ $url | toJson }}

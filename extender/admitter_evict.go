@@ -102,6 +102,15 @@ func (a *Admitter) evictAll(ctx context.Context, res *admission.Result, now time
 	}
 }
 
+// evictionMembers are the pods an eviction takes: the members it names
+// (elastic members of a gang beyond its minimum), else every running one.
+func evictionMembers(e *admission.Eviction) []*admission.Member {
+	if len(e.Members) > 0 {
+		return e.Members
+	}
+	return e.Victim.Active
+}
+
 func evictionKind(e *admission.Eviction) string {
 	if e.Reclaim {
 		return "reclaim"
@@ -119,7 +128,7 @@ func (a *Admitter) preflight(ctx context.Context, g []*admission.Eviction) (*adm
 	var pods []victimPod
 	byNamespace := map[string][]victimPod{}
 	for _, e := range g {
-		for _, m := range e.Victim.Active {
+		for _, m := range evictionMembers(e) {
 			if m.Pod.DeletionTimestamp != nil {
 				continue
 			}
@@ -216,7 +225,7 @@ func (a *Admitter) evictWhole(ctx context.Context, e *admission.Eviction) (int, 
 	log := logr.FromContextOrDiscard(ctx)
 	kind := evictionKind(e)
 	evicted := 0
-	for _, m := range e.Victim.Active {
+	for _, m := range evictionMembers(e) {
 		if m.Pod.DeletionTimestamp != nil {
 			continue
 		}

@@ -298,3 +298,22 @@ func SizesOf(nodes []v1alpha1.GPUNode) []int64 {
 	slices.Sort(out)
 	return out
 }
+
+// TemplateSizes are the device sizes a template of Partita's was written
+// for, read back from its alternatives' names (SubRequestName).
+func TemplateSizes(t *resourceapi.ResourceClaimTemplate) []int64 {
+	var out []int64
+	for _, r := range t.Spec.Spec.Devices.Requests {
+		for _, s := range r.FirstAvailable {
+			if v, err := strconv.ParseInt(strings.TrimPrefix(s.Name, "mib"), 10, 64); err == nil && strings.HasPrefix(s.Name, "mib") {
+				out = append(out, v)
+			}
+		}
+		if r.Exactly != nil && r.Exactly.Capacity != nil {
+			// A memory slice larger than every device: any size below it
+			// gives the same claim.
+			out = append(out, 1)
+		}
+	}
+	return out
+}

@@ -21,11 +21,11 @@ const (
 
 // alternative is what one firstAvailable entry asks for, in short.
 type alternative struct {
-	Name      string
-	Selector  string
-	Count     int64
-	Compute   string
-	Memory    string
+	Name     string
+	Selector string
+	Count    int64
+	Compute  string
+	Memory   string
 }
 
 func alternatives(t *testing.T, spec resourceapi.ResourceClaimSpec) []alternative {

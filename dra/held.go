@@ -2,12 +2,14 @@ package dra
 
 import (
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -196,4 +198,59 @@ func PerDevice(shares []Share) map[DeviceID]int64 {
 		out[s.ID()] += s.Milli
 	}
 	return out
+}
+
+// AllocationFromClaims is what pod holds on its node through Partita's pod
+// claims (those the webhook writes in dra mode), in the form the
+// extender's allocation annotations have: per GPU container, its devices on
+// inv and its slice of each. ok is false when the pod has no allocated
+// Partita claim on the node; a container whose claim is not allocated yet
+// is left out.
+func AllocationFromClaims(pod *corev1.Pod, inv *gpu.NodeInventory, get ClaimGetter) (alloc *gpu.PodAllocation, ok bool) {
+	alloc = &gpu.PodAllocation{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: pod.Spec.NodeName}
+	for _, ctr := range pod.Spec.Containers {
+		i := slices.IndexFunc(ctr.Resources.Claims, func(c corev1.ResourceClaim) bool { return strings.HasPrefix(c.Name, v1alpha1.PodClaimPrefix) })
+		if i < 0 {
+			continue
+		}
+		claimName := ""
+		for _, s := range pod.Status.ResourceClaimStatuses {
+			if s.Name == ctr.Resources.Claims[i].Name && s.ResourceClaimName != nil {
+				claimName = *s.ResourceClaimName
+			}
+		}
+		claim, found := get(pod.Namespace, claimName)
+		if claimName == "" || !found || !reservedFor(claim, pod.UID) {
+			continue
+		}
+		ca := gpu.ContainerAllocation{Container: ctr.Name}
+		for _, s := range ClaimShares(claim, GPUDrivers{DriverName}, nil) {
+			if s.Pool != inv.Name {
+				continue
+			}
+			d, found := deviceNamed(inv, s.Device)
+			if !found {
+				continue
+			}
+			ca.DeviceUUIDs = append(ca.DeviceUUIDs, d.UUID)
+			ca.DeviceIndexes = append(ca.DeviceIndexes, d.Index)
+			ca.Milli = s.Milli
+			if s.Milli < gpu.MilliPerGPU || (s.MemoryMiB > 0 && s.MemoryMiB < d.MemoryMiB) {
+				ca.MemoryMiB = s.MemoryMiB
+			}
+		}
+		if len(ca.DeviceUUIDs) > 0 {
+			alloc.Containers = append(alloc.Containers, ca)
+		}
+	}
+	return alloc, len(alloc.Containers) > 0
+}
+
+func deviceNamed(inv *gpu.NodeInventory, name string) (gpu.Device, bool) {
+	for _, d := range inv.Devices {
+		if DeviceName(d.Index) == name {
+			return d, true
+		}
+	}
+	return gpu.Device{}, false
 }

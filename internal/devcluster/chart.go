@@ -43,7 +43,7 @@ func (c *Cluster) ChartValues() map[string]any {
 	return map[string]any{
 		"gpuBackend": string(c.Backend()),
 		"image":      map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
-		"webhook": map[string]any{"nodeSelector": onNode, "logLevel": 2},
+		"webhook":    map[string]any{"nodeSelector": onNode, "logLevel": 2},
 		"extender": map[string]any{"nodeSelector": onNode, "logLevel": 2,
 			"admission": map[string]any{"preemptMinRuntime": "5s"}},
 		"scheduler": map[string]any{"nodeSelector": onNode},

@@ -1,4 +1,4 @@
-package dra
+package dra_test
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/internal/partitatest"
@@ -25,7 +26,7 @@ func TestAPIServerAccepts(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := t.Context()
-	for _, dc := range DeviceClasses() {
+	for _, dc := range dra.DeviceClasses() {
 		if _, err := cs.ResourceV1().DeviceClasses().Create(ctx, &dc, metav1.CreateOptions{}); err != nil {
 			t.Fatalf("device class: %v", err)
 		}
@@ -35,9 +36,9 @@ func TestAPIServerAccepts(t *testing.T) {
 	slice := &resourceapi.ResourceSlice{
 		ObjectMeta: metav1.ObjectMeta{Name: "n1-gpu"},
 		Spec: resourceapi.ResourceSliceSpec{
-			Driver: DriverName, NodeName: ptr.To("n1"),
+			Driver: dra.DriverName, NodeName: ptr.To("n1"),
 			Pool:    resourceapi.ResourcePool{Name: "n1", ResourceSliceCount: 1},
-			Devices: Devices(n.Status.Devices, v1alpha1.IsolationMPS),
+			Devices: dra.Devices(dra.NodeDevices{Devices: n.Status.Devices, Mode: v1alpha1.IsolationMPS, ExtenderHeld: []int32{0}}),
 		},
 	}
 	got, err := cs.ResourceV1().ResourceSlices().Create(ctx, slice, metav1.CreateOptions{})
@@ -46,7 +47,7 @@ func TestAPIServerAccepts(t *testing.T) {
 	}
 	// Fields behind a feature gate that is off are dropped silently.
 	d := got.Spec.Devices[0]
-	if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || d.Capacity[CapacityCompute].RequestPolicy == nil {
+	if d.AllowMultipleAllocations == nil || !*d.AllowMultipleAllocations || d.Capacity[dra.CapacityCompute].RequestPolicy == nil {
 		t.Errorf("the API server dropped consumable capacity: %+v", d)
 	}
 	if len(got.Spec.Devices[1].Taints) != 1 {
@@ -59,7 +60,7 @@ func TestAPIServerAccepts(t *testing.T) {
 		{Count: 1, Milli: 250}, {Count: 2, MemoryMiB: 20480}, {Count: 4, Milli: 1000},
 		{Count: 1, MemoryMiB: 1 << 20}, {Count: 1, Milli: 300, CoresPercent: 30},
 	} {
-		tmpl, err := Template("team-a", c, []int64{81559, 23034})
+		tmpl, err := dra.Template("team-a", c, []int64{81559, 23034})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"slices"
 	"strconv"
 
 	resourceapi "k8s.io/api/resource/v1"
@@ -57,6 +58,23 @@ const (
 // keep it.
 const TaintUnhealthy = DriverName + "/unhealthy"
 
+// TaintExtenderSlices is the device taint of a device that pods placed by
+// the scheduler extender still hold (a cluster moving from the extender
+// backend to dra, docs/design.md): no claim may share it, since the claims'
+// capacity cannot count those pods, until they end.
+const TaintExtenderSlices = DriverName + "/extender-slices"
+
+// NodeDevices are what a node publishes.
+type NodeDevices struct {
+	// Devices are the node's GPUs, as its GPUNode lists them.
+	Devices []v1alpha1.GPUDevice
+	// Mode is the node's isolation mode.
+	Mode v1alpha1.IsolationMode
+	// ExtenderHeld are the indexes of the devices that pods placed by the
+	// extender hold (TaintExtenderSlices).
+	ExtenderHeld []int32
+}
+
 // maxAttributeString is the longest string attribute value the API takes.
 const maxAttributeString = resourceapi.DeviceAttributeMaxValueLength
 
@@ -68,7 +86,8 @@ func DeviceName(index int32) string { return "gpu-" + strconv.Itoa(int(index)) }
 // claims at once (consumable capacity): compute in milli-GPUs and memory in
 // MiB, with request policies that accept any slice from 1 milli or 1Mi up to
 // the whole device and make a claim that names neither take all of both.
-func Devices(devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) []resourceapi.Device {
+func Devices(nd NodeDevices) []resourceapi.Device {
+	devices, mode := nd.Devices, nd.Mode
 	if mode == "" {
 		mode = v1alpha1.IsolationTimeSlicing
 	}
@@ -114,7 +133,10 @@ func Devices(devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) []resour
 			dev.Attributes[AttributeComputeCapability] = resourceapi.DeviceAttribute{StringValue: ptr.To(truncate(d.ComputeCapability, maxAttributeString))}
 		}
 		if d.Health != v1alpha1.DeviceHealthy {
-			dev.Taints = []resourceapi.DeviceTaint{{Key: TaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule}}
+			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintUnhealthy, Effect: resourceapi.DeviceTaintEffectNoSchedule})
+		}
+		if slices.Contains(nd.ExtenderHeld, d.Index) {
+			dev.Taints = append(dev.Taints, resourceapi.DeviceTaint{Key: TaintExtenderSlices, Effect: resourceapi.DeviceTaintEffectNoSchedule})
 		}
 		out = append(out, dev)
 	}
@@ -123,13 +145,13 @@ func Devices(devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) []resour
 
 // Pool is the node's ResourceSlice pool: one pool named after the node, in
 // one slice (a node has at most 64 GPUs, a slice takes 128 devices).
-func Pool(devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) resourceslice.Pool {
-	return resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: Devices(devices, mode)}}}
+func Pool(nd NodeDevices) resourceslice.Pool {
+	return resourceslice.Pool{Slices: []resourceslice.Slice{{Devices: Devices(nd)}}}
 }
 
 // Resources are the node's driver resources: its pool, keyed by node name.
-func Resources(node string, devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) *resourceslice.DriverResources {
-	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: Pool(devices, mode)}}
+func Resources(node string, nd NodeDevices) *resourceslice.DriverResources {
+	return &resourceslice.DriverResources{Pools: map[string]resourceslice.Pool{node: Pool(nd)}}
 }
 
 // DeviceClasses are the DeviceClasses Partita needs: DeviceClassName, every

@@ -103,11 +103,12 @@ func (p *Plugin) Stop() {
 
 // Publish records the node's devices and isolation mode (what Prepare reads)
 // and publishes them as the node's pool.
-func (p *Plugin) Publish(_ context.Context, node string, devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) error {
+func (p *Plugin) Publish(_ context.Context, node string, nd NodeDevices) error {
 	if node != p.opts.NodeName {
 		return fmt.Errorf("publish devices of %s: the kubelet plugin serves %s", node, p.opts.NodeName)
 	}
-	res := Resources(node, devices, mode)
+	devices, mode := nd.Devices, nd.Mode
+	res := Resources(node, nd)
 	want := res.Pools[node].Slices[0].Devices
 	p.lock.Lock()
 	defer p.lock.Unlock()

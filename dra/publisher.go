@@ -14,7 +14,6 @@ import (
 	"k8s.io/dynamic-resource-allocation/resourceslice"
 	"k8s.io/klog/v2"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // Publisher keeps the ResourceSlices of the nodes one process serves, one
@@ -45,8 +44,8 @@ func NewPublisher(client kubernetes.Interface) *Publisher {
 // Publish makes node's pool hold devices. The controller writes in the
 // background (retrying, repairing slices someone else changed) until
 // Release or ctx ends.
-func (p *Publisher) Publish(ctx context.Context, node string, devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) error {
-	res := Resources(node, devices, mode)
+func (p *Publisher) Publish(ctx context.Context, node string, nd NodeDevices) error {
+	res := Resources(node, nd)
 	want := res.Pools[node].Slices[0].Devices
 	p.lock.Lock()
 	defer p.lock.Unlock()

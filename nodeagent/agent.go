@@ -107,7 +107,7 @@ type Options struct {
 // dra.Publisher for a fleet, dra.Plugin (the kubelet plugin) for one real
 // node.
 type SlicePublisher interface {
-	Publish(ctx context.Context, node string, devices []v1alpha1.GPUDevice, mode v1alpha1.IsolationMode) error
+	Publish(ctx context.Context, node string, nd dra.NodeDevices) error
 	Release(ctx context.Context, node string) error
 }
 
@@ -549,7 +549,8 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
 	var offer error
 	if a.opts.Slices != nil {
-		offer = errors.Join(a.opts.Slices.Publish(ctx, name, devices, mode), a.withdrawCapacity(ctx, node, st))
+		nd := dra.NodeDevices{Devices: devices, Mode: mode, ExtenderHeld: extenderHeld(held)}
+		offer = errors.Join(a.opts.Slices.Publish(ctx, name, nd), a.withdrawCapacity(ctx, node, st))
 	} else {
 		offer = a.publishCapacity(ctx, node, st, capacityMilli(devices))
 	}
@@ -864,6 +865,26 @@ func (a *Agent) withdrawCapacity(ctx context.Context, node *corev1.Node, st *nod
 	logr.FromContextOrDiscard(ctx).V(2).Info("Removed node GPU capacity: its GPUs are DRA devices")
 	st.capacity, st.capacityFrom = -1, node.ResourceVersion
 	return nil
+}
+
+// extenderHeld are the indexes of the devices that pods placed by the
+// extender (allocation annotations, not claims) hold.
+func extenderHeld(held []boundPod) []int32 {
+	var out []int32
+	for _, h := range held {
+		if len(h.pod.Spec.ResourceClaims) > 0 && !hasAllocation(h.pod) {
+			continue
+		}
+		for _, c := range h.alloc.Containers {
+			for _, i := range c.DeviceIndexes {
+				if !slices.Contains(out, i) {
+					out = append(out, i)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // claimAllocationsOn reads what the pods on inv's node hold through

@@ -419,4 +419,3 @@ func crClient(t *testing.T) client.Client {
 	}
 	return c
 }
-

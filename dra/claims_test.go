@@ -1,6 +1,7 @@
 package dra
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -115,7 +116,7 @@ func TestTemplate(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tmpl, err := Template("team-a", tc.req, tc.sizes)
 			if tc.wantErr != nil {
-				if err != tc.wantErr {
+				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err = %v, want %v", err, tc.wantErr)
 				}
 				return

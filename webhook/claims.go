@@ -13,7 +13,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
@@ -194,6 +193,3 @@ func (a *PodAdmission) checkClaimTemplates(ctx context.Context, pod *corev1.Pod,
 	}
 	return nil
 }
-
-// isDRAClaim reports whether a pod claim is one of Partita's.
-func isDRAClaim(name string) bool { return strings.HasPrefix(name, v1alpha1.PodClaimPrefix) }

@@ -172,24 +172,60 @@ func TestQuartersShareOneDevice(t *testing.T) {
 	})
 }
 
-// TestSliceThatFitsNowhereWaits: a slice no device can hold (more memory
-// than any GPU has) is ungated by the admission loop, waits unschedulable
-// in kube-scheduler, and `partita ctl why` says why with numbers.
+// TestSliceThatFitsNowhereWaits: a slice that fits no device waits, and
+// `partita ctl why` says why with numbers. One that no device can ever
+// hold (more memory than any GPU has) is held by the admission loop; one
+// that fits no device now, because claims hold the devices of the only
+// node it may use, is ungated, found unschedulable by kube-scheduler's
+// DRA plugin, and why reads that reason and the room left from the
+// ResourceClaims' allocations.
 func TestSliceThatFitsNowhereWaits(t *testing.T) {
-	ctx := testContext(t, 2*time.Minute)
-	ns := newNamespace(ctx, t)
-	p := basePod(ns, "huge", "")
-	p.Annotations = map[string]string{v1alpha1.AnnotationGPUMemory: "200Gi"}
-	createPods(ctx, t, []*corev1.Pod{p})
-	waitUnschedulable(ctx, t, ns, "huge")
-	var out string
-	poll(t, 30*time.Second, "partita ctl why to name the DRA plugin", func() (bool, string) {
-		var err error
-		out, err = partita(ctx, "ctl", "why", "huge", "-n", ns)
-		return err == nil && strings.Contains(out, "kube-scheduler's DRA plugin found no device for its claims") &&
-			strings.Contains(out, "200Gi"), out
+	t.Run("never", func(t *testing.T) {
+		ctx := testContext(t, 2*time.Minute)
+		ns := newNamespace(ctx, t)
+		p := basePod(ns, "huge", "")
+		p.Annotations = map[string]string{v1alpha1.AnnotationGPUMemory: "200Gi"}
+		createPods(ctx, t, []*corev1.Pod{p})
+		whySays(ctx, t, ns, "huge", "pod needs 204800MiB of GPU memory", "it can never fit")
 	})
-	t.Logf("partita ctl why huge:\n%s", out)
+	t.Run("not now", func(t *testing.T) {
+		ctx := testContext(t, 3*time.Minute)
+		ns := newNamespace(ctx, t)
+		node := devcluster.NodeName(0)
+		var fill []*corev1.Pod
+		for i := range gpusPerNode {
+			p := basePod(ns, fmt.Sprintf("busy%d", i), node)
+			p.Annotations = map[string]string{v1alpha1.AnnotationGPUFraction: "0.75"}
+			fill = append(fill, p)
+		}
+		createPods(ctx, t, fill)
+		waitHeld(ctx, t, ns, gpusPerNode)
+		p := basePod(ns, "half", node)
+		p.Annotations = map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}
+		createPods(ctx, t, []*corev1.Pod{p})
+		waitUnschedulable(ctx, t, ns, "half")
+		whySays(ctx, t, ns, "half", "kube-scheduler's DRA plugin found no device for its claims", "cannot allocate all claims", "has 0.25 GPU")
+	})
+}
+
+// whySays waits until `partita ctl why` on the pod says every want.
+func whySays(ctx context.Context, t *testing.T, ns, pod string, want ...string) {
+	t.Helper()
+	var out string
+	poll(t, time.Minute, "partita ctl why "+pod+" to say "+strings.Join(want, ", "), func() (bool, string) {
+		var err error
+		out, err = partita(ctx, "ctl", "why", pod, "-n", ns)
+		if err != nil {
+			return false, out
+		}
+		for _, w := range want {
+			if !strings.Contains(out, w) {
+				return false, out
+			}
+		}
+		return true, ""
+	})
+	t.Logf("partita ctl why %s:\n%s", pod, out)
 }
 
 // TestBurstNeverOverAllocates: a burst of slices of mixed shapes, more
@@ -215,8 +251,10 @@ func TestBurstNeverOverAllocates(t *testing.T) {
 	}
 	createPods(ctx, t, pods)
 
-	// Settled: every pod bound with its claim allocated, or unschedulable.
-	var bound, waiting int
+	// Settled: every pod bound, or waiting (unschedulable, or held by the
+	// admission loop), the same three polls in a row.
+	var bound, waiting, same int
+	last := ""
 	poll(t, 3*time.Minute, "the burst to settle", func() (bool, string) {
 		list, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -228,11 +266,19 @@ func TestBurstNeverOverAllocates(t *testing.T) {
 			switch {
 			case p.Spec.NodeName != "":
 				bound++
-			case c != nil && c.Reason == corev1.PodReasonUnschedulable:
+			case c != nil && c.Reason == corev1.PodReasonUnschedulable, len(p.Spec.SchedulingGates) > 0:
 				waiting++
 			}
 		}
-		return bound+waiting == n && waiting > 0, fmt.Sprintf("%d bound, %d unschedulable of %d", bound, waiting, n)
+		now := fmt.Sprintf("%d bound, %d waiting of %d", bound, waiting, n)
+		if now == last {
+			same++
+		} else {
+			same = 0
+		}
+		last = now
+		time.Sleep(time.Second)
+		return bound+waiting == n && waiting > 0 && same >= 3, now
 	})
 	claims, err := clientset.ResourceV1().ResourceClaims(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
 	if err != nil {

@@ -465,3 +465,20 @@ func crClient(t *testing.T) client.Client {
 	}
 	return c
 }
+
+// TestPodCannotSetItsDevices: a GPU pod that sets NVIDIA_VISIBLE_DEVICES
+// itself is refused, as with the extender backend, and nothing is stored.
+func TestPodCannotSetItsDevices(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	ns := newNamespace(ctx, t)
+	p := basePod(ns, "all", "")
+	p.Annotations = map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"}
+	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}
+	_, err := clientset.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), `NVIDIA_VISIBLE_DEVICES="all" is set by Partita`) {
+		t.Fatalf("err %v, want the webhook's refusal naming NVIDIA_VISIBLE_DEVICES", err)
+	}
+	if _, err := clientset.CoreV1().Pods(ns).Get(ctx, "all", metav1.GetOptions{}); err == nil {
+		t.Error("the refused pod was stored")
+	}
+}

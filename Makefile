@@ -27,7 +27,7 @@ CHART := helm/partita
 # Benchmarks run briefly in `make test`; `make bench` runs them in full.
 BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
-.PHONY: all build image images real-node-deps cluster-bins chromium console-vendor demo test test-unit test-e2e test-real-node bench generate chart-sync verify-generated lint clean
+.PHONY: all build image images real-node-deps cluster-bins chromium console-vendor demo test test-unit test-e2e test-real-node test-real-node-dra bench generate chart-sync verify-generated lint clean
 
 all: build
 
@@ -131,6 +131,11 @@ test-e2e: build cluster-bins chromium images real-node-deps
 # Only the chart on the real node (e2e/realnode/).
 test-real-node: build cluster-bins images real-node-deps
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
+
+# The chart with gpuBackend dra on the real node: the DRA kubelet plugin,
+# CDI specs read by the real containerd (e2e/realnode/dra_test.go).
+test-real-node-dra: build cluster-bins images real-node-deps
+	PARTITA_E2E_GPU_BACKEND=dra PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
 
 bench:
 	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/ ./console/

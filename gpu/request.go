@@ -324,7 +324,9 @@ func FormatMilli(milli int64) string {
 // fix it.
 //
 // Which containers are GPU containers: those that name partita.dev/gpu-milli,
-// nvidia.com/gpu or a HAMi resource; when none does and the request is
+// nvidia.com/gpu or a HAMi resource, or (with canonical annotations, as the
+// webhook writes a pod in dra mode) use a pod claim named
+// v1alpha1.PodClaimPrefix+index; when none does and the request is
 // written as pod annotations (canonical or Run:ai), the first container.
 // Pod-level annotations apply to every GPU container.
 //
@@ -461,7 +463,7 @@ func (p *parser) parse() (*PodRequest, field.ErrorList) {
 	// The GPU containers.
 	var gpuCtrs []*containerInfo
 	for _, c := range ctrs {
-		if c.hami() || c.gpu.set() || c.milliFrom.set() {
+		if c.hami() || c.gpu.set() || c.milliFrom.set() || (podLevel && c.claim) {
 			gpuCtrs = append(gpuCtrs, c)
 		}
 	}
@@ -695,6 +697,9 @@ type containerInfo struct {
 	pctValue int64
 	cores    origin
 	coresPct int64
+	// claim is set when the container uses one of Partita's pod claims
+	// (v1alpha1.PodClaimPrefix), as the webhook writes in dra mode.
+	claim bool
 	// bad is set when a resource value was refused.
 	bad bool
 }
@@ -725,6 +730,11 @@ func (p *parser) scanContainers() []*containerInfo {
 		ci.mem, ci.memMiB = p.intResource(c, i, ResourceHAMiGPUMem, 1, MaxMemoryMiB, "MiB of GPU memory per GPU", &ci.bad)
 		ci.pct, ci.pctValue = p.intResource(c, i, ResourceHAMiGPUMemPercentage, 1, 100, "percent of each GPU's memory", &ci.bad)
 		ci.cores, ci.coresPct = p.intResource(c, i, ResourceHAMiGPUCores, 1, 100, "percent of each GPU's compute", &ci.bad)
+		for _, rc := range c.Resources.Claims {
+			if strings.HasPrefix(rc.Name, v1alpha1.PodClaimPrefix) {
+				ci.claim = true
+			}
+		}
 		out = append(out, ci)
 	}
 	return out

@@ -21,9 +21,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/helm"
 	"github.com/partita-dev/partita/internal/devcluster"
@@ -51,6 +53,8 @@ var goldenCases = map[string][]string{
 	"scheduler-default":      {"--set", "scheduler.mode=default"},
 	"mps-kill":               {"--set", "agent.isolation=mps", "--set", "agent.enforce=kill"},
 	"mps-in-agent":           {"--set", "agent.isolation=mps", "--set", "agent.mpsKeeper=false"},
+	"dra":                    {"--set", "gpuBackend=dra", "--set", "agent.isolation=mps"},
+	"dra-simulated":          {"--set", "gpuBackend=dra", "--set", "agent.simulate=8xH100-80GB", "--set", "scheduler.mode=default"},
 	"monitoring":             {"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.dashboard.enabled=true"},
 	"simulated-no-policy-cm": {"--set", "agent.simulate=8xH100-80GB", "--set", "policy.defaultConfigMap=false", "--set", "webhook.excludeNamespaces={monitoring}"},
 	"network-policy-peers": {"--set", "scheduler.mode=default", "--set", "extender.networkPolicy.schedulerFrom[0].ipBlock.cidr=10.0.0.0/24",
@@ -128,6 +132,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"a default queue's name":   "webhook.defaultQueue=Team_A",
 		"console service type":     "console.service.type=Ingress",
 		"console prometheus URL":   "console.prometheusURL=prometheus:9090",
+		"unknown GPU backend":      "gpuBackend=device-plugin",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -797,5 +802,35 @@ func TestChartRefusesOldKubernetes(t *testing.T) {
 		case !wantOK && (err == nil || !strings.Contains(string(out), "Partita needs Kubernetes 1.30 or newer (scheduling gates); this cluster runs "+version)):
 			t.Errorf("Kubernetes %s: %v, want the chart to refuse it:\n%s", version, err, out)
 		}
+	}
+}
+
+// TestChartDRA: with gpuBackend dra the chart's DeviceClass is the one
+// package dra defines, and the agent and webhook run the dra backend.
+func TestChartDRA(t *testing.T) {
+	out := render(t, "--set", "gpuBackend=dra")
+	var dc resourceapi.DeviceClass
+	if !find(t, out, "DeviceClass", dra.DeviceClassName, &dc) {
+		t.Fatalf("no DeviceClass %s", dra.DeviceClassName)
+	}
+	if diff := cmp.Diff(dra.DeviceClasses()[0].Spec, dc.Spec); diff != "" {
+		t.Errorf("DeviceClass spec (-package dra,+chart):\n%s", diff)
+	}
+	var ds appsv1.DaemonSet
+	if !find(t, out, "DaemonSet", "partita-agent", &ds) {
+		t.Fatal("no agent DaemonSet")
+	}
+	args := strings.Join(ds.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--gpu-backend=dra", "--kubelet-dir=/var/lib/kubelet", "--cdi-dir=/var/run/cdi"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("agent args %q lack %s", args, want)
+		}
+	}
+	var d appsv1.Deployment
+	if !find(t, out, "Deployment", "partita-webhook", &d) || !slices.Contains(container(t, &d, "webhook").Args, "--gpu-backend=dra") {
+		t.Error("the webhook does not run the dra backend")
+	}
+	if find(t, render(t), "DeviceClass", dra.DeviceClassName, &dc) {
+		t.Error("the extender backend renders a DeviceClass")
 	}
 }

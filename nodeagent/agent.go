@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -30,6 +31,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
+	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
 )
 
@@ -93,6 +96,19 @@ type Options struct {
 	Metrics *Metrics
 	// Recorder records events; when nil the agent records to the API server.
 	Recorder EventRecorder
+	// Slices, when set, publishes each served node's GPUs as ResourceSlices
+	// of Partita's DRA driver (dra mode, package dra) instead of the
+	// node's partita.dev/gpu-milli capacity, which the agent then removes;
+	// it also reads what pods hold through their claims.
+	Slices SlicePublisher
+}
+
+// SlicePublisher publishes a node's devices for kube-scheduler's DRA plugin:
+// dra.Publisher for a fleet, dra.Plugin (the kubelet plugin) for one real
+// node.
+type SlicePublisher interface {
+	Publish(ctx context.Context, node string, nd dra.NodeDevices) error
+	Release(ctx context.Context, node string) error
 }
 
 func (o *Options) defaults() error {
@@ -208,6 +224,11 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 	} else {
 		byObject[&corev1.Node{}] = cache.ByObject{Label: opts.NodeSelector}
 		byObject[&corev1.Pod{}] = cache.ByObject{Field: fields.OneTermNotEqualSelector("spec.nodeName", "")}
+	}
+	if opts.Slices != nil {
+		// Claims have no node to select by; the agent reads the ones its
+		// pods name.
+		byObject[&resourceapi.ResourceClaim{}] = cache.ByObject{}
 	}
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
@@ -510,8 +531,12 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 			devices[i] = d.GPUDevice
 		}
 		var bad map[types.UID]error
-		held, bad = allocationsOn(inventoryOf(name, mode, snap.Devices), pods)
+		inv := inventoryOf(name, mode, snap.Devices)
+		held, bad = allocationsOn(inv, pods)
 		st.logBadPods(log, pods, bad)
+		if a.opts.Slices != nil {
+			held = append(held, a.claimAllocationsOn(ctx, inv, pods, held)...)
+		}
 	}
 
 	used := map[sliceKey]int64{}
@@ -522,7 +547,14 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		a.applyMode(ctx, st, mode, devices, held)
 	}
 	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
-	err = errors.Join(a.publish(ctx, node, gn, st, status), a.publishCapacity(ctx, node, st, capacityMilli(devices)))
+	var offer error
+	if a.opts.Slices != nil {
+		nd := dra.NodeDevices{Devices: devices, Mode: mode, ExtenderHeld: extenderHeld(held)}
+		offer = errors.Join(a.opts.Slices.Publish(ctx, name, nd), a.withdrawCapacity(ctx, node, st))
+	} else {
+		offer = a.publishCapacity(ctx, node, st, capacityMilli(devices))
+	}
+	err = errors.Join(a.publish(ctx, node, gn, st, status), offer)
 	if err == nil && snapErr == nil {
 		a.donePending(name)
 	}
@@ -816,6 +848,69 @@ func (a *Agent) publishCapacity(ctx context.Context, node *corev1.Node, st *node
 	return nil
 }
 
+// withdrawCapacity removes the node's partita.dev/gpu-milli capacity in dra
+// mode: the devices are offered as ResourceSlices, and offering them twice
+// would let the extender's pods and the claims book them twice.
+func (a *Agent) withdrawCapacity(ctx context.Context, node *corev1.Node, st *nodeState) error {
+	a.opts.Metrics.capacityMilli.WithLabelValues(node.Name).Set(0)
+	if c, al := nodeMilli(node); c < 0 && al < 0 {
+		return nil
+	}
+	if node.ResourceVersion == st.capacityFrom && st.capacity == -1 {
+		return nil // the cache has not caught up with our last patch
+	}
+	if err := a.patchCapacity(ctx, node, nil); err != nil {
+		return err
+	}
+	logr.FromContextOrDiscard(ctx).V(2).Info("Removed node GPU capacity: its GPUs are DRA devices")
+	st.capacity, st.capacityFrom = -1, node.ResourceVersion
+	return nil
+}
+
+// extenderHeld are the indexes of the devices that pods placed by the
+// extender (allocation annotations, not claims) hold.
+func extenderHeld(held []boundPod) []int32 {
+	var out []int32
+	for _, h := range held {
+		if len(h.pod.Spec.ResourceClaims) > 0 && !hasAllocation(h.pod) {
+			continue
+		}
+		for _, c := range h.alloc.Containers {
+			for _, i := range c.DeviceIndexes {
+				if !slices.Contains(out, i) {
+					out = append(out, i)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// claimAllocationsOn reads what the pods on inv's node hold through
+// Partita's claims (dra mode), for the pods that hold nothing through
+// allocation annotations.
+func (a *Agent) claimAllocationsOn(ctx context.Context, inv *gpu.NodeInventory, pods []*corev1.Pod, annotated []boundPod) []boundPod {
+	get := func(ns, name string) (*resourceapi.ResourceClaim, bool) {
+		c := &resourceapi.ResourceClaim{}
+		if err := a.cache.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, c); err != nil {
+			return nil, false
+		}
+		return c, true
+	}
+	var out []boundPod
+	for _, p := range pods {
+		if p.Spec.NodeName != inv.Name || !holdsGPUs(p) || len(p.Spec.ResourceClaims) == 0 ||
+			slices.ContainsFunc(annotated, func(b boundPod) bool { return b.pod.UID == p.UID }) {
+			continue
+		}
+		if alloc, ok := dra.AllocationFromClaims(p, inv, get); ok {
+			out = append(out, boundPod{pod: p, alloc: alloc})
+		}
+	}
+	return out
+}
+
 // patchCapacity sets (or, with nil, removes) the node's gpu-milli capacity
 // and allocatable.
 func (a *Agent) patchCapacity(ctx context.Context, node *corev1.Node, milli *int64) error {
@@ -863,6 +958,11 @@ func (a *Agent) release(ctx context.Context, name string) error {
 		st.mps.stopAll(ctx)
 	}
 	a.opts.Metrics.clearNode(name)
+	if a.opts.Slices != nil {
+		if err := a.opts.Slices.Release(ctx, name); err != nil {
+			return err
+		}
+	}
 	if a.fleet() {
 		live := &corev1.Node{}
 		err := a.client.Get(ctx, client.ObjectKey{Name: name}, live)

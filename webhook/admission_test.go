@@ -5,6 +5,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -19,6 +20,8 @@ func TestAdmission(t *testing.T) {
 	cases := map[string]struct {
 		path string
 		opts testOptions
+		// input names the request file when it is another case's.
+		input string
 	}{
 		"mutate-partita-fraction":    {path: PathMutatePods},
 		"mutate-partita-memory":      {path: PathMutatePods},
@@ -101,13 +104,26 @@ func TestAdmission(t *testing.T) {
 		"podgroup-update-queue-foreign":          {path: PathValidatePodGroups},
 		"podgroup-update-metadata-only":          {path: PathValidatePodGroups},
 
+		// The dra GPU backend: the same requests become claims.
+		"mutate-dra-partita-fraction":  {path: PathMutatePods, input: "mutate-partita-fraction", opts: testOptions{templates: newMemTemplates(), gate: true}},
+		"mutate-dra-runai-memory":      {path: PathMutatePods, input: "mutate-runai-memory", opts: testOptions{templates: newMemTemplates()}},
+		"mutate-dra-hami-percentage":   {path: PathMutatePods, input: "mutate-hami-percentage", opts: testOptions{templates: newMemTemplates()}},
+		"mutate-dra-nvidia-whole":      {path: PathMutatePods, input: "mutate-nvidia-whole", opts: testOptions{templates: newMemTemplates()}},
+		"mutate-dra-sidecar-and-init":  {path: PathMutatePods, input: "mutate-sidecar-and-init", opts: testOptions{templates: newMemTemplates()}},
+		"deny-dra-visible-devices-all": {path: PathMutatePods, input: "deny-visible-devices-all", opts: testOptions{templates: newMemTemplates()}},
+		"validate-dra-not-mutated":     {path: PathValidatePods, input: "validate-create-not-mutated", opts: testOptions{templates: newMemTemplates()}},
+
 		"policy-valid":  {path: PathValidatePolicies},
 		"policy-broken": {path: PathValidatePolicies},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			h := newTestServer(t, tc.opts)
-			req := readCase(t, name)
+			input := name
+			if tc.input != "" {
+				input = tc.input
+			}
+			req := readCase(t, input)
 			got := outcomeOf(t, post(t, h, tc.path, req))
 			checkGolden(t, name, got)
 
@@ -123,6 +139,11 @@ func TestAdmission(t *testing.T) {
 			if v := outcomeOf(t, post(t, h, PathValidatePods, &again)); !v.Allowed {
 				t.Errorf("the validating webhook refused the mutated pod: %+v", v.Status)
 			}
+			if m := tc.opts.templates; m != nil && hasGPU(podOf(t, patched)) && len(m.byName) == 0 {
+				t.Error("the dra backend made no claim template")
+			}
 		})
 	}
 }
+
+func hasGPU(p *corev1.Pod) bool { return len(p.Spec.ResourceClaims) > 0 }

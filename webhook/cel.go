@@ -67,9 +67,15 @@ func celAsksGPU(o string) string {
 }
 
 // celIsGPUContainer: container c got partita.dev/gpu-milli from the
-// webhook (or claims it did).
+// webhook, or in dra mode one of Partita's pod claims (or claims it did).
 func celIsGPUContainer(c string) string {
-	return "(" + celStr(string(v1alpha1.ResourceGPUMilli)) + " in " + celLimits(c) + ")"
+	return "(" + celStr(string(v1alpha1.ResourceGPUMilli)) + " in " + celLimits(c) + " || " + celUsesPartitaClaim(c) + ")"
+}
+
+// celUsesPartitaClaim: container c uses one of Partita's pod claims
+// (v1alpha1.PodClaimPrefix), as the webhook writes in dra mode.
+func celUsesPartitaClaim(c string) string {
+	return "(" + c + ".?resources.?claims.orValue([]).exists(r, r.name.startsWith(" + celStr(v1alpha1.PodClaimPrefix) + ")))"
 }
 
 // celIsSystemAnnotation: annotation key k is written only by Partita.

@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -78,6 +79,18 @@ type ConfigurationOptions struct {
 	MPSDir        string
 	AdmissionGate bool
 	Trusted       Identities
+	// SideEffects of the mutating pod webhook: with the dra GPU backend it
+	// creates claim templates (NoneOnDryRun); None when empty.
+	SideEffects admissionregistrationv1.SideEffectClass
+}
+
+// MutatingSideEffects are the mutating pod webhook's side effects for a
+// GPU backend: the dra backend creates claim templates, except on dry runs.
+func MutatingSideEffects(draBackend bool) admissionregistrationv1.SideEffectClass {
+	if draBackend {
+		return admissionregistrationv1.SideEffectClassNoneOnDryRun
+	}
+	return admissionregistrationv1.SideEffectClassNone
 }
 
 // excluded is the namespaces the pod webhooks never touch: failing closed
@@ -170,7 +183,7 @@ func MutatingConfiguration(o ConfigurationOptions) *admissionregistrationv1.Muta
 		MatchPolicy:             ptr.To(admissionregistrationv1.Equivalent),
 		NamespaceSelector:       o.podNamespaceSelector(),
 		ObjectSelector:          &metav1.LabelSelector{},
-		SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+		SideEffects:             ptr.To(cmp.Or(o.SideEffects, admissionregistrationv1.SideEffectClassNone)),
 		TimeoutSeconds:          ptr.To[int32](3),
 		AdmissionReviewVersions: []string{"v1"},
 		ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),

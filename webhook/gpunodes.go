@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -11,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -23,6 +26,10 @@ type ClusterView interface {
 	// IsolationModes are the modes GPU pods may meet, sorted; their env
 	// goes into every GPU container.
 	IsolationModes() []v1alpha1.IsolationMode
+	// MemorySizesMiB are the distinct memory sizes of the healthy devices,
+	// sorted: the dra backend's claims tell a slice's share of each size
+	// (dra.Template).
+	MemorySizesMiB() []int64
 }
 
 // StaticView is a ClusterView with fixed answers: for tests, and for
@@ -32,6 +39,8 @@ type StaticView struct {
 	MemoryMiB int64
 	// Modes is IsolationModes.
 	Modes []v1alpha1.IsolationMode
+	// Sizes is MemorySizesMiB.
+	Sizes []int64
 }
 
 // ReferenceDeviceMemoryMiB implements ClusterView.
@@ -39,6 +48,9 @@ func (v StaticView) ReferenceDeviceMemoryMiB() int64 { return v.MemoryMiB }
 
 // IsolationModes implements ClusterView.
 func (v StaticView) IsolationModes() []v1alpha1.IsolationMode { return v.Modes }
+
+// MemorySizesMiB implements ClusterView.
+func (v StaticView) MemorySizesMiB() []int64 { return v.Sizes }
 
 // GPUNodeView follows the GPUNodes through an informer and keeps, per node,
 // its largest healthy device and its isolation mode; reads are lock-free.
@@ -56,6 +68,9 @@ type GPUNodeView struct {
 type nodeSummary struct {
 	maxMiB int64
 	mode   v1alpha1.IsolationMode
+	// sizes are the node's distinct healthy device sizes, as a comma
+	// list (kept comparable).
+	sizes string
 }
 
 // NewGPUNodeView returns a view that answers fallbackMiB and time-slicing
@@ -72,6 +87,9 @@ func (v *GPUNodeView) ReferenceDeviceMemoryMiB() int64 { return v.summary.Load()
 // IsolationModes implements ClusterView.
 func (v *GPUNodeView) IsolationModes() []v1alpha1.IsolationMode { return v.summary.Load().Modes }
 
+// MemorySizesMiB implements ClusterView.
+func (v *GPUNodeView) MemorySizesMiB() []int64 { return v.summary.Load().Sizes }
+
 // Set records a GPUNode.
 func (v *GPUNodeView) Set(n *v1alpha1.GPUNode) {
 	inv := gpu.InventoryFromGPUNode(n)
@@ -81,6 +99,11 @@ func (v *GPUNodeView) Set(n *v1alpha1.GPUNode) {
 			s.maxMiB = max(s.maxMiB, d.MemoryMiB)
 		}
 	}
+	var sizes []string
+	for _, m := range dra.SizesOf([]v1alpha1.GPUNode{*n}) {
+		sizes = append(sizes, strconv.FormatInt(m, 10))
+	}
+	s.sizes = strings.Join(sizes, ",")
 	v.lock.Lock()
 	defer v.lock.Unlock()
 	if old, ok := v.nodes[n.Name]; ok && old == s {
@@ -113,7 +136,13 @@ func (v *GPUNodeView) recomputeLocked() {
 	for _, n := range v.nodes {
 		s.MemoryMiB = max(s.MemoryMiB, n.maxMiB)
 		modes[n.mode] = true
+		for _, f := range strings.Split(n.sizes, ",") {
+			if m, err := strconv.ParseInt(f, 10, 64); err == nil && !slices.Contains(s.Sizes, m) {
+				s.Sizes = append(s.Sizes, m)
+			}
+		}
 	}
+	slices.Sort(s.Sizes)
 	if s.MemoryMiB == 0 {
 		s.MemoryMiB = v.fallbackMiB
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	jsonpatch5 "github.com/evanphx/json-patch/v5"
@@ -21,7 +22,9 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -32,6 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/internal/partitatest"
 	"github.com/partita-dev/partita/policy"
@@ -89,6 +93,41 @@ type testOptions struct {
 	trusted *Identities
 	// policy adds Rego modules to the default bundle.
 	policy map[string]string
+	// templates, when set, runs the dra GPU backend over it.
+	templates *memTemplates
+}
+
+// memTemplates is a TemplateStore in memory, for the dra backend's cases.
+type memTemplates struct {
+	lock    sync.Mutex
+	byName  map[string]*resourceapi.ResourceClaimTemplate
+	creates int
+}
+
+func newMemTemplates() *memTemplates {
+	return &memTemplates{byName: map[string]*resourceapi.ResourceClaimTemplate{}}
+}
+
+func (m *memTemplates) Get(_ context.Context, ns, name string) (*resourceapi.ResourceClaimTemplate, error) {
+	m.lock.Lock()
+	defer m.lock.Unlock()
+	t, ok := m.byName[ns+"/"+name]
+	if !ok {
+		return nil, apierrors.NewNotFound(resourceapi.Resource("resourceclaimtemplates"), name)
+	}
+	return t.DeepCopy(), nil
+}
+
+func (m *memTemplates) Ensure(ctx context.Context, t *resourceapi.ResourceClaimTemplate) error {
+	got, err := m.Get(ctx, t.Namespace, t.Name)
+	if apierrors.IsNotFound(err) {
+		m.lock.Lock()
+		m.byName[t.Namespace+"/"+t.Name] = t.DeepCopy()
+		m.creates++
+		m.lock.Unlock()
+		return nil
+	}
+	return sameTemplate(got, t)
 }
 
 // testObjects are the objects pods and PodGroups name: in team-a, PodGroup
@@ -130,9 +169,12 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 	if opts.requireQueue {
 		defaultQueue = ""
 	}
-	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes},
-		WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(trusted),
-		WithReferences(refs), WithDefaultQueue(defaultQueue))
+	popts := []PodOption{WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(trusted),
+		WithReferences(refs), WithDefaultQueue(defaultQueue)}
+	if opts.templates != nil {
+		popts = append(popts, WithGPUBackend(dra.BackendDRA, opts.templates))
+	}
+	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes, Sizes: []int64{23034, 81559}}, popts...)
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		t.Fatal(err)

@@ -9,9 +9,11 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/policy"
 )
@@ -50,6 +52,10 @@ type PodAdmission struct {
 	// defaultQueue is the queue of GPU pods that name none; see
 	// WithDefaultQueue.
 	defaultQueue string
+	// backend is the GPU backend and templates, in dra mode, where claim
+	// templates are created and read; see WithGPUBackend.
+	backend   dra.Backend
+	templates TemplateStore
 }
 
 // PodOption configures a PodAdmission.
@@ -134,13 +140,23 @@ func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo)
 }
 
 // canonical is pod as Partita writes it for req: ApplyCanonical, the device
-// env, and for GPU pods preemptionPolicy Never, the scheduler name and the
+// env (in dra mode the claims instead, and the templates they need), and
+// for GPU pods preemptionPolicy Never, the scheduler name and the
 // admission gate.
-func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.Pod {
-	out := gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
-	injectEnv(out, req, a.cluster.IsolationModes(), a.mpsDir)
+func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.Pod, []*resourceapi.ResourceClaimTemplate, error) {
+	var out *corev1.Pod
+	var templates []*resourceapi.ResourceClaimTemplate
+	if a.backend == dra.BackendDRA {
+		var err error
+		if out, templates, err = a.canonicalDRA(pod, req); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		out = gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
+		injectEnv(out, req, a.cluster.IsolationModes(), a.mpsDir)
+	}
 	if req == nil {
-		return out
+		return out, templates, nil
 	}
 	// kube-scheduler's own preemption must never evict for a GPU request:
 	// the extender's admission loop preempts whole gangs (DESIGN §6).
@@ -156,7 +172,7 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) *corev1.P
 	}) {
 		out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
 	}
-	return out
+	return out, templates, nil
 }
 
 // policyInput is the policy's view of one GPU pod.

@@ -66,7 +66,14 @@ func (a *PodAdmission) mutateCreate(ctx context.Context, ar *admissionv1.Admissi
 		}
 		base, req = patched, preq
 	}
-	return Result{Patch: podPatch(pod, a.canonical(base, req)), Dialect: dialectOf(req)}
+	out, templates, err := a.canonical(base, req)
+	if err != nil {
+		return Result{Err: err, Dialect: dialectOf(req)}
+	}
+	if err := a.ensureTemplates(ctx, ar.DryRun != nil && *ar.DryRun, templates); err != nil {
+		return Result{Err: err, Dialect: dialectOf(req)}
+	}
+	return Result{Patch: podPatch(pod, out), Dialect: dialectOf(req)}
 }
 
 // mutateEphemeral gives each new ephemeral container NVIDIA_VISIBLE_DEVICES

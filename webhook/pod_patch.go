@@ -12,9 +12,9 @@ import (
 )
 
 // The webhook writes only these fields of a pod: metadata.annotations and
-// labels, spec.preemptionPolicy, schedulerName, schedulingGates and volumes
-// (the MPS volume), and the env, volume mounts and resources (limits,
-// requests) of its containers, init containers and ephemeral containers. podPatch and ownedFieldsEqual look at these alone,
+// labels, spec.preemptionPolicy, schedulerName, schedulingGates, volumes
+// (the MPS volume) and resourceClaims (dra mode), and the env, volume
+// mounts and resources (limits, requests, claims) of its containers, init containers and ephemeral containers. podPatch and ownedFieldsEqual look at these alone,
 // which keeps an admission cheap; createPatch, the general diff, is their
 // reference in the tests.
 
@@ -58,6 +58,13 @@ func podPatch(before, after *corev1.Pod) []jsonpatch.Operation {
 	if !equality.Semantic.DeepEqual(before.Spec.Volumes, after.Spec.Volumes) {
 		p.list("/spec/volumes", before.Spec.Volumes == nil, toAnySlice(before.Spec.Volumes), toAnySlice(after.Spec.Volumes))
 	}
+	if !equality.Semantic.DeepEqual(before.Spec.ResourceClaims, after.Spec.ResourceClaims) {
+		if after.Spec.ResourceClaims == nil {
+			p.op("remove", "/spec/resourceClaims", nil)
+		} else {
+			p.list("/spec/resourceClaims", before.Spec.ResourceClaims == nil, toAnySlice(before.Spec.ResourceClaims), toAnySlice(after.Spec.ResourceClaims))
+		}
+	}
 	return p.ops
 }
 
@@ -68,7 +75,8 @@ func ownedFieldsEqual(a, b *corev1.Pod) bool {
 		!equality.Semantic.DeepEqual(a.Spec.PreemptionPolicy, b.Spec.PreemptionPolicy) ||
 		a.Spec.SchedulerName != b.Spec.SchedulerName ||
 		!slices.Equal(a.Spec.SchedulingGates, b.Spec.SchedulingGates) ||
-		!equality.Semantic.DeepEqual(a.Spec.Volumes, b.Spec.Volumes) {
+		!equality.Semantic.DeepEqual(a.Spec.Volumes, b.Spec.Volumes) ||
+		!equality.Semantic.DeepEqual(a.Spec.ResourceClaims, b.Spec.ResourceClaims) {
 		return false
 	}
 	same := func(x, y []corev1.Container) bool {
@@ -76,7 +84,8 @@ func ownedFieldsEqual(a, b *corev1.Pod) bool {
 			return equality.Semantic.DeepEqual(c.Env, d.Env) &&
 				equality.Semantic.DeepEqual(c.VolumeMounts, d.VolumeMounts) &&
 				equality.Semantic.DeepEqual(c.Resources.Limits, d.Resources.Limits) &&
-				equality.Semantic.DeepEqual(c.Resources.Requests, d.Resources.Requests)
+				equality.Semantic.DeepEqual(c.Resources.Requests, d.Resources.Requests) &&
+				equality.Semantic.DeepEqual(c.Resources.Claims, d.Resources.Claims)
 		})
 	}
 	return same(a.Spec.Containers, b.Spec.Containers) && same(a.Spec.InitContainers, b.Spec.InitContainers) &&
@@ -151,10 +160,12 @@ func (p *patcher) container(path string, before, after *corev1.Container) {
 	}
 	lb, la := quantities(before.Resources.Limits), quantities(after.Resources.Limits)
 	rb, ra := quantities(before.Resources.Requests), quantities(after.Resources.Requests)
-	if maps.Equal(lb, la) && maps.Equal(rb, ra) {
+	cb, ca := before.Resources.Claims, after.Resources.Claims
+	sameClaims := equality.Semantic.DeepEqual(cb, ca)
+	if maps.Equal(lb, la) && maps.Equal(rb, ra) && sameClaims {
 		return
 	}
-	if lb == nil && rb == nil && before.Resources.Claims == nil {
+	if lb == nil && rb == nil && cb == nil {
 		// The raw object may lack resources altogether: add it whole.
 		whole := map[string]any{}
 		if la != nil {
@@ -163,11 +174,21 @@ func (p *patcher) container(path string, before, after *corev1.Container) {
 		if ra != nil {
 			whole["requests"] = ra
 		}
+		if ca != nil {
+			whole["claims"] = ca
+		}
 		p.op("add", path+"/resources", whole)
 		return
 	}
 	p.stringMap(path+"/resources/limits", lb, la)
 	p.stringMap(path+"/resources/requests", rb, ra)
+	if !sameClaims {
+		if ca == nil {
+			p.op("remove", path+"/resources/claims", nil)
+		} else {
+			p.list(path+"/resources/claims", cb == nil, toAnySlice(cb), toAnySlice(ca))
+		}
+	}
 }
 
 // list patches a list by additions at its end when after extends before,

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -67,8 +68,17 @@ func (a *PodAdmission) validateCreate(ctx context.Context, ar *admissionv1.Admis
 	if err != nil {
 		return Result{Err: err}
 	}
-	want := a.canonical(pod, req)
+	want, _, err := a.canonical(pod, req)
+	if err != nil {
+		return Result{Err: err, Dialect: dialectOf(req)}
+	}
 	tolerateDrift(pod, want, req)
+	if a.backend == dra.BackendDRA {
+		tolerateClaimDrift(pod, want)
+		if err := a.checkClaimTemplates(ctx, pod, req); err != nil {
+			return Result{Err: err, Dialect: dialectOf(req)}
+		}
+	}
 	if !ownedFieldsEqual(pod, want) {
 		ops, err := diffPaths(pod, want)
 		switch {
@@ -115,11 +125,16 @@ func tolerateDrift(pod, want *corev1.Pod, req *gpu.PodRequest) {
 		for _, c := range req.Containers {
 			got := pod.Spec.Containers[c.Index].Resources
 			w := &want.Spec.Containers[c.Index].Resources
-			if q, ok := got.Limits[v1alpha1.ResourceGPUMilli]; ok {
-				w.Limits[v1alpha1.ResourceGPUMilli] = q
+			// (In dra mode want has no gpu-milli to tolerate.)
+			if q, ok := got.Limits[v1alpha1.ResourceGPUMilli]; ok && w.Limits != nil {
+				if _, want := w.Limits[v1alpha1.ResourceGPUMilli]; want {
+					w.Limits[v1alpha1.ResourceGPUMilli] = q
+				}
 			}
-			if q, ok := got.Requests[v1alpha1.ResourceGPUMilli]; ok {
-				w.Requests[v1alpha1.ResourceGPUMilli] = q
+			if q, ok := got.Requests[v1alpha1.ResourceGPUMilli]; ok && w.Requests != nil {
+				if _, want := w.Requests[v1alpha1.ResourceGPUMilli]; want {
+					w.Requests[v1alpha1.ResourceGPUMilli] = q
+				}
 			}
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -36,7 +37,7 @@ import (
 
 // unavailableText is the refusal of a GPU pod that missed the webhook.
 const unavailableText = "Partita's admission webhook is unavailable: this pod asks for GPUs but did not get Partita's canonical form " +
-	"(partita.dev/gpu-milli, the device env and the scheduling gate) from its mutating webhook, so it is refused rather than let past its queue. " +
+	"(partita.dev/gpu-milli and the device env, or with the dra GPU backend its ResourceClaims, and the scheduling gate) from its mutating webhook, so it is refused rather than let past its queue. " +
 	"Create it again in a moment; if this persists, check Partita's webhook pods and logs (docs/operations.md, \"When the webhook is down\")"
 
 // Names of the policies' CEL variables that the configuration fills in
@@ -155,10 +156,16 @@ func podPolicyCEL() PolicyCEL {
 			"(variables.isEphemeral && variables.asksGPU ? "+joinLists(ephemeralLists(), ctrList.privileged)+" : []) + "+
 			"(variables.isCreate ? variables.volumeErrors + "+joinLists(podLists(), ctrList.mountErrors)+" : []) + "+
 			"(variables.isEphemeral ? "+joinLists(ephemeralLists(), ctrList.mountErrors)+" : [])"),
+		// The canonical form of either GPU backend: partita.dev/gpu-milli
+		// with the devices env (extender), or Partita's pod claims from
+		// its claim templates (dra; the CDI spec sets the env).
 		v("stamped", fmt.Sprintf("object.spec.containers.exists(c, %s) && object.spec.containers.all(c, !%s) && "+
-			"object.spec.containers.all(c, !%s || %s.exists(e, e.name == %s && %s)) && (!variables.admissionGate || %s)",
+			"(object.spec.containers.all(c, !%s || %s.exists(e, e.name == %s && %s)) || "+
+			"object.spec.?resourceClaims.orValue([]).exists(rc, rc.name.startsWith(%s) && rc.?resourceClaimTemplateName.orValue('').startsWith(%s))) && "+
+			"(!variables.admissionGate || %s)",
 			celIsGPUContainer("c"), celAsksResource("c", celStrs(gpu.ForeignResourceNames())),
 			celIsGPUContainer("c"), celEnv("c"), celStr(EnvVisibleDevices), celAnnotationRef("e", "c", v1alpha1.AnnotationDevicesPrefix),
+			celStr(v1alpha1.PodClaimPrefix), celStr(dra.TemplatePrefix),
 			hasGate("object"))),
 		v("envErrors", "(variables.isCreate && !variables.trusted ? "+joinLists(podLists(), ctrList.envErrors)+" : []) + "+
 			"(variables.isEphemeral && !variables.trusted ? "+joinLists(ephemeralLists(), ctrList.envErrors)+" : []) + "+

@@ -63,6 +63,12 @@ const (
 	// SchedulingGateAdmission holds a pod until the admission loop admits its
 	// workload.
 	SchedulingGateAdmission = "partita.dev/admission"
+
+	// PodClaimPrefix starts the names of the pod-level resource claims
+	// (spec.resourceClaims) that the webhook writes in dra mode, one per GPU
+	// container: PodClaimPrefix + the container's index. A container that
+	// uses one is a GPU container (package dra).
+	PodClaimPrefix = "partita-gpu-"
 )
 
 // System keys: written only by Partita (the webhook refuses them from anyone

@@ -12,12 +12,14 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/version"
 	"github.com/partita-dev/partita/nodeagent"
 )
@@ -48,6 +50,9 @@ type agentFlags struct {
 	mpsDir            string
 	mpsDaemons        string
 	stateDir          string
+	gpuBackend        string
+	kubeletDir        string
+	cdiDir            string
 	verbosity         int
 }
 
@@ -97,6 +102,9 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.StringVar(&f.mpsDir, "mps-dir", "/run/partita/mps", "directory of the MPS daemons' pipe and log directories, one per device UUID (mps mode)")
 	fl.StringVar(&f.mpsDaemons, "mps-daemons", mpsDaemonsAgent, "who runs the MPS control daemons (mps mode): agent (this process starts them in their own session; they outlive it, and the next agent adopts them) or keeper (a 'partita mps-keeper' process on the node runs them; the agent hands it the devices through --state-dir)")
 	fl.StringVar(&f.stateDir, "state-dir", nodeagent.DefaultStateDir, "directory that keeps what must outlive the agent on the node: the MPS daemons it runs and the GPU faults it found (a hostPath in the chart); empty keeps nothing")
+	fl.StringVar(&f.gpuBackend, "gpu-backend", string(dra.BackendExtender), "how GPU pods are placed: extender (publish partita.dev/gpu-milli capacity) or dra (publish each GPU as a DRA device of "+dra.DriverName+" for kube-scheduler; a single-node agent also serves as the DRA kubelet plugin that prepares claims)")
+	fl.StringVar(&f.kubeletDir, "kubelet-dir", dra.DefaultKubeletDir, "the kubelet's root directory, where the DRA kubelet plugin registers (plugins_registry/) and keeps its socket (plugins/"+dra.DriverName+"/) (dra backend)")
+	fl.StringVar(&f.cdiDir, "cdi-dir", dra.DefaultCDIDir, "directory the container runtime reads CDI specs from, where the DRA kubelet plugin writes one per prepared claim (dra backend)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every published change)")
 	return cmd
 }
@@ -116,6 +124,10 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 	enforce, err := nodeagent.ParseEnforceMode(f.enforce)
 	if err != nil {
 		return fmt.Errorf("--enforce: %w", err)
+	}
+	backendKind, err := dra.ParseBackend(f.gpuBackend)
+	if err != nil {
+		return fmt.Errorf("--gpu-backend: %w", err)
 	}
 	if f.simulateUsage < 0 || f.simulateUsage > 1 {
 		return fmt.Errorf("--simulate-usage %v: want a share from 0 to 1", f.simulateUsage)
@@ -234,6 +246,27 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 	}
 	cfg.QPS, cfg.Burst = f.qps, f.burst
 	cfg.UserAgent = "partita-agent/" + version.Get()
+	if backendKind == dra.BackendDRA {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("create client: %w", err)
+		}
+		if f.simulateNodes != "" {
+			// Simulated nodes have no kubelet: their slices are published
+			// from here, and their claims are never prepared (kwok runs
+			// no container).
+			pub := dra.NewPublisher(cs)
+			defer pub.Stop()
+			opts.Slices = pub
+		} else {
+			plugin, err := dra.StartPlugin(ctx, cs, dra.PluginOptions{NodeName: f.nodeName, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir, MPSDir: f.mpsDir})
+			if err != nil {
+				return err
+			}
+			defer plugin.Stop()
+			opts.Slices = plugin
+		}
+	}
 	agent, err := nodeagent.New(cfg, opts)
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/demo"
 	"github.com/partita-dev/partita/internal/devcluster"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
@@ -19,6 +20,9 @@ type devFlags struct {
 	opts devcluster.Options
 	// mode is --mode as given; empty keeps the cluster's (host for a new one).
 	mode string
+	// gpuBackend is --gpu-backend as given; empty keeps the cluster's
+	// (extender for a new one).
+	gpuBackend string
 }
 
 func (f *devFlags) register(cmd *cobra.Command) {
@@ -51,6 +55,12 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 	if opts.Mode == "" {
 		opts.Mode = saved.Mode
 	}
+	opts.GPUBackend = saved.GPUBackend
+	if f.gpuBackend != "" {
+		if opts.GPUBackend, err = dra.ParseBackend(f.gpuBackend); err != nil {
+			return nil, fmt.Errorf("--gpu-backend: %w", err)
+		}
+	}
 	if opts.Mode == devcluster.ModeHost {
 		// kwokctl's kube-scheduler calls the host extender over mTLS with
 		// the certificates devPrepare writes; in mode chart the chart's
@@ -58,7 +68,7 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 		opts.SchedulerConfig = devSchedulerConfig()
 		opts.Prepare = devPrepare
 	}
-	if opts.HostProcesses, err = devHostProcesses(opts.Mode); err != nil {
+	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode); err != nil {
 		return nil, err
 	}
 	return devcluster.New(opts)
@@ -134,6 +144,7 @@ the native Workload API of Kubernetes 1.37:
 	addNodeFlags(cmd, f)
 	cmd.Flags().BoolVar(&f.opts.RealNode, "real-node", false, "add the real node "+realnode.NodeName+" (kubelet, containerd, kube-proxy, CoreDNS on this host; needs root)")
 	cmd.Flags().StringVar(&f.mode, "mode", "", "where Partita runs: host (processes on the host) or chart (the Helm chart on the real node); default: the cluster's, host for a new one")
+	cmd.Flags().StringVar(&f.gpuBackend, "gpu-backend", "", "how GPU pods are placed: extender (partita.dev/gpu-milli and Partita's scheduler extender) or dra (the GPUs as DRA devices of "+dra.DriverName+", placed by kube-scheduler's DRA plugin); default: the cluster's, extender for a new one")
 	cmd.Flags().StringVar(&f.opts.ImagesDir, "images-dir", "", "directory with the real node's image tarballs (default: images/ beside the partita binary, where 'make images' writes them)")
 	addClusterFlags(cmd, f)
 	return cmd

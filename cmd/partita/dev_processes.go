@@ -9,8 +9,10 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/console"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // extenderSA is the chart's ServiceAccount of the extender, which the dev
@@ -25,9 +27,15 @@ const extenderSA = devcluster.ChartRelease + "-extender"
 //
 // In mode chart the chart runs the webhook, the extender and the real
 // node's agent; the host keeps only an agent for the simulated nodes.
-func devHostProcesses(mode devcluster.Mode) ([]devcluster.HostProcess, error) {
+//
+// With the dra GPU backend the agent publishes ResourceSlices and the
+// webhook writes claims; the real node (mode host) gets an agent of its own
+// that is the node's DRA kubelet plugin, registered in the real kubelet's
+// plugin directories and writing CDI specs where its containerd reads them.
+func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool) ([]devcluster.HostProcess, error) {
 	selector := v1alpha1.LabelGPUNode + "=true"
-	if mode == devcluster.ModeChart {
+	realNodeAgent := backend == dra.BackendDRA && realNode && mode == devcluster.ModeHost
+	if mode == devcluster.ModeChart || realNodeAgent {
 		selector += "," + devcluster.SimulatedNodeSelector
 	}
 	agent := devcluster.HostProcess{
@@ -82,10 +90,35 @@ func devHostProcesses(mode devcluster.Mode) ([]devcluster.HostProcess, error) {
 		ReadyURL:       "https://127.0.0.1:{port:extender}/readyz",
 		ServiceAccount: extenderSA,
 	}
+	if backend == dra.BackendDRA {
+		agent.Args = append(agent.Args, "--gpu-backend", string(dra.BackendDRA))
+		wh.Args = append(wh.Args, "--gpu-backend", string(dra.BackendDRA))
+	}
 	if mode == devcluster.ModeChart {
 		return []devcluster.HostProcess{agent, devConsole}, nil
 	}
-	return []devcluster.HostProcess{agent, wh, ext, devConsole}, nil
+	procs := []devcluster.HostProcess{agent, wh, ext, devConsole}
+	if realNodeAgent {
+		procs = append(procs, devRealNodeAgent)
+	}
+	return procs, nil
+}
+
+// devRealNodeAgent serves the real node in dra mode (mode host): its
+// simulated GPUs as the node's pool, published by the DRA kubelet plugin it
+// registers with the node's kubelet (whose --root-dir and containerd's CDI
+// directory are under the cluster's state, realnode.Node.KubeletRootDir and
+// CDIDir), which writes each claim's CDI spec.
+var devRealNodeAgent = devcluster.HostProcess{
+	Name: "agent-" + realnode.NodeName,
+	Args: []string{"agent", "--kubeconfig", "{kubeconfig}", "--node-name", realnode.NodeName,
+		"--simulate", "{gpus}", "--gpu-backend", string(dra.BackendDRA),
+		"--kubelet-dir", "{state}/real-node/kubelet/root", "--cdi-dir", "{state}/real-node/cdi",
+		"--state-dir", "{state}/real-node/agent-state",
+		"--sync-interval", "2s", "--heartbeat-interval", "15s",
+		"--health-addr", "127.0.0.1:{port:agent-" + realnode.NodeName + "}", "--v", "2"},
+	ReadyURL:       "http://127.0.0.1:{port:agent-" + realnode.NodeName + "}/readyz",
+	ServiceAccount: devcluster.ChartRelease + "-agent",
 }
 
 // devConsole is the console of the dev cluster: `partita console` in local

@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -36,6 +37,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
@@ -47,6 +49,7 @@ const defaultPartitaNamespace = "partita-system"
 
 // webhookFlags are the flags of `partita webhook`.
 type webhookFlags struct {
+	gpuBackend      string
 	kubeconfig      string
 	addr            string
 	namespace       string
@@ -134,6 +137,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.DurationVar(&f.batchInterval, "batch-interval", policy.DefaultBatchInterval, "how long queue, namespace and policy changes gather before the policy sees them")
 	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
 	fl.IntVar(&f.burst, "kube-api-burst", 40, "the most API requests in a burst")
+	fl.StringVar(&f.gpuBackend, "gpu-backend", string(dra.BackendExtender), "how GPU pods are placed: extender (write partita.dev/gpu-milli and the device env for the scheduler extender) or dra (give each GPU container a ResourceClaim on "+dra.DriverName+" devices from a claim template the webhook creates in the pod's namespace, for kube-scheduler's DRA plugin)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every admission decision, 3 the access log)")
 	f.clientCert.register(fl)
 	return cmd
@@ -247,17 +251,30 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 
 	// Only the policy ConfigMaps of Partita's namespace are cached.
 	policySelector := labels.SelectorFromSet(labels.Set{v1alpha1.LabelPolicy: policy.PolicyLabelValue})
+	byObject := map[client.Object]cache.ByObject{
+		&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{f.namespace: {}}, Label: policySelector},
+	}
+	backend, err := dra.ParseBackend(f.gpuBackend)
+	if err != nil {
+		return fmt.Errorf("--gpu-backend: %w", err)
+	}
+	if backend == dra.BackendDRA {
+		// Only Partita's claim templates are cached.
+		byObject[&resourceapi.ResourceClaimTemplate{}] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set{dra.LabelManagedBy: dra.ManagedByPartita})}
+	}
 	mgr, err := manager.New(cfg, manager.Options{
 		Scheme:                 scheme,
 		Logger:                 log,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			&corev1.ConfigMap{}: {Namespaces: map[string]cache.Config{f.namespace: {}}, Label: policySelector},
-		}},
+		Cache:                  cache.Options{ByObject: byObject},
 	})
 	if err != nil {
 		return fmt.Errorf("create manager: %w", err)
+	}
+	var templates webhook.TemplateStore
+	if backend == dra.BackendDRA {
+		templates = webhook.ClientTemplates{Client: mgr.GetClient(), Live: mgr.GetAPIReader()}
 	}
 	view := webhook.NewGPUNodeView(f.referenceMiB, pinned)
 	refs := webhook.NewReferences(mgr.GetCache(), mgr.GetAPIReader())
@@ -332,7 +349,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 	pods := webhook.NewPodAdmission(engine, view,
 		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
 		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()),
-		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue))
+		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue), webhook.WithGPUBackend(backend, templates))
 	var registered atomic.Bool
 	ready := func() error {
 		switch {
@@ -381,6 +398,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 				Name: f.configName, Namespace: f.namespace, ExcludedNamespaces: f.excluded,
 				URL: "https://" + l.Addr().String(), CABundle: caBundle,
 				Policies: f.policies, MPSDir: f.mpsDir, AdmissionGate: f.admissionGate, Trusted: f.trusted(),
+				SideEffects: webhook.MutatingSideEffects(backend == dra.BackendDRA),
 			})
 			if err != nil {
 				return err

@@ -29,6 +29,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/devcluster"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
@@ -46,6 +47,9 @@ var (
 	skipReason string
 	// down is set once the cluster is gone.
 	down bool
+	// backend is the cluster's GPU backend: PARTITA_E2E_GPU_BACKEND
+	// (extender by default; make test-real-node-dra sets dra).
+	backend = dra.BackendExtender
 )
 
 const (
@@ -82,6 +86,10 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "e2e/realnode: read the host's state:", err)
 		return 1
 	}
+	if backend, err = dra.ParseBackend(os.Getenv("PARTITA_E2E_GPU_BACKEND")); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e/realnode: PARTITA_E2E_GPU_BACKEND:", err)
+		return 1
+	}
 	clusterName = fmt.Sprintf("rn-%d", os.Getpid())
 	opts.Name = clusterName
 	if cluster, err = devcluster.New(opts); err != nil {
@@ -90,6 +98,7 @@ func run(m *testing.M) int {
 	}
 	start := time.Now()
 	out, err := partita(context.Background(), "dev", "up", "--name", clusterName, "--real-node", "--mode", "chart",
+		"--gpu-backend", string(backend),
 		"--nodes", fmt.Sprint(simulatedNodes), "--gpus-per-node", fmt.Sprint(gpusPerNode), "--images-dir", imagesDir)
 	fmt.Fprintf(os.Stderr, "e2e/realnode: partita dev up --real-node --mode chart took %.1fs\n%s", time.Since(start).Seconds(), out)
 	if os.Getenv("PARTITA_E2E_KEEP") == "" {
@@ -185,6 +194,18 @@ func needCluster(t *testing.T) {
 	if down {
 		t.Fatal("the cluster is down already (TestRealNodeDownRestoresHost ran)")
 	}
+	draTest := strings.HasPrefix(t.Name(), "TestRealNodeDRA")
+	switch {
+	case backend == dra.BackendDRA && !draTest && !backendNeutral[strings.SplitN(t.Name(), "/", 2)[0]]:
+		t.Skip("a test of the extender backend; this run's cluster has the dra backend (PARTITA_E2E_GPU_BACKEND=dra)")
+	case backend != dra.BackendDRA && draTest:
+		t.Skip("a test of the dra backend: run with PARTITA_E2E_GPU_BACKEND=dra (make test-real-node-dra)")
+	}
+}
+
+// backendNeutral are the tests that hold with either GPU backend.
+var backendNeutral = map[string]bool{
+	"TestRealNodeJoined": true, "TestRealNodeNoGPUPodSeesVoid": true, "TestRealNodeDownRestoresHost": true,
 }
 
 // testContext returns a context that ends with the test or after d.

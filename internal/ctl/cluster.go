@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -30,6 +31,10 @@ type Cluster struct {
 	PodGroups []v1alpha1.PodGroup
 	// Events are the events of the namespaces read.
 	Events []corev1.Event
+	// ResourceClaims are every ResourceClaim (read with GPUNodes): with the
+	// dra GPU backend, what pods hold and why kube-scheduler cannot place
+	// one. Empty when the reader may not list them.
+	ResourceClaims []resourceapi.ResourceClaim
 	// Ledger, when set, is gpu.BuildLedger(GPUNodes, Pods), built once by
 	// a caller that asks many questions of the same objects (the console
 	// answers why for every waiting workload of one snapshot). The views
@@ -75,6 +80,13 @@ func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
 			return nil, listError("Nodes", err)
 		}
 		c.Nodes = nodes.Items
+		var claims resourceapi.ResourceClaimList
+		// Claims matter only with the dra backend; a cluster without
+		// resource.k8s.io or a reader who may not list them does without.
+		if err := r.List(ctx, &claims); err != nil && !apierrors.IsForbidden(err) && !meta.IsNoMatchError(err) {
+			return nil, listError("ResourceClaims", err)
+		}
+		c.ResourceClaims = claims.Items
 	}
 	if what.Queues {
 		var qs v1alpha1.QueueList

@@ -145,7 +145,10 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	w.gang()
 	w.queue()
 	w.events()
-	if req != nil {
+	switch {
+	case req != nil && usesPartitaClaims(pod):
+		w.claimFit()
+	case req != nil:
 		w.fit()
 	}
 	r.Findings = w.findings
@@ -246,6 +249,11 @@ func (w *why) bound() string {
 	}
 	if p.Spec.NodeName == "" {
 		return ""
+	}
+	if usesPartitaClaims(p) {
+		where := fmt.Sprintf("bound to %s, its claims hold %s (phase %s)", p.Spec.NodeName, describeShares(w.claimsOf()), orPending(p.Status.Phase))
+		w.add(CheckBound, StatusOK, nil, "%s", where)
+		return "it is " + where
 	}
 	var inv *gpu.NodeInventory
 	if n, ok := w.ledger.Node(p.Spec.NodeName); ok {

@@ -24,21 +24,30 @@ import (
 func (c *Cluster) ChartValues() map[string]any {
 	onNode := map[string]any{"kubernetes.io/hostname": realnode.NodeName}
 	repo, tag, _ := strings.Cut(realnode.ImagePartita.Ref, ":")
+	agent := map[string]any{
+		"simulate":     fmt.Sprintf("%dx%s", c.opts.GPUsPerNode, c.opts.GPUModel),
+		"nodeSelector": map[string]any{"partita.dev/gpu-node": "true", "kubernetes.io/hostname": realnode.NodeName},
+		"logLevel":     2,
+		// The host's agent of the simulated nodes writes them with a
+		// token bound to no node; the chart's agent pod, whose token
+		// names real-node-0, still writes only that node.
+		"simulatedFleet": true,
+	}
+	if c.DRA() {
+		// The real node's kubelet and containerd keep their directories
+		// under the cluster's (dev down removes them).
+		n := c.RealNode()
+		agent["kubeletDir"] = n.KubeletRootDir()
+		agent["cdiDir"] = n.CDIDir()
+	}
 	return map[string]any{
-		"image":   map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
-		"webhook": map[string]any{"nodeSelector": onNode, "logLevel": 2},
+		"gpuBackend": string(c.Backend()),
+		"image":      map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
+		"webhook":    map[string]any{"nodeSelector": onNode, "logLevel": 2},
 		"extender": map[string]any{"nodeSelector": onNode, "logLevel": 2,
 			"admission": map[string]any{"preemptMinRuntime": "5s"}},
 		"scheduler": map[string]any{"nodeSelector": onNode},
-		"agent": map[string]any{
-			"simulate":     fmt.Sprintf("%dx%s", c.opts.GPUsPerNode, c.opts.GPUModel),
-			"nodeSelector": map[string]any{"partita.dev/gpu-node": "true", "kubernetes.io/hostname": realnode.NodeName},
-			"logLevel":     2,
-			// The host's agent of the simulated nodes writes them with a
-			// token bound to no node; the chart's agent pod, whose token
-			// names real-node-0, still writes only that node.
-			"simulatedFleet": true,
-		},
+		"agent":     agent,
 	}
 }
 

@@ -20,7 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
@@ -83,6 +85,11 @@ type Options struct {
 	// kube-controller-manager and kube-scheduler when the cluster is
 	// created (kwokctl --kube-feature-gates and --kube-runtime-config).
 	FeatureGates, RuntimeConfig string
+	// GPUBackend is how GPU pods are placed (dra.BackendExtender when
+	// empty): with dra.BackendDRA the cluster gets Partita's DeviceClass,
+	// the chart's RBAC for the DRA driver, and the chart (mode chart)
+	// gpuBackend dra.
+	GPUBackend dra.Backend
 	// Out receives progress lines meant for a person.
 	Out io.Writer
 }
@@ -345,6 +352,12 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if err := InstallCRDs(ctx, cfg); err != nil {
 		return err
 	}
+	// In mode chart the chart renders the DeviceClass.
+	if c.DRA() && c.opts.Mode != ModeChart {
+		if err := ensureDeviceClasses(ctx, cfg); err != nil {
+			return err
+		}
+	}
 	// In mode chart the chart creates the default queue (helm would refuse
 	// to adopt one made here).
 	if c.opts.Mode != ModeChart {
@@ -399,9 +412,36 @@ func (c *Cluster) Up(ctx context.Context) error {
 	if c.opts.RealNode {
 		extra = " and the real node " + realnode.NodeName
 	}
-	c.printf("Cluster %q is up with %d simulated GPU nodes (%d x %s each)%s, Partita in mode %s, in %.1fs",
-		c.opts.Name, c.opts.Nodes, c.opts.GPUsPerNode, c.opts.GPUModel, extra, c.opts.Mode, time.Since(start).Seconds())
+	c.printf("Cluster %q is up with %d simulated GPU nodes (%d x %s each)%s, Partita in mode %s with the %s GPU backend, in %.1fs",
+		c.opts.Name, c.opts.Nodes, c.opts.GPUsPerNode, c.opts.GPUModel, extra, c.opts.Mode, c.Backend(), time.Since(start).Seconds())
 	c.printf("Kubeconfig: %s", c.KubeconfigPath())
+	return nil
+}
+
+// Backend is the cluster's GPU backend.
+func (c *Cluster) Backend() dra.Backend {
+	if c.opts.GPUBackend == "" {
+		return dra.BackendExtender
+	}
+	return c.opts.GPUBackend
+}
+
+// DRA reports whether the cluster's GPUs are DRA devices.
+func (c *Cluster) DRA() bool { return c.Backend() == dra.BackendDRA }
+
+// ensureDeviceClasses applies Partita's DeviceClasses.
+func ensureDeviceClasses(ctx context.Context, cfg *rest.Config) error {
+	var manifest []byte
+	for _, dc := range dra.DeviceClasses() {
+		b, err := yaml.Marshal(dc)
+		if err != nil {
+			return fmt.Errorf("encode DeviceClass: %w", err)
+		}
+		manifest = append(append(manifest, "---\n"...), b...)
+	}
+	if err := Apply(ctx, cfg, manifest); err != nil {
+		return fmt.Errorf("apply Partita's DeviceClasses: %w", err)
+	}
 	return nil
 }
 

@@ -23,8 +23,9 @@ type HostProcess struct {
 	Name string
 	// Args are the partita arguments. Placeholders: {kubeconfig} (the
 	// ServiceAccount's kubeconfig, or the admin's without one), {dir} (kwokctl's cluster directory), {state} (Partita's
-	// state directory for the cluster) and {port:NAME} (a loopback port chosen
-	// once per cluster and name, stable across restarts).
+	// state directory for the cluster), {gpus} (the simulated devices of a
+	// node, "8xH100-80GB") and {port:NAME} (a loopback port chosen once per
+	// cluster and name, stable across restarts).
 	Args []string
 	// ReadyURL, when set, is polled (plain HTTP or HTTPS without verification)
 	// until it answers 200. It takes the same placeholders.

@@ -77,7 +77,8 @@ func (c *Cluster) expand(s string) (string, error) {
 			return strconv.Itoa(ports[portPlaceholder.FindStringSubmatch(m)[1]])
 		})
 	}
-	return strings.NewReplacer("{kubeconfig}", c.KubeconfigPath(), "{dir}", c.Dir(), "{state}", c.stateDir()).Replace(s), nil
+	return strings.NewReplacer("{kubeconfig}", c.KubeconfigPath(), "{dir}", c.Dir(), "{state}", c.stateDir(),
+		"{gpus}", fmt.Sprintf("%dx%s", c.opts.GPUsPerNode, c.opts.GPUModel)).Replace(s), nil
 }
 
 // Port returns the cluster's loopback port of the given name (see ports).

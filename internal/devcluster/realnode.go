@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
@@ -30,8 +31,9 @@ const (
 // Settings are what a cluster was created with and keeps: `up` without
 // --real-node or --mode keeps them.
 type Settings struct {
-	RealNode bool `json:"realNode"`
-	Mode     Mode `json:"mode"`
+	RealNode   bool        `json:"realNode"`
+	Mode       Mode        `json:"mode"`
+	GPUBackend dra.Backend `json:"gpuBackend,omitempty"`
 }
 
 func (c *Cluster) settingsPath() string { return filepath.Join(c.stateDir(), "settings.json") }
@@ -41,10 +43,13 @@ func (c *Cluster) settingsPath() string { return filepath.Join(c.stateDir(), "se
 func (c *Cluster) SavedSettings() (s Settings, ok bool) {
 	b, err := os.ReadFile(c.settingsPath())
 	if err != nil || json.Unmarshal(b, &s) != nil {
-		return Settings{Mode: ModeHost}, false
+		return Settings{Mode: ModeHost, GPUBackend: dra.BackendExtender}, false
 	}
 	if s.Mode == "" {
 		s.Mode = ModeHost
+	}
+	if s.GPUBackend == "" {
+		s.GPUBackend = dra.BackendExtender
 	}
 	return s, true
 }
@@ -53,7 +58,7 @@ func (c *Cluster) saveSettings() error {
 	if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
 		return err
 	}
-	b, err := json.Marshal(Settings{RealNode: c.opts.RealNode, Mode: c.opts.Mode})
+	b, err := json.Marshal(Settings{RealNode: c.opts.RealNode, Mode: c.opts.Mode, GPUBackend: c.Backend()})
 	if err != nil {
 		return err
 	}
@@ -71,6 +76,10 @@ func (c *Cluster) checkSettings() error {
 	if saved.Mode != c.opts.Mode {
 		return fmt.Errorf("cluster %q runs Partita in mode %s, not %s: the mode is chosen when a cluster is created; run 'partita dev down --name %s' first",
 			c.opts.Name, saved.Mode, c.opts.Mode, c.opts.Name)
+	}
+	if saved.GPUBackend != c.Backend() {
+		return fmt.Errorf("cluster %q runs the %s GPU backend, not %s: the backend is chosen when a cluster is created; run 'partita dev down --name %s' first (docs/design.md says how a real cluster migrates without evicting work)",
+			c.opts.Name, saved.GPUBackend, c.Backend(), c.opts.Name)
 	}
 	if saved.RealNode && !c.opts.RealNode {
 		return fmt.Errorf("cluster %q has a real node (%s); it stays until 'partita dev down --name %s'", c.opts.Name, realnode.NodeName, c.opts.Name)

@@ -17,6 +17,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/helm"
 	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
@@ -70,7 +71,7 @@ func TestSettingsAreKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, ok := c.SavedSettings()
-	if diff := cmp.Diff(Settings{RealNode: true, Mode: ModeChart}, got); !ok || diff != "" {
+	if diff := cmp.Diff(Settings{RealNode: true, Mode: ModeChart, GPUBackend: dra.BackendExtender}, got); !ok || diff != "" {
 		t.Errorf("saved settings (-want,+got):\n%s", diff)
 	}
 	cases := map[string]struct {
@@ -81,6 +82,9 @@ func TestSettingsAreKept(t *testing.T) {
 		"add a node":   {saved: Options{Mode: ModeHost}, asked: Options{RealNode: true, Mode: ModeHost}},
 		"other mode":   {saved: Options{RealNode: true, Mode: ModeChart}, asked: Options{RealNode: true, Mode: ModeHost}, wantErr: `runs Partita in mode chart, not host: the mode is chosen when a cluster is created; run 'partita dev down --name kept' first`},
 		"no real node": {saved: Options{RealNode: true, Mode: ModeHost}, asked: Options{Mode: ModeHost}, wantErr: "has a real node (real-node-0); it stays until 'partita dev down --name kept'"},
+		"other backend": {saved: Options{Mode: ModeHost}, asked: Options{Mode: ModeHost, GPUBackend: dra.BackendDRA},
+			wantErr: "runs the extender GPU backend, not dra: the backend is chosen when a cluster is created"},
+		"same backend": {saved: Options{Mode: ModeHost, GPUBackend: dra.BackendDRA}, asked: Options{Mode: ModeHost, GPUBackend: dra.BackendDRA}},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

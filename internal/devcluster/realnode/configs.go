@@ -37,7 +37,7 @@ var identities = map[string]pkix.Name{
 
 // writeFiles writes the node's configuration and client certificates.
 func (n *Node) writeFiles() error {
-	for _, d := range []string{"pki", "pids", "containerd", "cni/net.d", "cni/ipam", "kubelet/root", "kubelet/pki", "pod-logs"} {
+	for _, d := range []string{"pki", "pids", "containerd", "cni/net.d", "cni/ipam", "kubelet/root", "kubelet/pki", "pod-logs", "cdi"} {
 		if err := os.MkdirAll(n.path(d), 0o755); err != nil {
 			return fmt.Errorf("create %s: %w", n.path(d), err)
 		}
@@ -145,8 +145,9 @@ func tomlString(s string) string {
 }
 
 // containerdConfig is containerd's configuration: everything under the
-// node's directory (sockets under RunDir), the CRI plugin with the CNI
-// bridge, the local pause image pinned, and no host configuration
+// node's directory (sockets under RunDir), CDI specs from the node's own
+// directory (CDIDir, where the DRA kubelet plugin writes; nothing of the
+// host's /etc/cdi or /var/run/cdi), the CRI plugin with the CNI bridge, the local pause image pinned, and no host configuration
 // imported. restrict_oom_score_adj: without CAP_SYS_RESOURCE (VMs, nested
 // containers) runc cannot lower a container's OOM score below
 // containerd's own.
@@ -180,7 +181,7 @@ imports = []
   [plugins.'io.containerd.cri.v1.runtime']
     restrict_oom_score_adj = true
     netns_mounts_under_state_dir = true
-    cdi_spec_dirs = []
+    cdi_spec_dirs = [%s]
     [plugins.'io.containerd.cri.v1.runtime'.cni]
       bin_dirs = [%s]
       conf_dir = %s
@@ -191,8 +192,16 @@ imports = []
     disable = true
 `, q(n.path("containerd", "root")), q(n.path("containerd", "state")),
 		q(n.containerdSocket()), q(n.containerdSocket()+".ttrpc"),
-		q(ImagePause.Ref), q(dir), q(n.path("cni", "net.d")), q(n.path("containerd", "runc")))), nil
+		q(ImagePause.Ref), q(n.CDIDir()), q(dir), q(n.path("cni", "net.d")), q(n.path("containerd", "runc")))), nil
 }
+
+// CDIDir is the directory containerd reads CDI specs from: the node's own,
+// which dev down removes with the rest.
+func (n *Node) CDIDir() string { return n.path("cdi") }
+
+// KubeletRootDir is kubelet's --root-dir, under which DRA kubelet plugins
+// register (plugins_registry/) and keep their sockets (plugins/).
+func (n *Node) KubeletRootDir() string { return n.path("kubelet", "root") }
 
 // cniConfig is the node's network: a bridge with host-local addresses from
 // PodCIDR, masquerade for traffic that leaves it, hairpin so that a pod

@@ -286,6 +286,7 @@ func TestContainerdConfig(t *testing.T) {
 		"address = '" + n.containerdSocket() + ".ttrpc'",
 		"sandbox = '" + ImagePause.Ref + "'",
 		"restrict_oom_score_adj = true",
+		"cdi_spec_dirs = ['" + n.CDIDir() + "']",
 		"netns_mounts_under_state_dir = true",
 		"conf_dir = '" + n.path("cni", "net.d") + "'",
 		"root = '" + n.path("containerd", "root") + "'",

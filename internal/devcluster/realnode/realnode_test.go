@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -426,16 +427,11 @@ func TestStartedComponentIsRunningAtOnce(t *testing.T) {
 	n := New(Config{Dir: dir, LogsDir: filepath.Join(dir, "logs")})
 	// Busy CPUs, as in make test, widen the window: the child is often
 	// descheduled in the middle of its exec.
-	stop := make(chan struct{})
-	defer close(stop)
+	var stop atomic.Bool
+	defer stop.Store(true)
 	for range 2 * runtime.NumCPU() {
 		go func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stop.Load() { //nolint:revive // spinning is the point
 			}
 		}()
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -48,6 +49,21 @@ func policyAuthorClient(ctx context.Context, t *testing.T) kubernetes.Interface 
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The API server's RBAC authorizer reads roles from its informers: a
+	// binding just created may not be in force yet.
+	eventually(ctx, t, 15*time.Second, func() error {
+		r, err := cs.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: partitaNamespace, Verb: "create", Resource: "configmaps"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		if !r.Status.Allowed {
+			return fmt.Errorf("%s may not create ConfigMaps in %s yet: %s", policyAuthor, partitaNamespace, r.Status.Reason)
+		}
+		return nil
+	})
 	return cs
 }
 

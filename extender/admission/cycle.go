@@ -254,7 +254,9 @@ type cycle struct {
 	rooms     []*room
 	roomOf    map[*Workload]*room
 	roomNotes map[string]string
-	roomsFree bool
+	// notedWaits are wait messages joined with their room notes.
+	notedWaits map[[2]string]string
+	roomsFree  bool
 	// lifted are the rooms open to the workload being tried (lift), and
 	// liftOpen whether their devices are unwithheld now (openLifted).
 	lifted        []*room
@@ -628,7 +630,20 @@ func (c *cycle) wait(w *Workload, reason, msg string) {
 		q.waiting++
 	}
 	if reason == v1alpha1.ReasonWaitingForCapacity && len(c.rooms) > 0 {
-		msg += c.roomNote(w)
+		if note := c.roomNote(w); note != "" {
+			// Thousands of workloads wait with the same message and note:
+			// join each pair once.
+			k := [2]string{msg, note}
+			full, ok := c.notedWaits[k]
+			if !ok {
+				full = msg + note
+				if c.notedWaits == nil {
+					c.notedWaits = map[[2]string]string{}
+				}
+				c.notedWaits[k] = full
+			}
+			msg = full
+		}
 	}
 	c.waiting = append(c.waiting, Wait{Workload: w, Reason: reason, Message: msg})
 }

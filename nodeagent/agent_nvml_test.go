@@ -3,6 +3,7 @@
 package nodeagent
 
 import (
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -44,11 +45,15 @@ func TestAgentOnNVML(t *testing.T) {
 	waitFor(t, "8 GPUs of capacity", func() (bool, error) { return milliOf(t, c, "dgx") == "8000/8000", nil })
 
 	m.events <- nvml.EventData{Device: m.server.Devices[5], EventType: nvml.EventTypeXidCriticalError, EventData: 79}
-	waitFor(t, "device 5 out of the capacity", func() (bool, error) { return milliOf(t, c, "dgx") == "7000/7000", nil })
-	gn, err := gpuNode(t, c, "dgx")
-	if err != nil {
-		t.Fatal(err)
-	}
+	var gn *v1alpha1.GPUNode
+	// The capacity is set before the GPUNode is published: wait for both.
+	waitFor(t, "device 5 out of the capacity and the GPUNode", func() (bool, error) {
+		var err error
+		if gn, err = gpuNode(t, c, "dgx"); err != nil {
+			return false, err
+		}
+		return milliOf(t, c, "dgx") == "7000/7000" && gn.Status.HealthyDevices == 7, fmt.Errorf("capacity %s, %d healthy devices", milliOf(t, c, "dgx"), gn.Status.HealthyDevices)
+	})
 	if d := gn.Status.Devices[5]; d.Health != v1alpha1.DeviceUnhealthy || !strings.Contains(d.HealthReason, "XID 79") || gn.Status.HealthyDevices != 7 {
 		t.Errorf("device 5 = %s (%q), healthy devices %d; want Unhealthy for XID 79 and 7 healthy", d.Health, d.HealthReason, gn.Status.HealthyDevices)
 	}
@@ -97,7 +102,15 @@ func TestAgentKeepsBrokenDevicesAcrossRestarts(t *testing.T) {
 	// is still out.
 	m.broken.Store(true)
 	rec, _ := start()
-	waitFor(t, "devices 3 and 5 out of the capacity", func() (bool, error) { return milliOf(t, c, "dgx") == "6000/6000", nil })
+	// The agent sets the node's capacity before it publishes the GPUNode:
+	// wait for both.
+	waitFor(t, "devices 3 and 5 out of the capacity and unhealthy in the GPUNode", func() (bool, error) {
+		if got := milliOf(t, c, "dgx"); got != "6000/6000" {
+			return false, fmt.Errorf("capacity %s", got)
+		}
+		return device(3).Health == v1alpha1.DeviceUnhealthy && device(5).Health == v1alpha1.DeviceUnhealthy,
+			fmt.Errorf("device 3 %s, device 5 %s", device(3).Health, device(5).Health)
+	})
 	if d := device(3); d.UUID != m.device(3).UUID || d.Health != v1alpha1.DeviceUnhealthy || !strings.Contains(d.HealthReason, "NVML cannot open device 3") {
 		t.Errorf("device 3 = %+v, want its old UUID %s, Unhealthy because NVML cannot open it", d, m.device(3).UUID)
 	}

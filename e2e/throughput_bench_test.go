@@ -2,9 +2,14 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
+	"io"
 	"maps"
+	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -25,6 +30,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/devcluster"
 	"github.com/partita-dev/partita/internal/envtestutil"
 )
 
@@ -107,6 +113,7 @@ func TestPodThroughput(t *testing.T) {
 		writes   map[string]int
 		cpu      string
 		extender string
+		reviews  string
 	}
 	phases := []*phase{{name: "plain"}, {name: "half-GPU"}, {name: "gang 8×1 GPU"}}
 	for i := range n {
@@ -122,6 +129,7 @@ func TestPodThroughput(t *testing.T) {
 		label := ph.pods[0].Labels["e2e.partita.dev/phase"]
 		selector := "e2e.partita.dev/phase=" + label
 		counter := countWrites(ctx, t, cs, wc, ns, selector)
+		reviewsBefore := webhookReviews(ctx, t, bc)
 		cpuBefore := componentCPU(bc.Dir())
 		begin := time.Now()
 		for g := range ph.groups {
@@ -141,12 +149,14 @@ func TestPodThroughput(t *testing.T) {
 		waitAllRunning(ctx, t, cs, ns, selector, n, 5*time.Minute)
 		time.Sleep(3 * time.Second)
 		ph.writes = counter.stop()
+		ph.reviews = reviewsSince(webhookReviews(ctx, t, bc), reviewsBefore, n)
 		ph.extender = extenderCounts(ctx, bc)
 		t.Logf("%s: %d pods created in %s (%.1f pods/s); all bound %s after the first create: %.1f pods/s",
 			ph.name, n, ph.created.Round(time.Millisecond), float64(n)/ph.created.Seconds(), ph.bound.Round(time.Millisecond), ph.rate)
 		t.Logf("%s: CPU used until the last bind: %s", ph.name, ph.cpu)
 		t.Logf("%s: API writes per pod: %s", ph.name, formatWrites(ph.writes, n))
 		t.Logf("%s: extender so far: %s", ph.name, ph.extender)
+		t.Logf("%s: webhook calls per pod: %s", ph.name, ph.reviews)
 		deletePhase(ctx, t, cs, ns, label)
 		for g := range ph.groups {
 			_ = c.Delete(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%03d", g), Namespace: ns}})
@@ -164,7 +174,82 @@ func TestPodThroughput(t *testing.T) {
 		heldCreated.Seconds()/half.created.Seconds(), plain.created.Round(time.Millisecond), float64(n)/plain.created.Seconds())
 	for _, ph := range phases {
 		t.Logf("RESULT writes per pod, %s: %s", ph.name, formatWrites(ph.writes, n))
+		t.Logf("RESULT webhook calls per pod, %s: %s", ph.name, ph.reviews)
 	}
+}
+
+// webhookReviews reads the dev cluster's webhook's request counters, by
+// webhook and operation.
+func webhookReviews(ctx context.Context, t *testing.T, c *devcluster.Cluster) map[string]float64 {
+	t.Helper()
+	port, err := c.Port("webhook")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(filepath.Join(c.Dir(), "partita", "webhook-certs", "ca.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(ca)
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("read the webhook's metrics: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// partita_webhook_admission_requests_total{operation="CREATE",result="allowed",webhook="mutate-pods"} 12
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		rest, ok := strings.CutPrefix(line, "partita_webhook_admission_requests_total{")
+		if !ok {
+			continue
+		}
+		labels, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		var op, wh string
+		for _, kv := range strings.Split(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			switch k {
+			case "operation":
+				op = strings.Trim(val, `"`)
+			case "webhook":
+				wh = strings.Trim(val, `"`)
+			}
+		}
+		out[wh+" "+op] += v
+	}
+	return out
+}
+
+// reviewsSince is the webhook calls per pod since before, by webhook and
+// operation.
+func reviewsSince(now, before map[string]float64, pods int) string {
+	total := 0.0
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(now)) {
+		d := now[k] - before[k]
+		if d == 0 {
+			continue
+		}
+		total += d
+		parts = append(parts, fmt.Sprintf("%s %.2f", k, d/float64(pods)))
+	}
+	return fmt.Sprintf("%.2f (%s)", total/float64(pods), strings.Join(parts, ", "))
 }
 
 func envInt(t *testing.T, name string, def int) int {
@@ -444,7 +529,9 @@ func formatWrites(m map[string]int, pods int) string {
 		total += v
 		kinds = append(kinds, k)
 	}
-	sort.Slice(kinds, func(i, j int) bool { return m[kinds[i]] > m[kinds[j]] || m[kinds[i]] == m[kinds[j]] && kinds[i] < kinds[j] })
+	sort.Slice(kinds, func(i, j int) bool {
+		return m[kinds[i]] > m[kinds[j]] || m[kinds[i]] == m[kinds[j]] && kinds[i] < kinds[j]
+	})
 	parts := make([]string, 0, len(kinds))
 	for _, k := range kinds {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/float64(pods)))

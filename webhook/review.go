@@ -77,14 +77,15 @@ type podOrBinding struct {
 }
 
 // decodePodReview reads a review of the pod webhooks in one pass. A body it
-// cannot read that way (an object that is not a pod, or malformed) is
-// read by decodeReview, so that errors and refusals are those of the
-// generic path.
+// cannot read that way (an object that is not a pod, malformed, or with
+// keys the types do not have) is read by decodeReview, so that errors and
+// refusals are those of the generic path.
 func decodePodReview(body []byte) (*admissionv1.AdmissionReview, error) {
 	var in podReviewIn
-	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(body, &in); err != nil || in.Request == nil || in.Request.UID == "" {
-		// (encoding/json matches the envelope's keys without regard to
-		// case; a review this path reads differently goes there too.)
+	// A key this build does not know, or knows in another case (which
+	// encoding/json would match), sends the body down the generic path.
+	strict, err := sigsjson.UnmarshalStrict(body, &in, sigsjson.DisallowUnknownFields)
+	if err != nil || len(strict) > 0 || in.Request == nil {
 		return decodeReview(body)
 	}
 	if in.APIVersion != admissionv1.SchemeGroupVersion.String() || in.Kind != "AdmissionReview" {

@@ -407,6 +407,9 @@ func countWrites(ctx context.Context, t *testing.T, cs kubernetes.Interface, wc 
 		w.watchers = append(w.watchers, wi)
 		w.wg.Go(func() {
 			for ev := range wi.ResultChan() {
+				if w.stopped.Load() {
+					continue
+				}
 				if ev.Type == watch.Error {
 					t.Errorf("watch %s: %v", what, apierrors.FromObject(ev.Object))
 					continue

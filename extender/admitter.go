@@ -483,6 +483,12 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		}
 		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)
 	}
+	// The pod as the API server wrote it goes into the cache at once: until
+	// the informer brings it, the next cycles would see the member pending
+	// and place it again, and a placement that finds the pod's devices
+	// already taken (by its own bind) would fail for every pod of its shape.
+	pod.ManagedFields = nil
+	a.cache.UpsertPod(pod)
 	return nil
 }
 

@@ -321,3 +321,57 @@ func TestAdmitterTellsOnlyPodsThatWaited(t *testing.T) {
 		t.Errorf("told pods %v after the admission, want none", a.toldPods)
 	}
 }
+
+// TestAdmitterSeesItsOwnReleases: the loop's cache has the pods it
+// released as the API server wrote them, before any informer brings them:
+// the next cycle neither places them again nor, when one of them is bound
+// meanwhile (the ledger holds its devices), tells the pods of its shape
+// that there is no room.
+func TestAdmitterSeesItsOwnReleases(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	queue := pt.MakeQueue("a").Obj()
+	half := func(name string, at time.Time) *corev1.Pod {
+		return fractionPod(name, "0.5", "500").Queue("a").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(at).Obj()
+	}
+	first := []*corev1.Pod{half("a", clk.Now()), half("b", clk.Now()), half("c", clk.Now())}
+	late := half("d", clk.Now().Add(time.Second))
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(first[0], first[1], first[2], late, queue).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	rec := events.NewFakeRecorder(20)
+	a := NewAdmitter(ledger, c, nil, rec, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n1").Obj())
+	cache.UpsertQueue(queue)
+	for _, p := range first {
+		cache.UpsertPod(p)
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The extender binds a on the device the loop did not pick for it;
+	// no informer has told the loop's cache anything yet.
+	ledger.UpsertPod(bound(t, fractionPod("a", "0.5", "500").Queue("a"), "n1", 1))
+	cache.UpsertPod(late)
+	clk.Step(time.Second)
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(late), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.SchedulingGates) != 0 {
+		t.Errorf("the late pod is still gated; the loop said: %q", a.told[admission.WorkloadKey{Namespace: "ns", Pod: "d"}])
+	}
+	for {
+		select {
+		case e := <-rec.Events:
+			t.Errorf("event %q; want none (every pod fits at once)", e)
+			continue
+		default:
+		}
+		break
+	}
+}

@@ -124,6 +124,8 @@ func TestPodThroughput(t *testing.T) {
 		cpu      string
 		extender string
 		reviews  string
+		// apiWebhook is the API server's time in webhook calls.
+		apiWebhook string
 	}
 	phases := []*phase{{name: "plain"}, {name: "half-GPU"}, {name: "gang 8×1 GPU"}}
 	for i := range n {
@@ -140,6 +142,7 @@ func TestPodThroughput(t *testing.T) {
 		selector := "e2e.partita.dev/phase=" + label
 		counter := countWrites(ctx, t, cs, wc, ns, selector)
 		reviewsBefore := webhookReviews(ctx, t, bc)
+		apiBefore := apiserverWebhookTimes(ctx, cs)
 		cpuBefore := componentCPU(bc.Dir())
 		begin := time.Now()
 		for g := range ph.groups {
@@ -165,6 +168,7 @@ func TestPodThroughput(t *testing.T) {
 			}
 		}
 		ph.reviews = reviewsSince(webhookReviews(ctx, t, bc), reviewsBefore, n)
+		ph.apiWebhook = webhookTimesSince(apiserverWebhookTimes(ctx, cs), apiBefore)
 		ph.extender = extenderCounts(ctx, bc)
 		t.Logf("%s: %d pods created in %s (%.1f pods/s); all bound %s after the first create: %.1f pods/s",
 			ph.name, n, ph.created.Round(time.Millisecond), float64(n)/ph.created.Seconds(), ph.bound.Round(time.Millisecond), ph.rate)
@@ -172,6 +176,7 @@ func TestPodThroughput(t *testing.T) {
 		t.Logf("%s: API writes per pod: %s", ph.name, formatWrites(ph.writes, n))
 		t.Logf("%s: extender so far: %s", ph.name, ph.extender)
 		t.Logf("%s: webhook calls per pod: %s", ph.name, ph.reviews)
+		t.Logf("%s: the API server's webhook calls, mean time each: %s", ph.name, ph.apiWebhook)
 		deletePhase(ctx, t, cs, ns, label)
 		for g := range ph.groups {
 			_ = c.Delete(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%03d", g), Namespace: ns}})
@@ -600,4 +605,60 @@ func formatWrites(m map[string]int, pods int) string {
 		parts = append(parts, fmt.Sprintf("%s %.2f", k, float64(m[k])/float64(pods)))
 	}
 	return fmt.Sprintf("%.2f (%s)", float64(total)/float64(pods), strings.Join(parts, ", "))
+}
+
+// apiserverWebhookTimes reads the API server's admission webhook latency
+// sums and counts (apiserver_admission_webhook_admission_duration_seconds),
+// by webhook name and type; nil when /metrics cannot be read.
+func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[string][2]float64 {
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil
+	}
+	out := map[string][2]float64{}
+	for _, line := range strings.Split(string(b), "\n") {
+		var i int
+		switch {
+		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_sum{"):
+			i = 0
+		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_count{"):
+			i = 1
+		default:
+			continue
+		}
+		labels, value, ok := strings.Cut(line[strings.IndexByte(line, '{')+1:], "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		var name, typ string
+		for _, kv := range strings.Split(labels, ",") {
+			k, val, _ := strings.Cut(kv, "=")
+			switch k {
+			case "name":
+				name = strings.Trim(val, `"`)
+			case "type":
+				typ = strings.Trim(val, `"`)
+			}
+		}
+		e := out[name+" ("+typ+")"]
+		e[i] += v
+		out[name+" ("+typ+")"] = e
+	}
+	return out
+}
+
+func webhookTimesSince(now, before map[string][2]float64) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(now)) {
+		sum, n := now[k][0]-before[k][0], now[k][1]-before[k][1]
+		if n == 0 {
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%s %.0f calls, %.1f ms", k, n, 1000*sum/n))
+	}
+	return strings.Join(parts, "; ")
 }

@@ -429,7 +429,9 @@ type Member struct {
 	Node  string `json:"node,omitempty"`
 	// Gated: the admission gate still holds it.
 	Gated bool `json:"gated"`
-	// Admitted is the partita.dev/Admitted condition's message, if any.
+	// Admitted is the partita.dev/Admitted condition's message, if any;
+	// for a pod admitted without ever waiting (which gets no condition),
+	// when it was admitted (partita.dev/admitted).
 	Admitted string `json:"admitted,omitempty"`
 	// RequestedMilli is what it asks for.
 	RequestedMilli int64 `json:"requestedMilli"`
@@ -485,6 +487,9 @@ func handleWorkload(c *call) (any, error) {
 			if cond.Type == v1alpha1.PodConditionAdmitted {
 				m.Admitted = cond.Message
 			}
+		}
+		if at := p.Annotations[v1alpha1.AnnotationAdmitted]; m.Admitted == "" && at != "" {
+			m.Admitted = "admitted at " + at
 		}
 		if req, _ := gpu.ParsePod(p); req != nil {
 			for _, ct := range req.Containers {

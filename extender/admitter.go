@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -134,6 +135,12 @@ type Admitter struct {
 	timedOut map[admission.WorkloadKey]timeout
 	// told is the last reason and message told about a waiting workload.
 	told map[admission.WorkloadKey]string
+	// toldPods are the pods told they wait (a partita.dev/Admitted=False
+	// condition queued), until they are admitted or gone: only they are
+	// told again when admitted (see admit). lastPrune is when the gone
+	// ones were last dropped.
+	toldPods  map[types.UID]struct{}
+	lastPrune time.Time
 	// conditions feed the writers of pod conditions, one queue each (see
 	// conditionQueue).
 	conditions []*conditionQueue
@@ -184,7 +191,7 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[admission.WorkloadKey]backoffState{}, timedOut: map[admission.WorkloadKey]timeout{},
-		told: map[admission.WorkloadKey]string{}, conditions: make([]*conditionQueue, conditionWriters),
+		told: map[admission.WorkloadKey]string{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[admission.WorkloadKey]podGroupWrite{},
 		refused:   map[admission.WorkloadKey]refusal{}, finishing: map[admission.WorkloadKey]finishing{},
 		refusedFor: map[admission.WorkloadKey]time.Time{},
@@ -320,7 +327,19 @@ func (a *Admitter) expire(now time.Time) {
 			delete(a.backoff, k)
 		}
 	}
+	if now.Sub(a.lastPrune) >= toldPrunePeriod {
+		a.lastPrune = now
+		for uid := range a.toldPods {
+			if present, _ := a.cache.PodState(uid); !present {
+				delete(a.toldPods, uid)
+			}
+		}
+	}
 }
+
+// toldPrunePeriod is how often the pods told they wait that have gone are
+// forgotten.
+const toldPrunePeriod = time.Minute
 
 // admit reserves the admitted gangs' devices, then pins and ungates every
 // admitted member, all workloads' writes in one pool, so that a cycle that
@@ -362,6 +381,14 @@ func (a *Admitter) admit(ctx context.Context, adms []admission.Admission, now ti
 			} else {
 				a.inflight[uid] = inflightPod{alloc: m.Allocation, deadline: now.Add(a.opts.InflightTTL), held: adm.Hold}
 			}
+			if !a.wasTold(m.Member.Pod) {
+				// Admitted in the cycle that first saw it (or before it was
+				// told anything): the release wrote partita.dev/admitted,
+				// and an event and a condition would be two more writes
+				// per pod that say the same.
+				continue
+			}
+			delete(a.toldPods, uid)
 			note := "admitted by queue " + w.Queue
 			if adm.Pin {
 				note = fmt.Sprintf("admitted with its gang of %d; reserved on node %s", len(adm.Members), m.Allocation.Node)
@@ -456,6 +483,12 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		}
 		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)
 	}
+	// The pod as the API server wrote it goes into the cache at once: until
+	// the informer brings it, the next cycles would see the member pending
+	// and place it again, and a placement that finds the pod's devices
+	// already taken (by its own bind) would fail for every pod of its shape.
+	pod.ManagedFields = nil
+	a.cache.UpsertPod(pod)
 	return nil
 }
 
@@ -607,6 +640,7 @@ func (a *Admitter) tell(res *admission.Result, now time.Time) {
 			budget--
 			a.event(m.Pod, corev1.EventTypeNormal, wt.Reason, "Wait", msg)
 			a.setCondition(m.Pod, corev1.ConditionFalse, wt.Reason, msg, missing(m.Pod, ann))
+			a.toldPods[m.Pod.UID] = struct{}{}
 		}
 	}
 	for key := range a.told {
@@ -634,6 +668,17 @@ func settling(wt admission.Wait, now time.Time) bool {
 	ms := wt.Workload.Pending
 	return wt.Reason == v1alpha1.ReasonWaitingForMembers && len(ms) > 0 &&
 		now.Sub(ms[len(ms)-1].Pod.CreationTimestamp.Time) < membersGrace
+}
+
+// wasTold reports whether the pod has been told anything by the loop: a
+// partita.dev/Admitted condition it carries (written by this process or an
+// earlier leader) or one queued for it. Such a pod is told it was admitted,
+// so that its condition does not keep saying it waits.
+func (a *Admitter) wasTold(pod *corev1.Pod) bool {
+	if _, ok := a.toldPods[pod.UID]; ok {
+		return true
+	}
+	return slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool { return c.Type == v1alpha1.PodConditionAdmitted })
 }
 
 // conditionWriters is how many goroutines write pod conditions.

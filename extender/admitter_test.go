@@ -1,11 +1,13 @@
 package extender
 
 import (
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/tools/events"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -235,5 +237,141 @@ func TestAdmitterEnforcesCPUAndMemoryQuotas(t *testing.T) {
 	}
 	if req := q.Status.Requested[v1alpha1.ResourceCPU]; req.Cmp(resource.MustParse("5")) != 0 {
 		t.Errorf("queue a requested %s CPUs, want 5", req.String())
+	}
+}
+
+// TestAdmitterTellsOnlyPodsThatWaited: a pod admitted in the cycle that
+// first sees it gets no Admitted event and no condition (its release
+// writes partita.dev/admitted); a pod that was told it waits is told, by
+// an event and its condition, once it is admitted.
+func TestAdmitterTellsOnlyPodsThatWaited(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	queue := pt.MakeQueue("a").Obj()
+	gated := func(name string, at time.Time) *corev1.Pod {
+		return wholePod(name, 1, "1000").Queue("a").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(at).Obj()
+	}
+	first, second := gated("first", clk.Now()), gated("second", clk.Now().Add(time.Second))
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(first, second, queue).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 1).Obj()})
+	rec := events.NewFakeRecorder(10)
+	a := NewAdmitter(ledger, c, nil, rec, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n1").Obj())
+	cache.UpsertQueue(queue)
+	cache.UpsertPod(first)
+	cache.UpsertPod(second)
+	queued := func() map[string]corev1.PodCondition {
+		out := map[string]corev1.PodCondition{}
+		for _, q := range a.conditions {
+			for c, ok := q.take(); ok; c, ok = q.take() {
+				out[c.pod.Name] = c.cond
+			}
+		}
+		return out
+	}
+	said := func() []string {
+		var out []string
+		for {
+			select {
+			case e := <-rec.Events:
+				out = append(out, e)
+			default:
+				return out
+			}
+		}
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := queued()
+	if c, ok := got["first"]; ok {
+		t.Errorf("the pod admitted in its first cycle got the condition %+v; want none", c)
+	}
+	if c := got["second"]; c.Status != corev1.ConditionFalse || c.Reason != v1alpha1.ReasonWaitingForCapacity {
+		t.Errorf("the waiting pod's condition is %+v, want False %s", c, v1alpha1.ReasonWaitingForCapacity)
+	}
+	evs := said()
+	if len(evs) != 1 || !strings.Contains(evs[0], v1alpha1.ReasonWaitingForCapacity) {
+		t.Errorf("events %q; want one %s (for the waiting pod) and no Admitted", evs, v1alpha1.ReasonWaitingForCapacity)
+	}
+	var released corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(first), &released); err != nil {
+		t.Fatal(err)
+	}
+	if released.Annotations[v1alpha1.AnnotationAdmitted] == "" || len(released.Spec.SchedulingGates) != 0 {
+		t.Fatalf("the first pod was not released: gates %v, annotations %v", released.Spec.SchedulingGates, released.Annotations)
+	}
+
+	// The first pod goes; the second, told it waits, is admitted and told.
+	cache.DeletePod(first.UID)
+	ledger.DeletePod(first.UID)
+	clk.Step(time.Second)
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c := queued()["second"]; c.Status != corev1.ConditionTrue || c.Reason != v1alpha1.ReasonAdmitted {
+		t.Errorf("the pod that waited has the condition %+v once admitted, want True %s", c, v1alpha1.ReasonAdmitted)
+	}
+	if evs := said(); len(evs) != 1 || !strings.Contains(evs[0], v1alpha1.ReasonAdmitted) {
+		t.Errorf("events %q once the waiting pod is admitted; want one %s", evs, v1alpha1.ReasonAdmitted)
+	}
+	if len(a.toldPods) != 0 {
+		t.Errorf("told pods %v after the admission, want none", a.toldPods)
+	}
+}
+
+// TestAdmitterSeesItsOwnReleases: the loop's cache has the pods it
+// released as the API server wrote them, before any informer brings them:
+// the next cycle neither places them again nor, when one of them is bound
+// meanwhile (the ledger holds its devices), tells the pods of its shape
+// that there is no room.
+func TestAdmitterSeesItsOwnReleases(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	queue := pt.MakeQueue("a").Obj()
+	half := func(name string, at time.Time) *corev1.Pod {
+		return fractionPod(name, "0.5", "500").Queue("a").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(at).Obj()
+	}
+	first := []*corev1.Pod{half("a", clk.Now()), half("b", clk.Now()), half("c", clk.Now())}
+	late := half("d", clk.Now().Add(time.Second))
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(first[0], first[1], first[2], late, queue).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	rec := events.NewFakeRecorder(20)
+	a := NewAdmitter(ledger, c, nil, rec, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n1").Obj())
+	cache.UpsertQueue(queue)
+	for _, p := range first {
+		cache.UpsertPod(p)
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The extender binds a on the device the loop did not pick for it;
+	// no informer has told the loop's cache anything yet.
+	ledger.UpsertPod(bound(t, fractionPod("a", "0.5", "500").Queue("a"), "n1", 1))
+	cache.UpsertPod(late)
+	clk.Step(time.Second)
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(late), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.SchedulingGates) != 0 {
+		t.Errorf("the late pod is still gated; the loop said: %q", a.told[admission.WorkloadKey{Namespace: "ns", Pod: "d"}])
+	}
+	for {
+		select {
+		case e := <-rec.Events:
+			t.Errorf("event %q; want none (every pod fits at once)", e)
+			continue
+		default:
+		}
+		break
 	}
 }

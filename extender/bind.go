@@ -109,7 +109,8 @@ func (b ClientsetBinder) Bind(ctx context.Context, binding *corev1.Binding) erro
 //  2. Only a pod that requests partita.dev/gpu-milli, is not gated, and may
 //     run on the node (admits checks what kube-scheduler's own filters
 //     would, as the caller chose the node) is bound; anything else is a
-//     RefusedError.
+//     RefusedError. A pod the informer still shows gated is read from the
+//     API server first: the ungating may not have reached the informer.
 //  3. A pod already bound to this node with its devices is a retry whose
 //     first attempt succeeded: nothing to do.
 //  4. Under the node's lock, the devices the ledger already holds for the
@@ -154,6 +155,17 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	pod, err := e.getPod(ctx, key, args.PodUID)
 	if err != nil {
 		return fmt.Errorf("bind pod %s: %w", key, err)
+	}
+	if len(pod.Spec.SchedulingGates) > 0 {
+		// kube-scheduler binds only a pod it saw ungated: a gate here is
+		// most likely this informer not yet showing the admission loop's
+		// ungating. The API server says; a refusal would send the pod
+		// through another scheduling cycle after a backoff, with a
+		// FailedScheduling event and condition.
+		fresh := &corev1.Pod{}
+		if err := e.live.Get(ctx, key, fresh); err == nil && (args.PodUID == "" || fresh.UID == args.PodUID) {
+			pod = fresh
+		}
 	}
 	refuse := func(reason string) error {
 		result = BindRefused

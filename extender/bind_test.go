@@ -52,6 +52,7 @@ func TestBind(t *testing.T) {
 		bindErr   error
 		applied   bool
 		liveFails bool
+		live      []*corev1.Pod // in the API server, when the cache (pods) lags
 
 		wantErr      func(error) bool
 		wantBindings []map[string]string // annotations of each Binding
@@ -178,6 +179,20 @@ func TestBind(t *testing.T) {
 			args:    bindArgs("p", "n1"),
 			wantErr: refused("still held by the scheduling gates " + v1alpha1.SchedulingGateAdmission),
 		},
+		"a pod the cache still shows gated is read again and bound": {
+			pods:         []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
+			live:         []*corev1.Pod{half.Obj()},
+			args:         bindArgs("p", "n1"),
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+		},
+		"a pod gated in the cache and unreadable from the API server is refused": {
+			pods:      []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
+			liveFails: true,
+			args:      bindArgs("p", "n1"),
+			wantErr:   refused("still held by the scheduling gates " + v1alpha1.SchedulingGateAdmission),
+		},
 		"a node that does not exist is refused": {
 			pods:    []*corev1.Pod{half.Obj()},
 			args:    bindArgs("p", "n9"),
@@ -263,6 +278,9 @@ func TestBind(t *testing.T) {
 			opts := []Option{WithLeader(func() bool { return !tc.notLeader })}
 			if tc.liveFails {
 				opts = append(opts, WithLiveReader(failingReader{}))
+			}
+			if tc.live != nil {
+				opts = append(opts, WithLiveReader(fakeClient(tc.live...)))
 			}
 			e := New(l, c, binder, opts...)
 			err := e.Bind(ctx, tc.args)

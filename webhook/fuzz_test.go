@@ -3,14 +3,17 @@ package webhook
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -151,4 +154,61 @@ func canonicalJSON(t testing.TB, b []byte) []byte {
 		t.Fatal(err)
 	}
 	return out
+}
+
+// FuzzPodReviewDecode checks that the pod webhooks' one-pass decoding
+// (decodePodReview) reads every body as the generic envelope and the
+// object's own decode do: the same request, and the same pod, Binding or
+// error.
+func FuzzPodReviewDecode(f *testing.F) {
+	entries, err := os.ReadDir(filepath.Join("testdata", "admission"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, e := range entries {
+		if name, ok := strings.CutSuffix(e.Name(), ".yaml"); ok && !strings.HasPrefix(name, "policy-") {
+			body, _ := json.Marshal(admissionv1.AdmissionReview{
+				TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"}, Request: readCase(f, name)})
+			f.Add(body)
+		}
+	}
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"kind":"Binding"},"subResource":"binding","operation":"CREATE","object":{"metadata":{"name":"p","annotations":{"a":"b"}},"target":{"kind":"Node","name":"n"}}}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"1","kind":{"kind":"Pod"},"operation":"UPDATE","object":{"spec":{"containers":[{"name":"a"}]}},"oldObject":{"spec":{"containers":7}}}}`))
+	f.Add([]byte(`{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","Request":{"UID":"1","kind":{"kind":"Pod"},"object":{}}}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, wantErr := decodeReview(body)
+		got, gotErr := decodePodReview(body)
+		if (wantErr == nil) != (gotErr == nil) {
+			t.Fatalf("decodeReview: %v; decodePodReview: %v", wantErr, gotErr)
+		}
+		if wantErr != nil {
+			if wantErr.Error() != gotErr.Error() {
+				t.Fatalf("errors differ: %q and %q", wantErr, gotErr)
+			}
+			return
+		}
+		w, g := *want.Request, *got.Request
+		w.Object, w.OldObject, g.Object, g.OldObject = runtime.RawExtension{}, runtime.RawExtension{}, runtime.RawExtension{}, runtime.RawExtension{}
+		if d := cmp.Diff(w, g); d != "" || want.TypeMeta != got.TypeMeta {
+			t.Fatalf("requests differ (-generic +one pass):\n%s", d)
+		}
+		for _, o := range []struct {
+			what      string
+			want, got runtime.RawExtension
+		}{{"object", want.Request.Object, got.Request.Object}, {"old object", want.Request.OldObject, got.Request.OldObject}} {
+			if want.Request.Kind.Kind == "Binding" {
+				var wb, gb corev1.Binding
+				we, ge := decodeInto(o.want, o.what, &wb), decodeInto(o.got, o.what, &gb)
+				if fmt.Sprint(we) != fmt.Sprint(ge) || !equality.Semantic.DeepEqual(wb, gb) {
+					t.Fatalf("%s: bindings differ: %v %v\n%+v\n%+v", o.what, we, ge, wb, gb)
+				}
+				continue
+			}
+			wp, we := decodePod(o.want, want.Request.Namespace, o.what)
+			gp, ge := decodePod(o.got, got.Request.Namespace, o.what)
+			if fmt.Sprint(we) != fmt.Sprint(ge) || !equality.Semantic.DeepEqual(wp, gp) {
+				t.Fatalf("%s: pods differ: %v %v\n%+v\n%+v", o.what, we, ge, wp, gp)
+			}
+		}
+	})
 }

@@ -237,6 +237,10 @@ func (a *PodAdmission) applyPolicy(ctx context.Context, ar *admissionv1.Admissio
 	if len(d.Deny) > 0 {
 		return nil, nil, &DenialError{Reason: ReasonPolicy, Messages: d.Deny, Err: nil}
 	}
+	if len(d.Patch.Labels) == 0 && len(d.Patch.Annotations) == 0 {
+		// No defaults (the default policy writes none): no copy.
+		return pod, req, nil
+	}
 	patched := pod.DeepCopy()
 	changed, errs := applyDefaults(patched, d.Patch)
 	if len(errs) > 0 {

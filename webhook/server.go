@@ -92,13 +92,13 @@ func NewServer(log logr.Logger, pods *PodAdmission, opts ...ServerOption) *Serve
 // sets release mode once at start.
 func (s *Server) Handler() http.Handler {
 	r := httpserver.NewEngine(httpserver.EngineOptions{Log: s.log, AccessLogV: 3, Clock: s.clock, Ready: s.ready, Metrics: s.metricsHandler})
-	r.POST(PathMutatePods, s.review("mutate-pods", s.pods.Mutate))
-	r.POST(PathValidatePods, s.review("validate-pods", s.pods.Validate))
+	r.POST(PathMutatePods, s.review("mutate-pods", s.pods.Mutate, decodePodReview))
+	r.POST(PathValidatePods, s.review("validate-pods", s.pods.Validate, decodePodReview))
 	if s.policies != nil {
-		r.POST(PathValidatePolicies, s.review("validate-policies", s.policies.Validate))
+		r.POST(PathValidatePolicies, s.review("validate-policies", s.policies.Validate, decodeReview))
 	}
 	if s.podGroups != nil {
-		r.POST(PathValidatePodGroups, s.review("validate-podgroups", s.podGroups.Validate))
+		r.POST(PathValidatePodGroups, s.review("validate-podgroups", s.podGroups.Validate, decodeReview))
 	}
 	return r
 }
@@ -106,14 +106,14 @@ func (s *Server) Handler() http.Handler {
 // reviewFunc decides one admission request.
 type reviewFunc func(ctx context.Context, req *admissionv1.AdmissionRequest) Result
 
-// review reads an AdmissionReview, decides it with fn, and writes the
-// response review.
-func (s *Server) review(name string, fn reviewFunc) gin.HandlerFunc {
+// review reads an AdmissionReview with decode, decides it with fn, and
+// writes the response review.
+func (s *Server) review(name string, fn reviewFunc, decode func([]byte) (*admissionv1.AdmissionReview, error)) gin.HandlerFunc {
 	return func(c *gin.Context) {
 		start := s.clock.Now()
 		ctx := c.Request.Context()
 		log := logr.FromContextOrDiscard(ctx)
-		ar, code, err := s.readReview(c)
+		ar, code, err := s.readReview(c, decode)
 		if err != nil {
 			reason := badRequestDecode
 			if code == http.StatusRequestEntityTooLarge {
@@ -161,7 +161,7 @@ func internalStatus(err error) *metav1.Status {
 // readReview reads and decodes the body. Bodies over the limit are refused
 // with 413 before they are read whole, so memory stays bounded whatever a
 // client sends.
-func (s *Server) readReview(c *gin.Context) (*admissionv1.AdmissionReview, int, error) {
+func (s *Server) readReview(c *gin.Context, decode func([]byte) (*admissionv1.AdmissionReview, error)) (*admissionv1.AdmissionReview, int, error) {
 	body, err := httpserver.ReadBody(c, s.maxBytes)
 	var tl *httpserver.TooLargeError
 	switch {
@@ -172,7 +172,7 @@ func (s *Server) readReview(c *gin.Context) (*admissionv1.AdmissionReview, int, 
 	case err != nil:
 		return nil, http.StatusBadRequest, fmt.Errorf("read request body: %w", err)
 	}
-	ar, err := decodeReview(body)
+	ar, err := decode(body)
 	if err != nil {
 		return nil, http.StatusBadRequest, err
 	}
@@ -196,6 +196,10 @@ func decodeReview(body []byte) (*admissionv1.AdmissionReview, error) {
 
 // logDecision logs each decision at V(2); failures as errors.
 func logDecision(log logr.Logger, webhook string, req *admissionv1.AdmissionRequest, res Result) {
+	if res.Err == nil && !log.V(2).Enabled() {
+		// Most requests: nothing to log, and nothing to build.
+		return
+	}
 	kv := []any{"webhook", webhook, "operation", req.Operation, "kind", req.Kind.Kind,
 		"object", klog.KRef(req.Namespace, req.Name), "user", req.UserInfo.Username}
 	if req.SubResource != "" {

@@ -42,7 +42,7 @@ func main() {
 	rate := flag.Int("rate", 500, "requests per second")
 	duration := flag.Duration("duration", 30*time.Second, "how long to send")
 	namespace := flag.String("namespace", "default", "namespace of the pods sent")
-	queue := flag.String("queue", "", "queue label of the pods sent (empty: none)")
+	queue := flag.String("queue", "default", "queue label of the pods sent (the validating webhook refuses a GPU pod without one; empty: none)")
 	http1 := flag.Bool("http1", false, "use HTTP/1.1 with a pool of connections instead of HTTP/2 (kube-apiserver uses HTTP/2)")
 	flag.Parse()
 	if err := run(*url, *caFile, *namespace, *queue, *rate, *duration, *http1); err != nil {
@@ -185,6 +185,8 @@ func bodies(namespace, queue string) ([]byte, []byte, error) {
 		pod.Labels = map[string]string{"partita.dev/queue": queue}
 		canonical.Labels = map[string]string{"partita.dev/queue": queue}
 	}
+	// The webhook's --admission-gate (on by default) adds the gate.
+	canonical.Spec.SchedulingGates = []corev1.PodSchedulingGate{{Name: "partita.dev/admission"}}
 	c := &canonical.Spec.Containers[0]
 	c.Env = []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{
 		APIVersion: "v1", FieldPath: "metadata.annotations['partita.dev/devices.main']"}}}}

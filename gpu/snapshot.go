@@ -521,7 +521,9 @@ func (e *InsufficientError) CloserThan(b *InsufficientError) bool {
 }
 
 // CapacityMilli is the GPU capacity of the snapshot's healthy devices, in
-// milli-GPUs: what fair share divides. Nodes whose agent is silent count:
+// milli-GPUs: what fair share divides. Devices another DRA driver
+// allocates count too: the pods holding them through claims are charged to
+// queues like any other. Nodes whose agent is silent count:
 // their devices are still there and their pods still run, and a brief
 // silence (an agent restart) must not shrink every queue's fair share.
 func (s *Snapshot) CapacityMilli() int64 {
@@ -532,7 +534,7 @@ func (s *Snapshot) CapacityMilli() int64 {
 			continue
 		}
 		for _, d := range s.v.devs(n) {
-			if d.healthy {
+			if d.healthy || d.foreign {
 				total += MilliPerGPU
 			}
 		}

@@ -81,6 +81,10 @@ type AdmitterOptions struct {
 	// none (pods the webhook never gave a queue); empty leaves them
 	// outside every queue.
 	DefaultQueue string
+	// Claims reads the GPUs of pods that ask for them through
+	// ResourceClaims only (ClaimCache.Demand); nil leaves such pods to
+	// kube-scheduler, uncharged.
+	Claims admission.ClaimReader
 	// StatusClient writes pod conditions and Queue and PodGroup status;
 	// nil means the main client. A client of its own keeps those writes
 	// from queueing pins and ungating behind them at the client's QPS.
@@ -178,6 +182,9 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 	cacheOpts := []admission.CacheOption{admission.WithDefaultQueue(opts.DefaultQueue)}
 	if opts.Mapper != nil {
 		cacheOpts = append(cacheOpts, admission.WithMapper(opts.Mapper))
+	}
+	if opts.Claims != nil {
+		cacheOpts = append(cacheOpts, admission.WithClaims(opts.Claims))
 	}
 	a := &Admitter{
 		cache: admission.NewCache(cacheOpts...), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -245,7 +244,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		// pods name.
 		byObject[&resourceapi.ResourceClaim{}] = cache.ByObject{}
 	}
-	watchSlices, err := servesResourceSlices(cfg)
+	watchSlices, err := dra.Served(cfg, "resourceslices")
 	if err != nil {
 		return nil, err
 	}
@@ -485,24 +484,6 @@ func (a *Agent) addHandlers(ctx context.Context) error {
 		return fmt.Errorf("watch ResourceSlices: %w", err)
 	}
 	return nil
-}
-
-// servesResourceSlices reports whether the API server serves
-// resource.k8s.io/v1 ResourceSlices (Kubernetes 1.34+); on an older one
-// there are no other DRA drivers to make room for.
-func servesResourceSlices(cfg *rest.Config) (bool, error) {
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return false, fmt.Errorf("create discovery client: %w", err)
-	}
-	list, err := dc.ServerResourcesForGroupVersion(resourceapi.SchemeGroupVersion.String())
-	switch {
-	case apierrors.IsNotFound(err):
-		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("discover %s: %w", resourceapi.SchemeGroupVersion, err)
-	}
-	return slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "resourceslices" }), nil
 }
 
 // markForeign sets draDriver on the devices of node that other DRA drivers

@@ -575,9 +575,15 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 	// What the members will hold is their share of the devices chosen
 	// now: ask again with that, and keep them waiting if it is too much.
 	var admitted, estimate int64
+	claims := false
 	for _, ma := range placed {
 		admitted += ma.Allocation.Milli()
 		estimate += ma.Member.GPUMilli
+		if ma.Member.Claims != nil {
+			// Its claims ask for GPUMilli; the ledger chose nothing.
+			admitted += ma.Member.GPUMilli
+			claims = true
+		}
 	}
 	if q != nil && admitted > estimate {
 		ms := make([]*Member, len(placed))
@@ -612,7 +618,9 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
-	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang, Hold: !gang && w.deviceCharged})
+	// A gang with claim members is ungated together but not pinned:
+	// kube-scheduler allocates the claims, on nodes the loop did not choose.
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !claims, Hold: !gang && w.deviceCharged})
 	return true
 }
 
@@ -727,12 +735,12 @@ func describeMembers(members []*Member) string {
 	if len(members) == 0 {
 		return "nothing"
 	}
-	first := describeRequest(members[0].Request)
+	first := describeMember(members[0])
 	for _, m := range members[1:] {
-		if describeRequest(m.Request) != first {
+		if describeMember(m) != first {
 			parts := make([]string, len(members))
 			for i, m := range members {
-				parts[i] = describeRequest(m.Request)
+				parts[i] = describeMember(m)
 			}
 			return strings.Join(parts, " + ")
 		}
@@ -741,6 +749,19 @@ func describeMembers(members []*Member) string {
 		return first
 	}
 	return fmt.Sprintf("%d × %s", len(members), first)
+}
+
+// describeMember is one member's request in words: its Partita request, or
+// for a member with ResourceClaims "2 GPUs through ResourceClaims".
+func describeMember(m *Member) string {
+	if m.Claims == nil {
+		return describeRequest(m.Request)
+	}
+	unit := " GPUs"
+	if m.GPUMilli <= gpu.MilliPerGPU {
+		unit = " GPU"
+	}
+	return gpu.FormatMilli(m.GPUMilli) + unit + " through ResourceClaims"
 }
 
 // describeRequest is one pod's request in words: "1 GPU", "0.5 GPU",

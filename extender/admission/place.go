@@ -42,7 +42,38 @@ func (f *failure) message(w *Workload, members []*Member) string {
 // place simulates members on the snapshot, all or none; placed members are
 // assumed there. memo lets a failure be remembered for alike members for the
 // rest of the cycle (room only shrinks within a cycle).
+//
+// Members that ask for their GPUs through ResourceClaims (Member.Claims)
+// are not placed on the ledger: kube-scheduler's DRA plugin allocates their
+// devices from the drivers' ResourceSlices, which the ledger does not hold.
+// They are admitted with an allocation that names no node or device.
 func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmission, error) {
+	if len(members) == 0 {
+		return nil, nil
+	}
+	if slices.ContainsFunc(members, func(m *Member) bool { return m.Claims != nil }) {
+		var rest, claims []*Member
+		for _, m := range members {
+			if m.Claims != nil {
+				claims = append(claims, m)
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		placed, err := c.placeOnLedger(w, rest, memo)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range claims {
+			placed = append(placed, MemberAdmission{Member: m, Allocation: &gpu.PodAllocation{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID}})
+		}
+		return placed, nil
+	}
+	return c.placeOnLedger(w, members, memo)
+}
+
+// placeOnLedger is place for members the ledger places.
+func (c *cycle) placeOnLedger(w *Workload, members []*Member, memo bool) ([]MemberAdmission, error) {
 	if len(members) == 0 {
 		return nil, nil
 	}
@@ -305,7 +336,7 @@ func (c *cycle) domains(key string, names []string, caps []int) []*domain {
 // once per member.
 func requestShape(m *Member) string {
 	if m.shape == "" {
-		m.shape = describeRequest(m.Request) + "/" + string(m.Request.Placement)
+		m.shape = describeMember(m) + "/" + string(m.Request.Placement)
 	}
 	return m.shape
 }

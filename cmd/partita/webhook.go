@@ -51,37 +51,37 @@ const defaultPartitaNamespace = "partita-system"
 // webhookFlags are the flags of `partita webhook`.
 type webhookFlags struct {
 	gpuDeviceClasses []string
-	gpuBackend      string
-	kubeconfig      string
-	addr            string
-	namespace       string
-	certDir         string
-	certRotation    string
-	secretName      string
-	serviceName     string
-	configName      string
-	devRegister     bool
-	admissionGate   bool
-	preemptNever    bool
-	schedulerName   string
-	mpsDir          string
-	extraDNSNames   []string
-	isolationModes  string
-	referenceMiB    int64
-	maxGPUsPerPod   string
-	minGPUFraction  string
-	requireQueue    bool
-	defaultQueue    string
-	trustedUsers    []string
-	trustedGroups   []string
-	excluded        []string
-	policies        bool
-	maxRequestBytes int64
-	batchInterval   time.Duration
-	qps             float32
-	burst           int
-	verbosity       int
-	clientCert      clientCertFlags
+	gpuBackend       string
+	kubeconfig       string
+	addr             string
+	namespace        string
+	certDir          string
+	certRotation     string
+	secretName       string
+	serviceName      string
+	configName       string
+	devRegister      bool
+	admissionGate    bool
+	preemptNever     bool
+	schedulerName    string
+	mpsDir           string
+	extraDNSNames    []string
+	isolationModes   string
+	referenceMiB     int64
+	maxGPUsPerPod    string
+	minGPUFraction   string
+	requireQueue     bool
+	defaultQueue     string
+	trustedUsers     []string
+	trustedGroups    []string
+	excluded         []string
+	policies         bool
+	maxRequestBytes  int64
+	batchInterval    time.Duration
+	qps              float32
+	burst            int
+	verbosity        int
+	clientCert       clientCertFlags
 }
 
 func newWebhookCommand() *cobra.Command {

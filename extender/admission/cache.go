@@ -3,8 +3,8 @@ package admission
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 

@@ -74,7 +74,7 @@ func TestCycleClaims(t *testing.T) {
 		},
 		"a pod naming a claim that does not exist waits": {
 			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{claimPod("p", "a", "later", "")}},
-			want: outcome{Waiting: map[string]string{"ns/p": "WaitingForWorkload: the pod names ResourceClaim later, which does not exist yet: the loop cannot tell what it asks for until it does"}},
+			want:  outcome{Waiting: map[string]string{"ns/p": "WaitingForWorkload: the pod names ResourceClaim later, which does not exist yet: the loop cannot tell what it asks for until it does"}},
 		},
 		"a pod with only a NIC claim is not the loop's": {
 			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{claimPod("p", "a", "nic", "")}},

@@ -95,7 +95,9 @@ func ctlOut(ctx context.Context, t *testing.T, args ...string) string {
 // NVIDIA's driver publishes is never offered partita.dev/gpu-milli (the
 // GPUNode, `partita ctl nodes` and a gpu-milli pod's wait say why); a queue
 // limited to 1 GPU admits one pod that holds an NVIDIA GPU through its claim
-// and holds the second, with a `why` that names the limit.
+// and holds the second, with a `why` that names the limit; a gang of two
+// claim pods stays gated whole while the scheduler's allocator finds only
+// one GPU free, and starts whole once two are.
 func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
 	ensureGPUPriorityClass(ctx, t, clientset)
@@ -195,6 +197,48 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 			t.Errorf("partita ctl why second does not say %q:\n%s", w, why)
 		}
 	}
+	// (c) A gang of two claim pods, in a queue without a limit, while the
+	// second pod holds one of the node's two GPUs: the scheduler's
+	// allocator finds room for one member only, so neither starts.
+	gq := "nvdra-gang-" + ns
+	createQueue(ctx, t, gpuQueue(gq, ns, "0", "-1", 1))
+	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "pair", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 2, Queue: gq}}
+	if err := crClient(t).Create(ctx, pg); err != nil {
+		t.Fatalf("create PodGroup: %v", err)
+	}
+	for i := range 2 {
+		name := fmt.Sprintf("pair-%d", i)
+		claim := pt.MakeResourceClaim(name, ns).Devices("gpu", nvidiaDriver, 1).Obj()
+		if _, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, claim, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create claim %s: %v", name, err)
+		}
+		p := claimPod(ns, name, gq, name, labels)
+		p.Labels[v1alpha1.LabelPodGroup] = "pair"
+		if _, err := clientset.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s: %v", name, err)
+		}
+	}
+	waitEvent(ctx, t, ns, "pair-0", v1alpha1.ReasonWaitingForCapacity, "cannot be allocated")
+	pairs := func() (gatedN, bound int, seen string) {
+		for i := range 2 {
+			p, err := clientset.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("pair-%d", i), metav1.GetOptions{})
+			if err != nil {
+				return 0, 0, err.Error()
+			}
+			if gated(p) {
+				gatedN++
+			}
+			if p.Spec.NodeName != "" {
+				bound++
+			}
+			seen += fmt.Sprintf("%s gated %v node %q; ", p.Name, gated(p), p.Spec.NodeName)
+		}
+		return gatedN, bound, seen
+	}
+	if g, b, seen := pairs(); g != 2 || b != 0 {
+		t.Fatalf("the gang started in part: %s", seen)
+	}
+
 	// The first goes: the second is admitted and gets the GPU.
 	if err := clientset.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
@@ -205,5 +249,17 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 			return false, err.Error()
 		}
 		return p.Spec.NodeName == node, fmt.Sprintf("gated %v, node %q, condition %+v", gated(p), p.Spec.NodeName, admissionCondition(p))
+	})
+	// The node's two GPUs are first's (gone) and second's: the gang still
+	// waits whole. Second goes too: the gang starts whole.
+	if g, b, seen := pairs(); g != 2 || b != 0 {
+		t.Fatalf("the gang started in part: %s", seen)
+	}
+	if err := clientset.CoreV1().Pods(ns).Delete(ctx, "second", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 90*time.Second, "the gang bound whole", func() (bool, string) {
+		_, b, seen := pairs()
+		return b == 2, seen
 	})
 }

@@ -85,6 +85,9 @@ type AdmitterOptions struct {
 	// ResourceClaims only (ClaimCache.Demand); nil leaves such pods to
 	// kube-scheduler, uncharged.
 	Claims admission.ClaimReader
+	// ClaimAllocator simulates the allocation of claim gangs' claims
+	// (ClaimCache); nil ungates them unpinned.
+	ClaimAllocator admission.ClaimAllocator
 	// StatusClient writes pod conditions and Queue and PodGroup status;
 	// nil means the main client. A client of its own keeps those writes
 	// from queueing pins and ungating behind them at the client's QPS.
@@ -287,6 +290,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
 		Unevictable:       a.unevictable(now, finished),
+		Claims:            a.opts.ClaimAllocator,
 		StarvationBound:   a.opts.StarvationBound,
 		Rooms:             &a.rooms,
 	})
@@ -392,6 +396,10 @@ func (a *Admitter) reserve(adm admission.Admission) error {
 		return nil
 	}
 	for i, m := range adm.Members {
+		if m.Member.Claims != nil {
+			// Its claims hold its devices; the ledger has none of them.
+			continue
+		}
 		if err := a.ledger.Assume(m.Allocation); err != nil {
 			for _, done := range adm.Members[:i] {
 				a.ledger.Forget(done.Member.Pod.UID)
@@ -438,7 +446,8 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	for k, v := range workloadAnnotations(adm.Workload) {
 		pod.Annotations[k] = v
 	}
-	if pin || adm.Hold {
+	claims := m.Member.Claims != nil
+	if (pin || adm.Hold) && !claims {
 		r, err := gpu.FormatReservation(gpu.ReservationOf(m.Allocation, key.String(), expires))
 		if err != nil {
 			a.ledger.Forget(orig.UID)
@@ -446,7 +455,12 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		}
 		pod.Annotations[v1alpha1.AnnotationReservation] = r
 	}
-	if pin {
+	switch {
+	case pin && claims:
+		// Pinned to the node the simulation of its claims found; the
+		// ledger holds nothing for it, so it gets no reservation.
+		pinToNode(pod, m.Allocation.Node)
+	case pin:
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
 		pinToNode(pod, m.Allocation.Node)
 	}
@@ -458,7 +472,7 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	}
 	pod.Spec.SchedulingGates = gates
 	if err := a.client.Patch(ctx, pod, client.StrategicMergeFrom(orig)); err != nil {
-		if pin || adm.Hold {
+		if (pin || adm.Hold) && !claims {
 			a.ledger.Forget(orig.UID)
 		}
 		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)

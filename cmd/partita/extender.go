@@ -440,6 +440,7 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 			return nil, err
 		}
 		opts.Claims = claims.Demand
+		opts.ClaimAllocator = claims
 		claimsSynced = claims.Synced
 	}
 	synced := func() bool { return feed.Synced() && mapper.Synced() && claimsSynced() }

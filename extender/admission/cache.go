@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strconv"
@@ -550,4 +551,36 @@ func readClaims(p *podInfo, claims ClaimReader) *gpu.PodRequest {
 	p.claims = &d
 	p.gpuMilli = d.Milli
 	return &gpu.PodRequest{Namespace: p.pod.Namespace, Name: p.pod.Name, UID: p.pod.UID, Queue: queue, PodGroup: group}
+}
+
+// ClaimAllocator simulates how kube-scheduler's DRA plugin would allocate
+// pods' ResourceClaims (extender.ClaimCache, over the structured
+// allocator); see Options.Claims.
+type ClaimAllocator interface {
+	// Session starts one cycle's simulation over the cluster as it is now.
+	Session(ctx context.Context) (ClaimSession, error)
+}
+
+// ClaimSession is one cycle's simulation: the gangs it places take their
+// devices for the rest of the cycle.
+type ClaimSession interface {
+	// Place finds, for each pod in turn, one of its candidate nodes where
+	// all its claims can be allocated at once with the pods before it, and
+	// keeps them allocated for the session; all or none. It returns a
+	// *ClaimsUnplaceableError when some pod's claims fit none of its
+	// candidates.
+	Place(ctx context.Context, pods []*corev1.Pod, candidates [][]*corev1.Node) ([]string, error)
+}
+
+// ClaimsUnplaceableError says the claims of a gang's member could not be
+// allocated on any of its candidate nodes with the members before it.
+type ClaimsUnplaceableError struct {
+	// Member is the position of the first member that did not fit; Total
+	// the number of members.
+	Member, Total int
+}
+
+// Error implements error.
+func (e *ClaimsUnplaceableError) Error() string {
+	return fmt.Sprintf("the claims of member %d of %d cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free", e.Member+1, e.Total)
 }

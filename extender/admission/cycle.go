@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -95,6 +96,11 @@ type Options struct {
 	// why: their eviction was refused (a PodDisruptionBudget) or is being
 	// finished. Waits that could have evicted them say so.
 	Unevictable map[WorkloadKey]string
+	// Claims, when set, simulates the allocation of the ResourceClaims of
+	// gangs whose members carry them (Member.Claims): such a gang is
+	// admitted, each member pinned to a node, only when all their claims
+	// can be allocated at once. Nil ungates claim gangs unpinned.
+	Claims ClaimAllocator
 }
 
 // Admission lets a workload's pending members go.
@@ -261,6 +267,12 @@ type cycle struct {
 	liftOpen      bool
 	liftKey       string
 	ignoreNodeUse bool
+	// claimSession is the cycle's simulation of claim allocations (Options.
+	// Claims), started on first use; claimErr is why it could not start.
+	// claimCandidates caches claimNodes by constraint signature.
+	claimSession    ClaimSession
+	claimErr        error
+	claimCandidates map[string][]*corev1.Node
 	// held memoises activeCharge of device-charged workloads, computed
 	// before the cycle changes the snapshot. Keyed by the workload itself:
 	// hashing a pointer costs a fraction of hashing a WorkloadKey.
@@ -575,14 +587,14 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 	// What the members will hold is their share of the devices chosen
 	// now: ask again with that, and keep them waiting if it is too much.
 	var admitted, estimate int64
-	claims := false
+	unpinned := false
 	for _, ma := range placed {
 		admitted += ma.Allocation.Milli()
 		estimate += ma.Member.GPUMilli
 		if ma.Member.Claims != nil {
 			// Its claims ask for GPUMilli; the ledger chose nothing.
 			admitted += ma.Member.GPUMilli
-			claims = true
+			unpinned = unpinned || ma.Allocation.Node == ""
 		}
 	}
 	if q != nil && admitted > estimate {
@@ -618,9 +630,9 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
-	// A gang with claim members is ungated together but not pinned:
-	// kube-scheduler allocates the claims, on nodes the loop did not choose.
-	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !claims, Hold: !gang && w.deviceCharged})
+	// A gang's claim members are pinned to the nodes the simulation of
+	// their claims found (Options.Claims); without one they go unpinned.
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: !gang && w.deviceCharged})
 	return true
 }
 

@@ -64,12 +64,86 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range claims {
-			placed = append(placed, MemberAdmission{Member: m, Allocation: &gpu.PodAllocation{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID}})
+		nodes := make([]string, len(claims))
+		if w.Key.IsGang() && c.opts.Claims != nil {
+			if nodes, err = c.placeClaims(claims); err != nil {
+				for _, p := range placed {
+					c.snap.Forget(p.Member.Pod.UID)
+				}
+				if memo {
+					key, _ := c.placeQuestion(w, members)
+					c.failedShapes[c.liftKey+key] = &failure{err: err}
+				}
+				return nil, err
+			}
+		}
+		for i, m := range claims {
+			placed = append(placed, MemberAdmission{Member: m, Allocation: &gpu.PodAllocation{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID, Node: nodes[i]}})
 		}
 		return placed, nil
 	}
 	return c.placeOnLedger(w, members, memo)
+}
+
+// placeClaims simulates the allocation of the claim members' ResourceClaims
+// with the scheduler's allocator (Options.Claims), all at once, on the
+// nodes each may run on with CPU and memory to spare; it returns each
+// member's node. What it places stays allocated for the rest of the cycle.
+func (c *cycle) placeClaims(members []*Member) ([]string, error) {
+	if c.claimSession == nil && c.claimErr == nil {
+		c.claimSession, c.claimErr = c.opts.Claims.Session(c.ctx)
+	}
+	if c.claimErr != nil {
+		return nil, fmt.Errorf("simulate the gang's ResourceClaims: %w", c.claimErr)
+	}
+	pods := make([]*corev1.Pod, len(members))
+	cands := make([][]*corev1.Node, len(members))
+	for i, m := range members {
+		pods[i] = m.Pod
+		for _, n := range c.claimNodes(m) {
+			if c.room(n.Name, m) > 0 {
+				cands[i] = append(cands[i], n)
+			}
+		}
+	}
+	// (A node's CPU and memory room is judged for each member alone: the
+	// allocator, not the loop, chooses among the candidates.)
+	return c.claimSession.Place(c.ctx, pods, cands)
+}
+
+// claimNodes are every node, in name order, whose selector, affinity,
+// taints and schedulability admit m: a claim member may run on nodes
+// Partita's agent does not serve (another driver's GPUs there).
+func (c *cycle) claimNodes(m *Member) []*corev1.Node {
+	sig := constraintSig(m)
+	if out, ok := c.claimCandidates[sig]; ok {
+		return out
+	}
+	if c.claimCandidates == nil {
+		c.claimCandidates = map[string][]*corev1.Node{}
+	}
+	names := make([]string, 0, len(c.st.Nodes))
+	for name := range c.st.Nodes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	aff := nodeaffinity.GetRequiredNodeAffinity(m.Pod)
+	out := []*corev1.Node{}
+	for _, name := range names {
+		n := c.st.Nodes[name]
+		if n == nil || n.Node == nil || n.Node.Spec.Unschedulable {
+			continue
+		}
+		if ok, err := aff.Match(n.Node); err != nil || !ok {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Node.Spec.Taints, m.Pod.Spec.Tolerations, schedulingTaint, false); untolerated {
+			continue
+		}
+		out = append(out, n.Node)
+	}
+	c.claimCandidates[sig] = out
+	return out
 }
 
 // placeOnLedger is place for members the ledger places.

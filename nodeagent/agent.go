@@ -158,8 +158,12 @@ func (o *Options) defaults() error {
 	return nil
 }
 
-// podNodeIndex indexes cached pods by spec.nodeName.
-const podNodeIndex = "spec.nodeName"
+// podNodeIndex indexes cached pods by spec.nodeName, sliceNodeIndex
+// ResourceSlices.
+const (
+	podNodeIndex   = "spec.nodeName"
+	sliceNodeIndex = "spec.nodeName"
+)
 
 // Agent publishes the GPUs of the nodes it serves and watches their slices.
 // Each node is synced by one worker at a time, on every change that matters
@@ -265,6 +269,16 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
 		return nil, fmt.Errorf("index pods by node: %w", err)
+	}
+	if watchSlices {
+		if err := c.IndexField(context.Background(), &resourceapi.ResourceSlice{}, sliceNodeIndex, func(o client.Object) []string {
+			if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
+				return []string{*n}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("index ResourceSlices by node: %w", err)
+		}
 	}
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -493,14 +507,12 @@ func (a *Agent) markForeign(ctx context.Context, st *nodeState, devices []v1alph
 		return devices, nil
 	}
 	var list resourceapi.ResourceSliceList
-	if err := a.cache.List(ctx, &list); err != nil {
+	if err := a.cache.List(ctx, &list, client.MatchingFields{sliceNodeIndex: st.name}); err != nil {
 		return devices, fmt.Errorf("list ResourceSlices: %w", err)
 	}
 	own := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
 	for i := range list.Items {
-		if s := &list.Items[i]; s.Spec.NodeName != nil && *s.Spec.NodeName == st.name {
-			own = append(own, s)
-		}
+		own = append(own, &list.Items[i])
 	}
 	out, drivers := dra.MarkForeign(devices, dra.ForeignGPUs(st.name, devices, own, a.opts.GPUDrivers))
 	var b strings.Builder

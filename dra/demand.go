@@ -121,7 +121,7 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 	for _, pc := range pod.Spec.ResourceClaims {
 		var claim *resourceapi.ResourceClaim
 		var spec *resourceapi.ResourceClaimSpec
-		label := "claim " + pc.Name
+		var label string
 		switch {
 		case pc.ResourceClaimName != nil:
 			c, ok := src.Claim(pod.Namespace, *pc.ResourceClaimName)

@@ -541,9 +541,12 @@ func readClaims(p *podInfo, claims ClaimReader) *gpu.PodRequest {
 		return nil
 	}
 	d := claims(p.pod)
-	if !d.GPU() {
+	if !d.GPU() && !p.gated {
 		return nil
 	}
+	// A gated pod whose claims turned out to ask for no GPU (the webhook
+	// gated it while a claim it names did not exist yet) is still the
+	// loop's to let go: it is admitted, charged nothing.
 	queue, group, errs := gpu.QueueAndGroup(p.pod)
 	if len(errs) > 0 {
 		return nil

@@ -77,8 +77,16 @@ func TestCycleClaims(t *testing.T) {
 			want:  outcome{Waiting: map[string]string{"ns/p": "WaitingForWorkload: the pod names ResourceClaim later, which does not exist yet: the loop cannot tell what it asks for until it does"}},
 		},
 		"a pod with only a NIC claim is not the loop's": {
-			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{claimPod("p", "a", "nic", "")}},
-			want:  outcome{},
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{
+				MakePod("p", "ns").UID("uid-p").Claim("nic", "nic").Created(t0).Obj(),
+			}},
+			want: outcome{},
+		},
+		"a gated pod whose claim turned out to be a NIC is let go, charged nothing": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{
+				claimPod("running", "a", "held", "n-1"), claimPod("p", "a", "nic", ""),
+			}},
+			want: outcome{Admitted: map[string][]string{"ns/p": {"p@"}}},
 		},
 		"a queue-less claim pod goes to the default queue": {
 			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("default").GPU("0", "0", 1).Obj()}, defaultQueue: "default", claims: src,

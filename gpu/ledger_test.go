@@ -686,6 +686,10 @@ func TestLedgerDRAManagedDevices(t *testing.T) {
 					t.Errorf("Fit = %v, want a DRAManagedError naming gpu.nvidia.com", err)
 				}
 			}
+			_, gangErr := l.Snapshot().PlaceGang([]*gpu.PodRequest{parse(t, whole)}, []string{"n1"}, gpu.PlacementBinpack)
+			if tc.wantFit == "dra" && !gpu.IsDRAManaged(gangErr) {
+				t.Errorf("PlaceGang = %v, want a DRAManagedError (what the admission loop says)", gangErr)
+			}
 			if got := l.Snapshot().CapacityMilli(); got != tc.wantCapacity {
 				t.Errorf("CapacityMilli = %d, want %d (another driver's GPUs count)", got, tc.wantCapacity)
 			}

@@ -128,13 +128,18 @@ func TestClaimSessionPlace(t *testing.T) {
 func TestClaimGangAllOrNothing(t *testing.T) {
 	for name, tc := range map[string]struct {
 		members int
-		want    string
+		// admitted adds a single claim pod the loop admitted, whose claim
+		// kube-scheduler has not allocated yet.
+		admitted bool
+		want     string
 	}{
 		"two members on two GPUs start, pinned": {members: 2, want: "admitted pinned: p0@n-0 p1@n-1"},
+		"an admitted pod's claim not allocated yet holds its GPU": {members: 2, admitted: true,
+			want: "WaitingForCapacity: gang needs 2 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 2 of 2 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
 		"three members on two GPUs wait whole":  {members: 3, want: "WaitingForCapacity: gang needs 3 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 3 of 3 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			cc, nodes := nvidiaWorld(t, tc.members)
+			cc, nodes := nvidiaWorld(t, tc.members+1)
 			cache := admission.NewCache(admission.WithClaims(cc.Demand))
 			for _, n := range nodes {
 				cache.UpsertNode(n)
@@ -143,6 +148,10 @@ func TestClaimGangAllOrNothing(t *testing.T) {
 			cache.UpsertPodGroup(pt.MakePodGroup("train", "ns").MinMember(int32(tc.members)).Obj())
 			for i := range tc.members {
 				cache.UpsertPod(claimMember(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i)))
+			}
+			if tc.admitted {
+				cache.UpsertPod(pt.MakePod("alone", "ns").UID("uid-alone").Queue("a").Claim("gpu", fmt.Sprintf("c%d", tc.members)).
+					Annotation(v1alpha1.AnnotationAdmitted, time.Now().UTC().Format(time.RFC3339)).Obj())
 			}
 			var gns []v1alpha1.GPUNode
 			for _, n := range nodes {

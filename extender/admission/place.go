@@ -92,6 +92,9 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 func (c *cycle) placeClaims(members []*Member) ([]string, error) {
 	if c.claimSession == nil && c.claimErr == nil {
 		c.claimSession, c.claimErr = c.opts.Claims.Session(c.ctx)
+		if c.claimErr == nil {
+			c.holdAdmittedClaims()
+		}
 	}
 	if c.claimErr != nil {
 		return nil, fmt.Errorf("simulate the gang's ResourceClaims: %w", c.claimErr)
@@ -109,6 +112,31 @@ func (c *cycle) placeClaims(members []*Member) ([]string, error) {
 	// (A node's CPU and memory room is judged for each member alone: the
 	// allocator, not the loop, chooses among the candidates.)
 	return c.claimSession.Place(c.ctx, pods, cands)
+}
+
+// holdAdmittedClaims allocates, on the session, the claims of members
+// already admitted whose claims kube-scheduler has not allocated yet, so
+// that a gang simulated now does not count their devices as free. Each is
+// simulated on the nodes it may run on (its pin, if pinned); one that fits
+// nowhere holds nothing.
+func (c *cycle) holdAdmittedClaims() {
+	for _, ws := range c.st.Active {
+		for _, w := range ws {
+			for _, m := range w.Active {
+				if m.Claims == nil || m.Claims.Allocated {
+					continue
+				}
+				cands := c.claimNodes(m)
+				if m.Bound {
+					cands = nil
+					if n := c.st.Nodes[m.Pod.Spec.NodeName]; n != nil && n.Node != nil {
+						cands = []*corev1.Node{n.Node}
+					}
+				}
+				_, _ = c.claimSession.Place(c.ctx, []*corev1.Pod{m.Pod}, [][]*corev1.Node{cands})
+			}
+		}
+	}
 }
 
 // claimNodes are every node, in name order, whose selector, affinity,

@@ -136,7 +136,7 @@ func TestClaimGangAllOrNothing(t *testing.T) {
 		"two members on two GPUs start, pinned": {members: 2, want: "admitted pinned: p0@n-0 p1@n-1"},
 		"an admitted pod's claim not allocated yet holds its GPU": {members: 2, admitted: true,
 			want: "WaitingForCapacity: gang needs 2 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 2 of 2 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
-		"three members on two GPUs wait whole":  {members: 3, want: "WaitingForCapacity: gang needs 3 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 3 of 3 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
+		"three members on two GPUs wait whole": {members: 3, want: "WaitingForCapacity: gang needs 3 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 3 of 3 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			cc, nodes := nvidiaWorld(t, tc.members+1)

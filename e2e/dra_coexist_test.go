@@ -197,9 +197,21 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 			t.Errorf("partita ctl why second does not say %q:\n%s", w, why)
 		}
 	}
+	// The first goes: the second is admitted and gets the GPU.
+	if err := clientset.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 90*time.Second, "the second claim pod bound once the first is gone", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, "second", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		return p.Spec.NodeName == node, fmt.Sprintf("gated %v, node %q, condition %+v", gated(p), p.Spec.NodeName, admissionCondition(p))
+	})
 	// (c) A gang of two claim pods, in a queue without a limit, while the
 	// second pod holds one of the node's two GPUs: the scheduler's
-	// allocator finds room for one member only, so neither starts.
+	// allocator finds room for one member only, so neither starts; once the
+	// second pod goes, the gang starts whole.
 	gq := "nvdra-gang-" + ns
 	createQueue(ctx, t, gpuQueue(gq, ns, "0", "-1", 1))
 	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "pair", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 2, Queue: gq}}
@@ -218,7 +230,6 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 			t.Fatalf("create %s: %v", name, err)
 		}
 	}
-	waitEvent(ctx, t, ns, "pair-0", v1alpha1.ReasonWaitingForCapacity, "cannot be allocated")
 	pairs := func() (gatedN, bound int, seen string) {
 		for i := range 2 {
 			p, err := clientset.CoreV1().Pods(ns).Get(ctx, fmt.Sprintf("pair-%d", i), metav1.GetOptions{})
@@ -235,23 +246,7 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 		}
 		return gatedN, bound, seen
 	}
-	if g, b, seen := pairs(); g != 2 || b != 0 {
-		t.Fatalf("the gang started in part: %s", seen)
-	}
-
-	// The first goes: the second is admitted and gets the GPU.
-	if err := clientset.CoreV1().Pods(ns).Delete(ctx, "first", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
-		t.Fatal(err)
-	}
-	poll(t, 90*time.Second, "the second claim pod bound once the first is gone", func() (bool, string) {
-		p, err := clientset.CoreV1().Pods(ns).Get(ctx, "second", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return p.Spec.NodeName == node, fmt.Sprintf("gated %v, node %q, condition %+v", gated(p), p.Spec.NodeName, admissionCondition(p))
-	})
-	// The node's two GPUs are first's (gone) and second's: the gang still
-	// waits whole. Second goes too: the gang starts whole.
+	waitEvent(ctx, t, ns, "pair-0", v1alpha1.ReasonWaitingForCapacity, "cannot be allocated")
 	if g, b, seen := pairs(); g != 2 || b != 0 {
 		t.Fatalf("the gang started in part: %s", seen)
 	}

@@ -585,5 +585,8 @@ type ClaimsUnplaceableError struct {
 
 // Error implements error.
 func (e *ClaimsUnplaceableError) Error() string {
+	if e.Total == 1 {
+		return "its claims cannot be allocated now: kube-scheduler's structured allocator finds no node with the devices free"
+	}
 	return fmt.Sprintf("the claims of member %d of %d cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free", e.Member+1, e.Total)
 }

@@ -65,7 +65,11 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 			return nil, err
 		}
 		nodes := make([]string, len(claims))
-		if w.Key.IsGang() && c.opts.Claims != nil {
+		if c.opts.Claims != nil {
+			// A single pod is simulated too, so that what it takes counts
+			// for the gangs after it in the cycle (and it waits, rather than
+			// holding its queue's quota, when its claims fit nowhere); only
+			// gangs are pinned (commit).
 			if nodes, err = c.placeClaims(claims); err != nil {
 				for _, p := range placed {
 					c.snap.Forget(p.Member.Pod.UID)

@@ -109,9 +109,13 @@ func TestComponentPermissions(t *testing.T) {
 				// A member's PodGroup, a PodGroup's PriorityClass.
 				{verb: "watch", group: "partita.dev", resource: "podgroups"}, {verb: "get", group: "partita.dev", resource: "podgroups", namespace: "default"},
 				{verb: "list", group: "scheduling.k8s.io", resource: "priorityclasses"},
+				// What a pod's ResourceClaims ask for (read live).
+				{verb: "get", group: "resource.k8s.io", resource: "resourceclaims", namespace: "default"},
+				{verb: "list", group: "resource.k8s.io", resource: "deviceclasses"},
 			},
 			mayNot: []access{
 				{verb: "update", group: "admissionregistration.k8s.io", resource: "validatingwebhookconfigurations", name: "someone-elses"},
+				{verb: "create", group: "resource.k8s.io", resource: "resourceclaims", namespace: "default"},
 				{verb: "list", resource: "pods"},
 				{verb: "create", resource: "pods", subresource: "binding", namespace: "default"},
 				{verb: "patch", resource: "configmaps", namespace: "kube-system"},
@@ -137,6 +141,9 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "update", group: "coordination.k8s.io", resource: "leases", namespace: ns, name: "partita-extender"},
 				{verb: "list", resource: "configmaps", namespace: ns}, {verb: "patch", resource: "configmaps", namespace: ns},
 				{verb: "patch", resource: "pods", subresource: "status", namespace: "default"},
+				// Pods that hold GPUs through claims, and their simulation.
+				{verb: "watch", group: "resource.k8s.io", resource: "resourceclaims"}, {verb: "watch", group: "resource.k8s.io", resource: "resourceslices"},
+				{verb: "watch", group: "resource.k8s.io", resource: "resourceclaimtemplates"}, {verb: "watch", group: "resource.k8s.io", resource: "deviceclasses"},
 				// The workload map: the owners its built-in rules name, new
 				// CRDs, and the PodGroup of each mapped workload.
 				{verb: "watch", group: "batch", resource: "jobs"}, {verb: "list", group: "apps", resource: "statefulsets"},
@@ -171,9 +178,12 @@ func TestComponentPermissions(t *testing.T) {
 				{verb: "create", group: "partita.dev", resource: "gpunodes"}, {verb: "delete", group: "partita.dev", resource: "gpunodes"},
 				{verb: "update", group: "partita.dev", resource: "gpunodes", subresource: "status"},
 				{verb: "create", group: "events.k8s.io", resource: "events", namespace: "kube-system"},
+				// Other DRA drivers' slices of its nodes.
+				{verb: "watch", group: "resource.k8s.io", resource: "resourceslices"},
 			},
 			mayNot: []access{
 				{verb: "patch", resource: "nodes"},
+				{verb: "create", group: "resource.k8s.io", resource: "resourceslices"},
 				{verb: "patch", resource: "pods", namespace: "default"},
 				{verb: "create", resource: "pods", subresource: "binding", namespace: "default"},
 				{verb: "list", group: "partita.dev", resource: "queues"},

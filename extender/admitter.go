@@ -82,6 +82,13 @@ type AdmitterOptions struct {
 	// none (pods the webhook never gave a queue); empty leaves them
 	// outside every queue.
 	DefaultQueue string
+	// Claims reads the GPUs of pods that ask for them through
+	// ResourceClaims only (ClaimCache.Demand); nil leaves such pods to
+	// kube-scheduler, uncharged.
+	Claims admission.ClaimReader
+	// ClaimAllocator simulates the allocation of claim gangs' claims
+	// (ClaimCache); nil ungates them unpinned.
+	ClaimAllocator admission.ClaimAllocator
 	// StatusClient writes pod conditions and Queue and PodGroup status;
 	// nil means the main client. A client of its own keeps those writes
 	// from queueing pins and ungating behind them at the client's QPS.
@@ -186,6 +193,9 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 	if opts.Mapper != nil {
 		cacheOpts = append(cacheOpts, admission.WithMapper(opts.Mapper))
 	}
+	if opts.Claims != nil {
+		cacheOpts = append(cacheOpts, admission.WithClaims(opts.Claims))
+	}
 	a := &Admitter{
 		cache: admission.NewCache(cacheOpts...), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
@@ -287,6 +297,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		BackoffUntil:      func(k admission.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
 		Unevictable:       a.unevictable(now, finished),
+		Claims:            a.opts.ClaimAllocator,
 		StarvationBound:   a.opts.StarvationBound,
 		Rooms:             &a.rooms,
 	})
@@ -412,6 +423,10 @@ func (a *Admitter) reserve(adm admission.Admission) error {
 		return nil
 	}
 	for i, m := range adm.Members {
+		if m.Member.Claims != nil {
+			// Its claims hold its devices; the ledger has none of them.
+			continue
+		}
 		if err := a.ledger.Assume(m.Allocation); err != nil {
 			for _, done := range adm.Members[:i] {
 				a.ledger.Forget(done.Member.Pod.UID)
@@ -458,7 +473,8 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	for k, v := range workloadAnnotations(adm.Workload) {
 		pod.Annotations[k] = v
 	}
-	if pin || adm.Hold {
+	claims := m.Member.Claims != nil
+	if (pin || adm.Hold) && !claims {
 		r, err := gpu.FormatReservation(gpu.ReservationOf(m.Allocation, key.String(), expires))
 		if err != nil {
 			a.ledger.Forget(orig.UID)
@@ -466,7 +482,12 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		}
 		pod.Annotations[v1alpha1.AnnotationReservation] = r
 	}
-	if pin {
+	switch {
+	case pin && claims:
+		// Pinned to the node the simulation of its claims found; the
+		// ledger holds nothing for it, so it gets no reservation.
+		pinToNode(pod, m.Allocation.Node)
+	case pin:
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
 		pinToNode(pod, m.Allocation.Node)
 	}
@@ -478,7 +499,7 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	}
 	pod.Spec.SchedulingGates = gates
 	if err := a.client.Patch(ctx, pod, client.StrategicMergeFrom(orig)); err != nil {
-		if pin || adm.Hold {
+		if (pin || adm.Hold) && !claims {
 			a.ledger.Forget(orig.UID)
 		}
 		return fmt.Errorf("release pod %s/%s: %w", orig.Namespace, orig.Name, err)

@@ -38,6 +38,10 @@ const (
 	// ReasonAgentSilent: the node's agent has stopped reporting (see
 	// HeartbeatMonitor); nothing new goes there until it does.
 	ReasonAgentSilent = "AgentSilent"
+	// ReasonDRAManaged: every GPU of the node is published by another DRA
+	// driver (GPUNode.status.devices[].draDriver), whose claims allocate
+	// them; Partita offers no gpu-milli there.
+	ReasonDRAManaged = "DRAManaged"
 )
 
 // maxReasonLen bounds a failure message, which kube-scheduler copies into
@@ -60,8 +64,9 @@ func (v verdict) unresolvable() bool {
 // 0.5"), or to FailedAndUnresolvableNodes when waiting or preempting cannot
 // help: the request is bigger than any device there, the node has no GPU
 // inventory, its agent has stopped reporting ("the agent on node n1 has not
-// reported for 3m10s ..."), or the pod's devices are reserved on another
-// node. A pod whose devices the admission loop reserved on a node before
+// reported for 3m10s ..."), another DRA driver publishes all its GPUs
+// ("GPUs managed by DRA driver gpu.nvidia.com ..."), or the pod's devices
+// are reserved on another node. A pod whose devices the admission loop reserved on a node before
 // its agent fell silent still passes there. A pod without a GPU request
 // passes everywhere.
 //
@@ -179,6 +184,8 @@ func verdictOf(node string, err error) verdict {
 		return verdict{ReasonInsufficientGPU, msg}
 	case gpu.IsAgentSilent(err):
 		return verdict{ReasonAgentSilent, shorten(err.Error())}
+	case gpu.IsDRAManaged(err):
+		return verdict{ReasonDRAManaged, shorten(strings.TrimPrefix(err.Error(), "node "+node+": "))}
 	case gpu.IsNodeNotFound(err):
 		return verdict{ReasonNoGPUInventory, "no GPU inventory: the node has no GPUNode (is Partita's agent running there?)"}
 	default:

@@ -64,6 +64,17 @@ func TestFilter(t *testing.T) {
 				FailedNodes:                extenderv1.FailedNodesMap{"n1": "largest free slice 0.4 on GPU 1; pod needs 0.5 (container main)"},
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
+		"a node whose GPUs another DRA driver publishes is never offered": {
+			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).DRADriver("gpu.nvidia.com", 0, 1).Obj()},
+			pod:   fractionPod("p", "0.5", "500").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
+				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
+			},
+			want: &extenderv1.ExtenderFilterResult{NodeNames: names("n1"),
+				FailedNodes: extenderv1.FailedNodesMap{},
+				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{
+					"n2": "GPUs managed by DRA driver gpu.nvidia.com; Partita offers no partita.dev/gpu-milli there (ask for them with a ResourceClaim of that driver's DeviceClass)"}},
+		},
 		"a node without GPUNode has no inventory": {
 			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
 			pod:   fractionPod("p", "0.5", "500").Obj(),

@@ -34,7 +34,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 		}, []string{"verb"}),
 		filterNodes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_extender_filter_nodes_total",
-			Help: "Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent.",
+			Help: "Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent, DRAManaged.",
 		}, []string{"reason"}),
 		binds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_extender_binds_total",
@@ -57,7 +57,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 			Help: "Requests to the verbs or /debug/* refused because they did not come with kube-scheduler's client certificate, by reason: Unauthenticated (none, or expired), Forbidden (another name).",
 		}, []string{"reason"}),
 	}
-	for _, r := range []string{ReasonFits, ReasonInsufficientGPU, ReasonNeverFits, ReasonNoGPUInventory, ReasonReservedElsewhere, ReasonInvalidRequest, ReasonAgentSilent} {
+	for _, r := range []string{ReasonFits, ReasonInsufficientGPU, ReasonNeverFits, ReasonNoGPUInventory, ReasonReservedElsewhere, ReasonInvalidRequest, ReasonAgentSilent, ReasonDRAManaged} {
 		m.filterNodes.WithLabelValues(r)
 	}
 	for _, r := range []string{BindBound, BindAlreadyBound, BindNotLeader, BindConflict, BindRefused, BindFailed} {

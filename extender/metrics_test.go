@@ -53,9 +53,10 @@ partita_extender_binds_total{result="Conflict"} 1
 partita_extender_binds_total{result="Failed"} 1
 partita_extender_binds_total{result="NotLeader"} 0
 partita_extender_binds_total{result="Refused"} 0
-# HELP partita_extender_filter_nodes_total Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent.
+# HELP partita_extender_filter_nodes_total Candidate nodes judged by filter, by reason: Fits, InsufficientGPU, NeverFits, NoGPUInventory, ReservedElsewhere, InvalidRequest, AgentSilent, DRAManaged.
 # TYPE partita_extender_filter_nodes_total counter
 partita_extender_filter_nodes_total{reason="AgentSilent"} 0
+partita_extender_filter_nodes_total{reason="DRAManaged"} 0
 partita_extender_filter_nodes_total{reason="Fits"} 1
 partita_extender_filter_nodes_total{reason="InsufficientGPU"} 1
 partita_extender_filter_nodes_total{reason="InvalidRequest"} 0

@@ -109,6 +109,32 @@ func IsNodeNotFound(err error) bool {
 	return errors.As(err, &ne)
 }
 
+// DRAManagedError says every healthy GPU of a node is published by another
+// DRA driver (GPUNode.status.devices[].draDriver): that driver's claims
+// allocate them, so Partita places no partita.dev/gpu-milli pod there.
+// Waiting cannot help.
+type DRAManagedError struct {
+	// Node is the node's name.
+	Node string
+	// Drivers are the drivers, sorted.
+	Drivers []string
+}
+
+// Error reads like "node n1: GPUs managed by DRA driver gpu.nvidia.com; ...".
+func (e *DRAManagedError) Error() string {
+	what := "driver " + strings.Join(e.Drivers, ", ")
+	if len(e.Drivers) > 1 {
+		what = "drivers " + strings.Join(e.Drivers, ", ")
+	}
+	return fmt.Sprintf("node %s: GPUs managed by DRA %s; Partita offers no partita.dev/gpu-milli there (ask for them with a ResourceClaim of that driver's DeviceClass)", e.Node, what)
+}
+
+// IsDRAManaged reports whether err is, or wraps, a *DRAManagedError.
+func IsDRAManaged(err error) bool {
+	var de *DRAManagedError
+	return errors.As(err, &de)
+}
+
 // DefaultAgentHeartbeatTimeout is how long a node's agent may go without a
 // new heartbeat on its GPUNode before the node takes no new GPU pods: three
 // of the agent's default heartbeat intervals (1m), so that one late or

@@ -24,6 +24,10 @@ type deviceState struct {
 	users   int32
 	whole   int32
 	healthy bool
+	// foreign: a healthy device another DRA driver publishes; healthy is
+	// false for it, so nothing is placed there, but it counts in the
+	// capacity fair share divides.
+	foreign bool
 	// withheld keeps new allocations off the device on a snapshot (see
 	// Snapshot.Withhold); what it holds stays. Never set in a ledger.
 	withheld bool
@@ -670,6 +674,9 @@ func (v *view) fit(node string, req *PodRequest) error {
 	if n.silent != nil {
 		return n.silentError()
 	}
+	if drivers := n.inv.DRAManaged(); drivers != nil {
+		return &DRAManagedError{Node: n.name, Drivers: drivers}
+	}
 	if err := validRequest(req); err != nil {
 		return err
 	}
@@ -696,6 +703,9 @@ func (v *view) choose(node string, req *PodRequest, pl Placement) (*PodAllocatio
 	}
 	if n.silent != nil {
 		return nil, n.silentError()
+	}
+	if drivers := n.inv.DRAManaged(); drivers != nil {
+		return nil, &DRAManagedError{Node: n.name, Drivers: drivers}
 	}
 	if err := validRequest(req); err != nil {
 		return nil, err
@@ -828,6 +838,9 @@ func (v *view) assumeEntry(a *PodAllocation, restore bool) (*podEntry, error) {
 				return nil, bad("device %s named twice", uuid)
 			}
 			d := &work[j]
+			if drv := n.inv.Devices[j].DRADriver; drv != "" {
+				return nil, bad("device %d (%s) is allocated by DRA driver %s, not by Partita", d.index, uuid, drv)
+			}
 			if !d.healthy {
 				return nil, bad("device %d (%s) is unhealthy", d.index, uuid)
 			}

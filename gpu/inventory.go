@@ -31,6 +31,11 @@ type Device struct {
 	// Healthy and MIG is not enabled on it (Partita does not place slices on
 	// MIG instances yet).
 	Healthy bool
+	// DRADriver is the DRA driver other than Partita's that publishes the
+	// device (GPUDevice.draDriver): it is that driver's to allocate, so the
+	// ledger places nothing on it, but it counts in the cluster's capacity
+	// (the pods holding it through claims are charged to queues).
+	DRADriver string
 }
 
 // InventoryFromGPUNode reads a GPUNode's devices. The isolation mode is the
@@ -60,10 +65,30 @@ func InventoryFromGPUNode(n *v1alpha1.GPUNode) *NodeInventory {
 			Product:   d.Product,
 			MemoryMiB: d.MemoryMiB,
 			Healthy:   d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled && !v1alpha1.IsUnknownDeviceUUID(d.UUID),
+			DRADriver: d.DRADriver,
 		})
 	}
 	slices.SortFunc(inv.Devices, func(a, b Device) int { return int(a.Index) - int(b.Index) })
 	return inv
+}
+
+// DRAManaged returns the DRA drivers other than Partita's that publish
+// every healthy device of the node, sorted; nil when some healthy device is
+// Partita's to place, or the node has none. A node whose every GPU another
+// driver allocates takes no partita.dev/gpu-milli pod.
+func (n *NodeInventory) DRAManaged() []string {
+	var drivers []string
+	for _, d := range n.Devices {
+		switch {
+		case !d.Healthy:
+		case d.DRADriver == "":
+			return nil
+		case !slices.Contains(drivers, d.DRADriver):
+			drivers = append(drivers, d.DRADriver)
+		}
+	}
+	slices.Sort(drivers)
+	return drivers
 }
 
 // DeviceByUUID returns the device with the given UUID.

@@ -367,7 +367,9 @@ func (l *Ledger) upsertNode(inv *NodeInventory, heartbeat time.Time) {
 	n.n, n.inv = want, inv
 	devs := l.v.devs(n)
 	for j, d := range inv.Devices {
-		devs[j] = deviceState{memoryMiB: d.MemoryMiB, index: d.Index, healthy: d.Healthy}
+		// Another DRA driver's device takes nothing from the ledger, but
+		// its pods still hold it: it counts in the capacity (foreign).
+		devs[j] = deviceState{memoryMiB: d.MemoryMiB, index: d.Index, healthy: d.Healthy && d.DRADriver == "", foreign: d.Healthy && d.DRADriver != ""}
 	}
 	for _, e := range n.pods {
 		l.v.charge(n, e, 1)

@@ -637,3 +637,88 @@ func TestLedgerUnknownDevice(t *testing.T) {
 		t.Errorf("Fit of 2 GPUs = %v, want insufficient (one device is unknown)", err)
 	}
 }
+
+func TestLedgerDRAManagedDevices(t *testing.T) {
+	const h100 = "NVIDIA H100 80GB HBM3"
+	whole := pt.MakePod("whole", "ns").GPUFraction("1").Obj()
+	cases := map[string]struct {
+		node         *v1alpha1.GPUNode
+		wantFit      string // "" fits, "dra", "insufficient"
+		wantCapacity int64
+		wantManaged  []string
+	}{
+		"every GPU another driver's": {
+			node:         pt.MakeGPUNode("n1").Devices(2, h100, 81920).DRADriver("gpu.nvidia.com", 0, 1).Obj(),
+			wantFit:      "dra",
+			wantCapacity: 2000,
+			wantManaged:  []string{"gpu.nvidia.com"},
+		},
+		"one of two another driver's": {
+			node:         pt.MakeGPUNode("n1").Devices(2, h100, 81920).DRADriver("gpu.nvidia.com", 0).Obj(),
+			wantCapacity: 2000,
+		},
+		"the other one unhealthy": {
+			node:         pt.MakeGPUNode("n1").Devices(2, h100, 81920).DRADriver("gpu.nvidia.com", 0).UnhealthyDevice(1).Obj(),
+			wantFit:      "dra",
+			wantCapacity: 1000,
+			wantManaged:  []string{"gpu.nvidia.com"},
+		},
+		"no other driver": {
+			node:         pt.MakeGPUNode("n1").Devices(2, h100, 81920).Obj(),
+			wantCapacity: 2000,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			l := ledgerWith([]*v1alpha1.GPUNode{tc.node}, nil)
+			inv, _ := l.Node("n1")
+			if diff := cmp.Diff(tc.wantManaged, inv.DRAManaged()); diff != "" {
+				t.Errorf("DRAManaged (-want,+got):\n%s", diff)
+			}
+			err := l.Fit("n1", parse(t, whole))
+			switch tc.wantFit {
+			case "":
+				if err != nil {
+					t.Errorf("Fit = %v, want nil", err)
+				}
+			case "dra":
+				if !gpu.IsDRAManaged(err) || !strings.Contains(err.Error(), "GPUs managed by DRA driver gpu.nvidia.com") {
+					t.Errorf("Fit = %v, want a DRAManagedError naming gpu.nvidia.com", err)
+				}
+			}
+			_, gangErr := l.Snapshot().PlaceGang([]*gpu.PodRequest{parse(t, whole)}, []string{"n1"}, gpu.PlacementBinpack)
+			if tc.wantFit == "dra" && !gpu.IsDRAManaged(gangErr) {
+				t.Errorf("PlaceGang = %v, want a DRAManagedError (what the admission loop says)", gangErr)
+			}
+			if got := l.Snapshot().CapacityMilli(); got != tc.wantCapacity {
+				t.Errorf("CapacityMilli = %d, want %d (another driver's GPUs count)", got, tc.wantCapacity)
+			}
+		})
+	}
+}
+
+func TestLedgerNeverPlacesOnDRAManagedDevice(t *testing.T) {
+	node := pt.MakeGPUNode("n1").Devices(2, "NVIDIA H100 80GB HBM3", 81920).DRADriver("gpu.nvidia.com", 0).Obj()
+	l := ledgerWith([]*v1alpha1.GPUNode{node}, nil)
+	two := parse(t, pt.MakePod("two", "ns").GPUFraction("1").GPUCount(2).Obj())
+	if err := l.Fit("n1", two); !gpu.IsInsufficient(err) {
+		t.Errorf("Fit of 2 GPUs = %v, want insufficient (GPU 0 is gpu.nvidia.com's)", err)
+	}
+	for range 4 {
+		req := parse(t, pt.MakePod("q", "ns").UID(types.UID(fmt.Sprint(time.Now().UnixNano()))).GPUFraction("0.25").Obj())
+		a, err := l.Choose("n1", req, gpu.PlacementBinpack)
+		if err != nil {
+			t.Fatalf("Choose: %v", err)
+		}
+		if diff := cmp.Diff([]int32{1}, a.Containers[0].DeviceIndexes); diff != "" {
+			t.Errorf("devices (-want,+got):\n%s", diff)
+		}
+		if err := l.Assume(a); err != nil {
+			t.Fatalf("Assume: %v", err)
+		}
+	}
+	bad := &gpu.PodAllocation{Namespace: "ns", Name: "x", UID: "x", Node: "n1", Containers: []gpu.ContainerAllocation{{Container: "c", DeviceUUIDs: []string{pt.DeviceUUID("n1", 0)}, Milli: 1000}}}
+	if err := l.Assume(bad); err == nil || !strings.Contains(err.Error(), "allocated by DRA driver gpu.nvidia.com") {
+		t.Errorf("Assume on GPU 0 = %v, want refused naming the driver", err)
+	}
+}

@@ -49,6 +49,11 @@ const (
 	DialectHAMi Dialect = "hami"
 	// DialectWholeGPU is nvidia.com/gpu alone: whole devices.
 	DialectWholeGPU Dialect = "nvidia.com/gpu"
+	// DialectClaims is a pod that asks for GPUs through ResourceClaims of
+	// a GPU DeviceClass only (package dra, Demand): ParsePod never reports
+	// it; the webhook and the admission loop make such a request, with no
+	// containers, for the pod's queue and gang.
+	DialectClaims Dialect = "resourceclaims"
 )
 
 // Placement selects how devices are chosen on a node.
@@ -352,6 +357,21 @@ func ParsePod(pod *corev1.Pod) (*PodRequest, field.ErrorList) {
 	}
 	p := &parser{pod: pod}
 	return p.parse()
+}
+
+// QueueAndGroup reads a pod's queue and pod group from the labels and
+// annotations of every dialect, as ParsePod does, for a pod that asks for
+// GPUs by other means (ResourceClaims): names that disagree across dialects
+// or are not valid object names are errors.
+func QueueAndGroup(pod *corev1.Pod) (queue, podGroup string, errs field.ErrorList) {
+	p := &parser{pod: pod}
+	queue = p.pickName("Queue", []origin{
+		p.label(v1alpha1.LabelQueue), p.label(LabelRunAIQueue), p.label(LabelKAIQueue),
+	})
+	podGroup = p.pickName("PodGroup", []origin{
+		p.label(v1alpha1.LabelPodGroup), p.annotation(AnnotationRunAIPodGroup), p.label(LabelCoschedulingPodGroup),
+	})
+	return queue, podGroup, p.errs
 }
 
 // origin says where a part of a request was written, for messages.

@@ -462,10 +462,18 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 		return fmt.Errorf("no candidate node has a GPU inventory")
 	}
 	var best *InsufficientError
-	var silent, silentFits error
+	var silent, silentFits, foreign error
 	var sc scratch
 	for _, slot := range slots {
 		n := &s.v.nodes[slot]
+		if drivers := n.inv.DRAManaged(); drivers != nil {
+			// Another driver's GPUs: the reason to name when no node of
+			// Partita's came closer.
+			if foreign == nil {
+				foreign = &DRAManagedError{Node: n.name, Drivers: drivers}
+			}
+			continue
+		}
 		_, f, ok := place(s.v.devs(n), req, pl, &sc)
 		if n.silent != nil {
 			// A node whose agent is silent is the reason to name when it
@@ -494,6 +502,8 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 		return silentFits
 	case best == nil && silent != nil:
 		return silent
+	case best == nil && foreign != nil:
+		return foreign
 	case best == nil:
 		return fmt.Errorf("no candidate node fits %s", describe(req))
 	}
@@ -521,7 +531,9 @@ func (e *InsufficientError) CloserThan(b *InsufficientError) bool {
 }
 
 // CapacityMilli is the GPU capacity of the snapshot's healthy devices, in
-// milli-GPUs: what fair share divides. Nodes whose agent is silent count:
+// milli-GPUs: what fair share divides. Devices another DRA driver
+// allocates count too: the pods holding them through claims are charged to
+// queues like any other. Nodes whose agent is silent count:
 // their devices are still there and their pods still run, and a brief
 // silence (an agent restart) must not shrink every queue's fair share.
 func (s *Snapshot) CapacityMilli() int64 {
@@ -532,7 +544,7 @@ func (s *Snapshot) CapacityMilli() int64 {
 			continue
 		}
 		for _, d := range s.v.devs(n) {
-			if d.healthy {
+			if d.healthy || d.foreign {
 				total += MilliPerGPU
 			}
 		}

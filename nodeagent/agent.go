@@ -101,6 +101,10 @@ type Options struct {
 	// node's partita.dev/gpu-milli capacity, which the agent then removes;
 	// it also reads what pods hold through their claims.
 	Slices SlicePublisher
+	// GPUDrivers are the DRA drivers whose devices are GPUs: one of them
+	// that publishes devices on a served node without UUIDs owns all its
+	// GPUs (dra.ForeignGPUs). dra.DefaultGPUDrivers when nil.
+	GPUDrivers dra.GPUDrivers
 }
 
 // SlicePublisher publishes a node's devices for kube-scheduler's DRA plugin:
@@ -148,11 +152,18 @@ func (o *Options) defaults() error {
 	if o.Metrics == nil {
 		o.Metrics = NewMetrics()
 	}
+	if o.GPUDrivers == nil {
+		o.GPUDrivers = dra.DefaultGPUDrivers
+	}
 	return nil
 }
 
-// podNodeIndex indexes cached pods by spec.nodeName.
-const podNodeIndex = "spec.nodeName"
+// podNodeIndex indexes cached pods by spec.nodeName, sliceNodeIndex
+// ResourceSlices.
+const (
+	podNodeIndex   = "spec.nodeName"
+	sliceNodeIndex = "spec.nodeName"
+)
 
 // Agent publishes the GPUs of the nodes it serves and watches their slices.
 // Each node is synced by one worker at a time, on every change that matters
@@ -166,6 +177,10 @@ type Agent struct {
 	broadcaster events.EventBroadcaster
 	queue       workqueue.TypedRateLimitingInterface[string]
 	simRunner   *SimulatedRunner // the MPS programs of simulated nodes
+
+	// watchSlices: the API server serves resource.k8s.io/v1, so the agent
+	// reads other DRA drivers' ResourceSlices of its nodes.
+	watchSlices bool
 
 	lock    sync.Mutex
 	nodes   map[string]*nodeState
@@ -201,6 +216,9 @@ type nodeState struct {
 	capacityFrom string
 	// badPods are the allocation errors already logged, by pod.
 	badPods map[types.UID]string
+	// foreign is what was last logged of the GPUs other DRA drivers
+	// publish.
+	foreign string
 }
 
 // New builds an agent on the cluster that cfg reaches. It caches only what
@@ -230,6 +248,19 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		// pods name.
 		byObject[&resourceapi.ResourceClaim{}] = cache.ByObject{}
 	}
+	watchSlices, err := dra.Served(cfg, "resourceslices")
+	if err != nil {
+		return nil, err
+	}
+	if watchSlices {
+		// Other drivers' slices of the nodes it serves: the GPUs they
+		// publish are theirs (dra.ForeignGPUs).
+		sel := cache.ByObject{}
+		if opts.NodeName != "" {
+			sel.Field = fields.OneTermEqualSelector("spec.nodeName", opts.NodeName)
+		}
+		byObject[&resourceapi.ResourceSlice{}] = sel
+	}
 	c, err := cache.New(cfg, cache.Options{Scheme: scheme, ByObject: byObject, DefaultTransform: cache.TransformStripManagedFields()})
 	if err != nil {
 		return nil, fmt.Errorf("create cache: %w", err)
@@ -238,6 +269,16 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		return []string{o.(*corev1.Pod).Spec.NodeName}
 	}); err != nil {
 		return nil, fmt.Errorf("index pods by node: %w", err)
+	}
+	if watchSlices {
+		if err := c.IndexField(context.Background(), &resourceapi.ResourceSlice{}, sliceNodeIndex, func(o client.Object) []string {
+			if n := o.(*resourceapi.ResourceSlice).Spec.NodeName; n != nil {
+				return []string{*n}
+			}
+			return nil
+		}); err != nil {
+			return nil, fmt.Errorf("index ResourceSlices by node: %w", err)
+		}
 	}
 	cl, err := client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
@@ -251,9 +292,10 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 			workqueue.NewTypedItemExponentialFailureRateLimiter[string](500*time.Millisecond, 5*time.Minute),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "partita-agent", Clock: opts.Clock},
 		),
-		nodes:     map[string]*nodeState{},
-		pending:   map[string]bool{},
-		simRunner: NewSimulatedRunner(),
+		nodes:       map[string]*nodeState{},
+		pending:     map[string]bool{},
+		simRunner:   NewSimulatedRunner(),
+		watchSlices: watchSlices,
 	}
 	a.recorder = opts.Recorder
 	if a.recorder == nil {
@@ -426,7 +468,74 @@ func (a *Agent) addHandlers(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watch pods: %w", err)
 	}
+	if !a.watchSlices {
+		return nil
+	}
+	sliceNode := func(obj any) {
+		if d, ok := obj.(toolscache.DeletedFinalStateUnknown); ok {
+			obj = d.Obj
+		}
+		s, ok := obj.(*resourceapi.ResourceSlice)
+		if !ok || s.Spec.Driver == dra.DriverName || s.Spec.NodeName == nil {
+			return
+		}
+		a.lock.Lock()
+		_, served := a.nodes[*s.Spec.NodeName]
+		a.lock.Unlock()
+		if served {
+			enqueue(*s.Spec.NodeName)
+		}
+	}
+	inf, err = a.cache.GetInformer(ctx, &resourceapi.ResourceSlice{})
+	if err != nil {
+		return fmt.Errorf("watch ResourceSlices: %w", err)
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    sliceNode,
+		UpdateFunc: func(_, newObj any) { sliceNode(newObj) },
+		DeleteFunc: sliceNode,
+	}); err != nil {
+		return fmt.Errorf("watch ResourceSlices: %w", err)
+	}
 	return nil
+}
+
+// markForeign sets draDriver on the devices of node that other DRA drivers
+// publish, read from the cached ResourceSlices, and logs when that changes.
+func (a *Agent) markForeign(ctx context.Context, st *nodeState, devices []v1alpha1.GPUDevice) ([]v1alpha1.GPUDevice, error) {
+	if !a.watchSlices {
+		return devices, nil
+	}
+	var list resourceapi.ResourceSliceList
+	if err := a.cache.List(ctx, &list, client.MatchingFields{sliceNodeIndex: st.name}); err != nil {
+		return devices, fmt.Errorf("list ResourceSlices: %w", err)
+	}
+	own := make([]*resourceapi.ResourceSlice, 0, len(list.Items))
+	for i := range list.Items {
+		own = append(own, &list.Items[i])
+	}
+	out, drivers := dra.MarkForeign(devices, dra.ForeignGPUs(st.name, devices, own, a.opts.GPUDrivers))
+	var b strings.Builder
+	for _, d := range out {
+		if d.DRADriver != "" {
+			fmt.Fprintf(&b, "%d=%s ", d.Index, d.DRADriver)
+		}
+	}
+	if note := b.String(); note != st.foreign {
+		st.foreign = note
+		log := logr.FromContextOrDiscard(ctx)
+		if note == "" {
+			log.V(2).Info("No other DRA driver publishes the node's GPUs; offering them all")
+		} else {
+			log.Info("GPUs published by another DRA driver are left to it", "drivers", drivers, "devices", strings.TrimSpace(note))
+		}
+	}
+	return out, nil
+}
+
+// ownDevices are the devices no other DRA driver publishes.
+func ownDevices(devices []v1alpha1.GPUDevice) []v1alpha1.GPUDevice {
+	return slices.DeleteFunc(slices.Clone(devices), func(d v1alpha1.GPUDevice) bool { return d.DRADriver != "" })
 }
 
 func (a *Agent) processNext(ctx context.Context) bool {
@@ -539,6 +648,10 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		}
 	}
 
+	devices, err = a.markForeign(ctx, st, devices)
+	if err != nil {
+		return true, err
+	}
 	used := map[sliceKey]int64{}
 	if snap != nil {
 		var unattributed map[int32]int64
@@ -549,7 +662,9 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
 	var offer error
 	if a.opts.Slices != nil {
-		nd := dra.NodeDevices{Devices: devices, Mode: mode, ExtenderHeld: extenderHeld(held)}
+		// Another driver's GPUs are its own to publish: offering them
+		// twice would let two drivers' claims book one GPU.
+		nd := dra.NodeDevices{Devices: ownDevices(devices), Mode: mode, ExtenderHeld: extenderHeld(held)}
 		offer = errors.Join(a.opts.Slices.Publish(ctx, name, nd), a.withdrawCapacity(ctx, node, st))
 	} else {
 		offer = a.publishCapacity(ctx, node, st, capacityMilli(devices))
@@ -675,7 +790,7 @@ func mpsTargets(devices []v1alpha1.GPUDevice, held []boundPod) []mpsTarget {
 	}
 	var out []mpsTarget
 	for _, d := range devices {
-		if !schedulable(d) || whole[d.Index] {
+		if !offered(d) || whole[d.Index] {
 			continue
 		}
 		out = append(out, mpsTarget{

@@ -24,6 +24,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/envtestutil"
+	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
 // runAgent starts an agent and returns a func that stops it and waits.
@@ -368,4 +369,61 @@ func TestAgentRetriesAPIErrors(t *testing.T) {
 	if errs != float64(flaky.failed.Load()) || errs != 4 {
 		t.Errorf("counted %v failed writes, want the 4 injected (%d)", errs, flaky.failed.Load())
 	}
+}
+
+func TestAgentLeavesOtherDRADriversGPUs(t *testing.T) {
+	cfg, c := envtestutil.Start(t)
+	createNode(t, c, "n1", nil)
+	a, _ := runAgent(t, cfg, Options{NodeName: "n1", Backends: StaticBackend(NewSimulated("n1", h100(2))), Version: "test"})
+	waitFor(t, "the agent is ready", func() (bool, error) { return a.Ready() == nil, a.Ready() })
+	if got := milliOf(t, c, "n1"); got != "2000/2000" {
+		t.Fatalf("gpu-milli capacity/allocatable = %s, want 2000/2000", got)
+	}
+	state := func() string {
+		gn, err := gpuNode(t, c, "n1")
+		if err != nil {
+			return err.Error()
+		}
+		var devs []string
+		for _, d := range gn.Status.Devices {
+			devs = append(devs, fmt.Sprintf("%d:%s", d.Index, d.DRADriver))
+		}
+		return fmt.Sprintf("capacity=%s devices=%s drivers=%s healthy=%d", milliOf(t, c, "n1"), strings.Join(devs, ","), strings.Join(gn.Status.DRADrivers, ","), gn.Status.HealthyDevices)
+	}
+	expect := func(what, want string) {
+		t.Helper()
+		var got string
+		waitForWithin(t, 15*time.Second, what, func() (bool, error) {
+			got = state()
+			return got == want, fmt.Errorf("got %s, want %s", got, want)
+		})
+	}
+
+	// NVIDIA's driver publishes GPU 0 by its UUID.
+	byUUID := pt.MakeResourceSlice("n1-gpu.nvidia.com", "gpu.nvidia.com", "n1").GPU("gpu-0", SimulatedUUID("n1", 0), "H100", "80Gi").Obj()
+	if err := c.Create(t.Context(), byUUID); err != nil {
+		t.Fatal(err)
+	}
+	expect("GPU 0 left to gpu.nvidia.com", "capacity=1000/1000 devices=0:gpu.nvidia.com,1: drivers=gpu.nvidia.com healthy=2")
+
+	// A NIC driver's slice changes nothing.
+	nic := pt.MakeResourceSlice("n1-dra.net", "dra.net", "n1").GPU("eth0", "", "nic", "1").Obj()
+	if err := c.Create(t.Context(), nic); err != nil {
+		t.Fatal(err)
+	}
+	// NVIDIA's driver without UUIDs owns every GPU of the node.
+	anon := pt.MakeResourceSlice("n1-gpu.nvidia.com", "gpu.nvidia.com", "n1").GPU("gpu-0", "", "H100", "80Gi").Obj()
+	if err := c.Delete(t.Context(), byUUID); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(t.Context(), anon); err != nil {
+		t.Fatal(err)
+	}
+	expect("every GPU left to gpu.nvidia.com", "capacity=0/0 devices=0:gpu.nvidia.com,1:gpu.nvidia.com drivers=gpu.nvidia.com healthy=2")
+
+	// The driver goes: Partita offers its GPUs again.
+	if err := c.Delete(t.Context(), anon); err != nil {
+		t.Fatal(err)
+	}
+	expect("GPUs offered again", "capacity=2000/2000 devices=0:,1: drivers= healthy=2")
 }

@@ -22,12 +22,16 @@ func schedulable(d v1alpha1.GPUDevice) bool {
 	return d.Health == v1alpha1.DeviceHealthy && d.MIGMode != v1alpha1.MIGEnabled
 }
 
+// offered reports whether Partita offers a device: it may take work and no
+// other DRA driver publishes it (dra.ForeignGPUs).
+func offered(d v1alpha1.GPUDevice) bool { return schedulable(d) && d.DRADriver == "" }
+
 // capacityMilli is the node's partita.dev/gpu-milli capacity: 1000 for each
-// device that may take work.
+// device that may take work and that no other DRA driver publishes.
 func capacityMilli(devices []v1alpha1.GPUDevice) int64 {
 	var n int64
 	for _, d := range devices {
-		if schedulable(d) {
+		if offered(d) {
 			n += gpu.MilliPerGPU
 		}
 	}
@@ -36,7 +40,15 @@ func capacityMilli(devices []v1alpha1.GPUDevice) int64 {
 
 // buildStatus is the GPUNode status the agent wants to publish.
 func buildStatus(devices []v1alpha1.GPUDevice, sl []v1alpha1.GPUSlice, mode v1alpha1.IsolationMode, version string, now metav1.Time) v1alpha1.GPUNodeStatus {
+	var drivers []string
+	for _, d := range devices {
+		if d.DRADriver != "" && !slices.Contains(drivers, d.DRADriver) {
+			drivers = append(drivers, d.DRADriver)
+		}
+	}
+	slices.Sort(drivers)
 	st := v1alpha1.GPUNodeStatus{
+		DRADrivers:   drivers,
 		Devices:      slices.Clone(devices),
 		Slices:       sl,
 		Isolation:    mode,

@@ -113,6 +113,14 @@ func TestAdmission(t *testing.T) {
 		"deny-dra-visible-devices-all": {path: PathMutatePods, input: "deny-visible-devices-all", opts: testOptions{templates: newMemTemplates()}},
 		"validate-dra-not-mutated":     {path: PathValidatePods, input: "validate-create-not-mutated", opts: testOptions{templates: newMemTemplates()}},
 
+		// Pods that hold GPUs through another driver's ResourceClaims.
+		"mutate-claims-gpu":                 {path: PathMutatePods, opts: testOptions{gate: true, claims: true}},
+		"mutate-claims-namespace-default":   {path: PathMutatePods, opts: testOptions{gate: true, claims: true}},
+		"mutate-claims-nic":                 {path: PathMutatePods, opts: testOptions{gate: true, claims: true}},
+		"mutate-claims-missing":             {path: PathMutatePods, opts: testOptions{gate: true, claims: true}},
+		"deny-claims-namespace-not-allowed": {path: PathMutatePods, opts: testOptions{gate: true, claims: true}},
+		"validate-update-claims-queue":      {path: PathValidatePods, opts: testOptions{claims: true}},
+
 		"policy-valid":  {path: PathValidatePolicies},
 		"policy-broken": {path: PathValidatePolicies},
 	}

@@ -57,6 +57,14 @@ func celTouchesPartita(o string) string {
 		o, celAsksResource("c", res), celInitContainers(o), celAsksResource("c", res))
 }
 
+// celUsesClaims: pod o has pod claims, or a container asks for an extended
+// resource a DeviceClass may back (dra.HasClaims): the mutating webhook
+// reads its claims, to gate those that ask for GPUs (pod_claims.go).
+func celUsesClaims(o string) string {
+	return "(" + o + ".spec.?resourceClaims.orValue([]).size() > 0 || " + o + ".spec.containers.exists(c, " + celRequests("c") +
+		`.exists(r, r.contains('/') && (!r.matches('^([^/]*[.])?kubernetes[.]io/') || r.startsWith('deviceclass.resource.kubernetes.io/')))))`
+}
+
 // celAsksGPU: pod o asks for GPUs, as gpu.ParsePod reads it (a request
 // annotation whatever its value, or a GPU resource that is not zero, init
 // containers included since ParsePod refuses those).

@@ -95,6 +95,24 @@ type testOptions struct {
 	policy map[string]string
 	// templates, when set, runs the dra GPU backend over it.
 	templates *memTemplates
+	// claims reads pods' ResourceClaims from testClaims (WithClaims).
+	claims bool
+}
+
+// testClaims are the claims and templates the cases' pods name: two and one
+// NVIDIA GPUs, and a NIC.
+func testClaims() partitatest.ClaimSource {
+	return partitatest.ClaimSource{
+		Claims: []*resourceapi.ResourceClaim{
+			partitatest.MakeResourceClaim("two-nvidia-gpus", "team-b").Devices("gpus", "gpu.nvidia.com", 2).Obj(),
+			partitatest.MakeResourceClaim("two-nvidia-gpus", "other").Devices("gpus", "gpu.nvidia.com", 2).Obj(),
+			partitatest.MakeResourceClaim("a-nic", "team-b").Devices("eth", "nic.example.com", 1).Obj(),
+		},
+		Templates: []*resourceapi.ResourceClaimTemplate{{
+			ObjectMeta: metav1.ObjectMeta{Name: "one-nvidia-gpu", Namespace: "team-a"},
+			Spec:       resourceapi.ResourceClaimTemplateSpec{Spec: partitatest.MakeResourceClaim("x", "team-a").Devices("gpu", "gpu.nvidia.com", 1).Obj().Spec},
+		}},
+	}
 }
 
 // memTemplates is a TemplateStore in memory, for the dra backend's cases.
@@ -173,6 +191,10 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 		WithReferences(refs), WithDefaultQueue(defaultQueue)}
 	if opts.templates != nil {
 		popts = append(popts, WithGPUBackend(dra.BackendDRA, opts.templates))
+	}
+	if opts.claims {
+		src := testClaims()
+		popts = append(popts, WithClaims(func(p *corev1.Pod) dra.Demand { return dra.PodDemand(p, src, dra.DefaultGPUClasses, nil) }))
 	}
 	pods := NewPodAdmission(engine, StaticView{MemoryMiB: 81559, Modes: modes, Sizes: []int64{23034, 81559}}, popts...)
 	scheme := runtime.NewScheme()

@@ -56,6 +56,9 @@ type PodAdmission struct {
 	// templates are created and read; see WithGPUBackend.
 	backend   dra.Backend
 	templates TemplateStore
+	// claims reads what pods ask for through ResourceClaims; see
+	// WithClaims.
+	claims ClaimDemand
 }
 
 // PodOption configures a PodAdmission.
@@ -144,6 +147,16 @@ func (a *PodAdmission) checkPod(pod *corev1.Pod, user authenticationv1.UserInfo)
 // for GPU pods preemptionPolicy Never, the scheduler name and the
 // admission gate.
 func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.Pod, []*resourceapi.ResourceClaimTemplate, error) {
+	if isClaimRequest(req) {
+		// Its claims are its request: only the queue (already written) and
+		// the admission gate are Partita's (pod_claims.go).
+		out := gpu.ApplyCanonical(pod, nil, 0)
+		injectEnv(out, nil, a.cluster.IsolationModes(), a.mpsDir)
+		if a.admissionGate && !hasAdmissionGate(out) {
+			out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
+		}
+		return out, nil, nil
+	}
 	var out *corev1.Pod
 	var templates []*resourceapi.ResourceClaimTemplate
 	if a.backend == dra.BackendDRA {
@@ -199,6 +212,9 @@ func (a *PodAdmission) policyInput(ar *admissionv1.AdmissionRequest, pod *corev1
 			MinMember: minMember(pod),
 		},
 	}
+	if isClaimRequest(req) && a.claims != nil {
+		in.Request.GPUMilli = a.claims(pod).Milli
+	}
 	for _, c := range req.Containers {
 		q := c.MilliResource(ref)
 		milli := q.Value()
@@ -249,7 +265,7 @@ func (a *PodAdmission) applyPolicy(ctx context.Context, ar *admissionv1.Admissio
 	if !changed {
 		return pod, req, nil
 	}
-	req2, errs := gpu.ParsePod(patched)
+	req2, errs := reparse(patched, req)
 	if len(errs) > 0 {
 		return nil, nil, &DenialError{Reason: ReasonInvalidRequest, Errs: errs, Messages: []string{"(after the policy's defaults (version " + d.Version + ") were written)"}}
 	}

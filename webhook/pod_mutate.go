@@ -58,6 +58,14 @@ func (a *PodAdmission) mutateCreate(ctx context.Context, ar *admissionv1.Admissi
 	if err != nil {
 		return Result{Err: err}
 	}
+	if req == nil {
+		// A pod whose ResourceClaims ask for GPUs (pod_claims.go).
+		creq, errs := a.claimRequest(pod)
+		if len(errs) > 0 {
+			return Result{Err: &DenialError{Reason: ReasonInvalidRequest, Errs: errs}}
+		}
+		req = creq
+	}
 	base := pod
 	if req != nil {
 		patched, preq, err := a.resolveQueue(ctx, ar, pod, req)

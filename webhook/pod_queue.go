@@ -59,17 +59,17 @@ func (a *PodAdmission) joinPodGroup(ctx context.Context, pod *corev1.Pod, req *g
 		return nil, nil, &DenialError{Reason: ReasonQueueConflict, Messages: []string{fmt.Sprintf(
 			"the pod names queue %q but its PodGroup %s names queue %q; %s", req.Queue, req.PodGroup, q, queueRule)}}
 	}
-	return withQueue(pod, q)
+	return withQueue(pod, req, q)
 }
 
 // withQueue is pod with the canonical queue label q, read again.
-func withQueue(pod *corev1.Pod, q string) (*corev1.Pod, *gpu.PodRequest, error) {
+func withQueue(pod *corev1.Pod, prev *gpu.PodRequest, q string) (*corev1.Pod, *gpu.PodRequest, error) {
 	out := pod.DeepCopy()
 	if out.Labels == nil {
 		out.Labels = map[string]string{}
 	}
 	out.Labels[v1alpha1.LabelQueue] = q
-	req, errs := gpu.ParsePod(out)
+	req, errs := reparse(out, prev)
 	if len(errs) > 0 {
 		return nil, nil, &DenialError{Reason: ReasonInvalidRequest, Errs: errs, Messages: []string{fmt.Sprintf("(after the queue %q was written)", q)}}
 	}
@@ -98,7 +98,7 @@ func (a *PodAdmission) resolveQueue(ctx context.Context, ar *admissionv1.Admissi
 		// policy might not.
 		return nil, nil, &DenialError{Reason: ReasonPolicy, Messages: []string{noQueueMessage(pod.Namespace)}}
 	}
-	withDefault, req, err := withQueue(pod, a.defaultQueue)
+	withDefault, req, err := withQueue(pod, req, a.defaultQueue)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -183,6 +183,16 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 	if len(errs) > 0 {
 		return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonImmutable, Errs: errs}}
 	}
+	if oldReq == nil && req == nil && dra.HasClaims(old) {
+		// A pod whose claims may ask for GPUs is charged to the queue it
+		// was created with (pod_claims.go): that stays fixed too.
+		oq, og, _ := gpu.QueueAndGroup(old)
+		nq, ng, _ := gpu.QueueAndGroup(pod)
+		if oq != nq || og != ng {
+			return Result{Err: &DenialError{Reason: ReasonImmutable, Messages: []string{fmt.Sprintf(
+				"a pod's queue and pod group are fixed when it is created (queue %q, pod group %q; now %q, %q); delete the pod and create it again", oq, og, nq, ng)}}}
+		}
+	}
 	if diff := requestDiff(oldReq, req); len(diff) > 0 {
 		return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonImmutable, Messages: []string{
 			"a pod's GPU request, queue, pod group and placement are fixed when it is created (" + strings.Join(diff, "; ") +

@@ -234,9 +234,10 @@ func voidPolicyCEL() PolicyCEL {
 }
 
 // mutateMatchConditions select, with Policies on, the pods the mutating
-// webhook sees: those that ask for GPUs or carry Partita's keys.
+// webhook sees: those that ask for GPUs, carry Partita's keys, or use
+// ResourceClaims (which may ask for GPUs of another DRA driver).
 func mutateMatchConditions() []admissionregistrationv1.MatchCondition {
-	return []admissionregistrationv1.MatchCondition{{Name: "gpu-or-partita-keys", Expression: celTouchesPartita("object")}}
+	return []admissionregistrationv1.MatchCondition{{Name: "gpu-or-partita-keys", Expression: celTouchesPartita("object") + " || " + celUsesClaims("object")}}
 }
 
 // validateMatchConditions select the requests the validating pod webhook

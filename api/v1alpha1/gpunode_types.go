@@ -92,6 +92,15 @@ type GPUDevice struct {
 	// +kubebuilder:validation:MaxLength=1024
 	// +optional
 	HealthReason string `json:"healthReason,omitempty"`
+	// DRADriver names the DRA driver other than Partita's (gpu.nvidia.com,
+	// say) that publishes this GPU in its ResourceSlices. Such a GPU is that
+	// driver's to allocate: Partita offers no partita.dev/gpu-milli on it
+	// (and, with gpuBackend dra, publishes no device for it), and the pods
+	// holding it through ResourceClaims are charged to their queues. Empty
+	// for a GPU no other driver publishes.
+	// +kubebuilder:validation:MaxLength=63
+	// +optional
+	DRADriver string `json:"draDriver,omitempty"`
 }
 
 // GPUSlice is one container's share of one device, as the agent applied and
@@ -152,6 +161,14 @@ type GPUNodeStatus struct {
 	// AllocatedMilli is the sum of the slices' milli-GPUs.
 	// +optional
 	AllocatedMilli int64 `json:"allocatedMilli,omitempty"`
+	// DRADrivers are the DRA drivers other than Partita's that publish some
+	// of the node's GPUs (devices[].draDriver), sorted: Partita does not
+	// offer those GPUs itself.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MaxLength=63
+	// +listType=set
+	// +optional
+	DRADrivers []string `json:"draDrivers,omitempty"`
 	// AgentVersion is the version of the agent that wrote this status.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
@@ -170,6 +187,7 @@ type GPUNodeStatus struct {
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDevices`
 // +kubebuilder:printcolumn:name="Allocated (milli)",type=integer,JSONPath=`.status.allocatedMilli`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.isolation`
+// +kubebuilder:printcolumn:name="DRA Driver",type=string,JSONPath=`.status.draDrivers[0]`,priority=1
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeat`
 type GPUNode struct {
 	metav1.TypeMeta   `json:",inline"`

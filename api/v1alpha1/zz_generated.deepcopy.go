@@ -119,6 +119,11 @@ func (in *GPUNodeStatus) DeepCopyInto(out *GPUNodeStatus) {
 		*out = make([]GPUSlice, len(*in))
 		copy(*out, *in)
 	}
+	if in.DRADrivers != nil {
+		in, out := &in.DRADrivers, &out.DRADrivers
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Heartbeat != nil {
 		in, out := &in.Heartbeat, &out.Heartbeat
 		*out = (*in).DeepCopy()

@@ -32,6 +32,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/extender/workloadmap"
 	"github.com/partita-dev/partita/gpu"
@@ -63,6 +64,7 @@ type extenderFlags struct {
 
 	admission        bool
 	admitter         extender.AdmitterOptions
+	gpuDeviceClasses []string
 	policyNamespace  string
 	implicitJobGangs bool
 
@@ -136,6 +138,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr, to kube-scheduler's client certificate only")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
+	fl.StringSliceVar(&f.gpuDeviceClasses, "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs: a pod that asks for them through ResourceClaims (its own, from templates, or an extended resource the class backs) is a GPU pod of its queue, charged 1 GPU per device (its share once allocated)")
 	fl.BoolVar(&f.admission, "admission", true, "run the queue and gang admission loop on the leader: it admits pods gated with "+v1alpha1.SchedulingGateAdmission)
 	fl.DurationVar(&f.admitter.ScheduleTimeout, "schedule-timeout", f.admitter.ScheduleTimeout, "how long an admitted gang may take to bind fully when its PodGroup sets no scheduleTimeoutSeconds")
 	fl.DurationVar(&f.admitter.PreemptMinRuntime, "preempt-min-runtime", f.admitter.PreemptMinRuntime, "a workload admitted less than this long ago is never evicted by reclaim or preemption")
@@ -423,7 +426,24 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 		return nil, err
 	}
 	opts.Mapper = mapper
-	synced := func() bool { return feed.Synced() && mapper.Synced() }
+	claimsSynced := func() bool { return true }
+	served, err := extender.ServesDRA(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	if served {
+		claims := extender.NewClaimCache(mgr.GetCache(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
+		if err := claims.Watch(ctx, mgr.GetCache(), func(namespace string) {
+			adm.Cache().RereadClaims(namespace)
+			adm.Notify()
+		}); err != nil {
+			return nil, err
+		}
+		opts.Claims = claims.Demand
+		opts.ClaimAllocator = claims
+		claimsSynced = claims.Synced
+	}
+	synced := func() bool { return feed.Synced() && mapper.Synced() && claimsSynced() }
 	adm = extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
 		extender.PolicyQuota{Engine: engine}, synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
 	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {

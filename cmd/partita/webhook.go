@@ -38,6 +38,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
+	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
@@ -49,37 +50,38 @@ const defaultPartitaNamespace = "partita-system"
 
 // webhookFlags are the flags of `partita webhook`.
 type webhookFlags struct {
-	gpuBackend      string
-	kubeconfig      string
-	addr            string
-	namespace       string
-	certDir         string
-	certRotation    string
-	secretName      string
-	serviceName     string
-	configName      string
-	devRegister     bool
-	admissionGate   bool
-	preemptNever    bool
-	schedulerName   string
-	mpsDir          string
-	extraDNSNames   []string
-	isolationModes  string
-	referenceMiB    int64
-	maxGPUsPerPod   string
-	minGPUFraction  string
-	requireQueue    bool
-	defaultQueue    string
-	trustedUsers    []string
-	trustedGroups   []string
-	excluded        []string
-	policies        bool
-	maxRequestBytes int64
-	batchInterval   time.Duration
-	qps             float32
-	burst           int
-	verbosity       int
-	clientCert      clientCertFlags
+	gpuDeviceClasses []string
+	gpuBackend       string
+	kubeconfig       string
+	addr             string
+	namespace        string
+	certDir          string
+	certRotation     string
+	secretName       string
+	serviceName      string
+	configName       string
+	devRegister      bool
+	admissionGate    bool
+	preemptNever     bool
+	schedulerName    string
+	mpsDir           string
+	extraDNSNames    []string
+	isolationModes   string
+	referenceMiB     int64
+	maxGPUsPerPod    string
+	minGPUFraction   string
+	requireQueue     bool
+	defaultQueue     string
+	trustedUsers     []string
+	trustedGroups    []string
+	excluded         []string
+	policies         bool
+	maxRequestBytes  int64
+	batchInterval    time.Duration
+	qps              float32
+	burst            int
+	verbosity        int
+	clientCert       clientCertFlags
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -138,6 +140,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.Float32Var(&f.qps, "kube-api-qps", 20, "the most API requests per second, sustained")
 	fl.IntVar(&f.burst, "kube-api-burst", 40, "the most API requests in a burst")
 	fl.StringVar(&f.gpuBackend, "gpu-backend", string(dra.BackendExtender), "how GPU pods are placed: extender (write partita.dev/gpu-milli and the device env for the scheduler extender) or dra (give each GPU container a ResourceClaim on "+dra.DriverName+" devices from a claim template the webhook creates in the pod's namespace, for kube-scheduler's DRA plugin)")
+	fl.StringSliceVar(&f.gpuDeviceClasses, "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs: a pod that asks for them through ResourceClaims only is given a queue and the admission gate like any GPU pod (its claims are read live)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every admission decision, 3 the access log)")
 	f.clientCert.register(fl)
 	return cmd
@@ -346,10 +349,22 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		close(certsReady)
 	}
 
-	pods := webhook.NewPodAdmission(engine, view,
+	podOpts := []webhook.PodOption{
 		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
 		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()),
-		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue), webhook.WithGPUBackend(backend, templates))
+		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue), webhook.WithGPUBackend(backend, templates),
+	}
+	served, err := extender.ServesDRA(cfg)
+	if err != nil {
+		return err
+	}
+	if served {
+		// Pods with claims are few next to the others: their claims,
+		// templates and DeviceClasses are read live, with nothing cached.
+		claims := extender.NewClaimCache(mgr.GetAPIReader(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
+		podOpts = append(podOpts, webhook.WithClaims(claims.Demand))
+	}
+	pods := webhook.NewPodAdmission(engine, view, podOpts...)
 	var registered atomic.Bool
 	ready := func() error {
 		switch {

@@ -1,8 +1,11 @@
 package admission
 
 import (
+	"context"
+	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,6 +14,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -81,8 +85,12 @@ type podInfo struct {
 	admitted time.Time
 	// mapping is the workload map's answer for a pod of a mapped gang.
 	mapping Mapping
-	// unready says why the workload map cannot group the pod yet.
+	// unready says why the workload map cannot group the pod yet, or
+	// which of its claims does not exist yet.
 	unready string
+	// claims is what the pod asks for through ResourceClaims when it asks
+	// for GPUs that way only (no Partita request); nil otherwise.
+	claims *dra.Demand
 }
 
 // Cache holds what the admission loop knows of the cluster, fed by informer
@@ -114,6 +122,9 @@ type Cache struct {
 	usage map[string]*[6]int64
 	// mapper groups the pods that name no pod group (WithMapper).
 	mapper Mapper
+	// claims reads the GPUs of pods that ask through ResourceClaims
+	// (WithClaims).
+	claims ClaimReader
 	// priorityClasses are the values of PriorityClasses by name, for
 	// PodGroup.spec.priorityClassName.
 	priorityClasses map[string]int32
@@ -244,10 +255,44 @@ func (c *Cache) UpsertPod(pod *corev1.Pod) {
 	if pod.UID == "" {
 		return
 	}
-	info := readPod(pod, c.mapper)
+	info := readPod(pod, c.mapper, c.claims)
 	c.lock.Lock()
 	defer c.lock.Unlock()
 	c.insertPod(info)
+}
+
+// RereadClaims reads again the pods of namespace ("" for every namespace)
+// that use ResourceClaims, after a claim, a claim template or a DeviceClass
+// changed, and takes in those whose GPU demand changed.
+func (c *Cache) RereadClaims(namespace string) {
+	if c.claims == nil {
+		return
+	}
+	c.lock.Lock()
+	var pods []*corev1.Pod
+	for _, p := range c.pods {
+		if (namespace == "" || p.pod.Namespace == namespace) && !p.done && dra.HasClaims(p.pod) {
+			pods = append(pods, p.pod)
+		}
+	}
+	c.lock.Unlock()
+	for _, pod := range pods {
+		info := readPod(pod, c.mapper, c.claims)
+		c.lock.Lock()
+		if cur := c.pods[pod.UID]; cur != nil && cur.pod == pod && !sameClaims(cur, info) {
+			c.insertPod(info)
+		}
+		c.lock.Unlock()
+	}
+}
+
+// sameClaims reports whether two readings of a pod agree on what its
+// claims ask.
+func sameClaims(a, b *podInfo) bool {
+	if (a.claims == nil) != (b.claims == nil) || a.unready != b.unready || a.gpuMilli != b.gpuMilli || (a.req == nil) != (b.req == nil) {
+		return false
+	}
+	return a.claims == nil || a.claims.Describe() == b.claims.Describe()
 }
 
 // insertPod replaces what the cache holds of info's pod; the lock is held.
@@ -294,7 +339,7 @@ func (c *Cache) Remap(uids []types.UID) {
 	}
 	c.lock.Unlock()
 	for _, pod := range pods {
-		info := readPod(pod, c.mapper)
+		info := readPod(pod, c.mapper, c.claims)
 		c.lock.Lock()
 		if cur := c.pods[pod.UID]; cur != nil && cur.pod == pod && (cur.key != info.key || cur.mapping != info.mapping || cur.unready != info.unready) {
 			// The pod is as it was when read (a newer one would have been
@@ -410,9 +455,10 @@ func (c *Cache) DeleteQueue(name string) {
 	c.generation++
 }
 
-// readPod reads what the loop needs of a pod, and asks mapper (nil for
-// none) about a GPU pod that names no pod group.
-func readPod(pod *corev1.Pod, mapper Mapper) *podInfo {
+// readPod reads what the loop needs of a pod, asks claims (nil for none)
+// about a pod that may ask for GPUs through ResourceClaims, and asks mapper
+// (nil for none) about a GPU pod that names no pod group.
+func readPod(pod *corev1.Pod, mapper Mapper, claims ClaimReader) *podInfo {
 	p := &podInfo{
 		pod:         pod,
 		node:        pod.Spec.NodeName,
@@ -432,10 +478,13 @@ func readPod(pod *corev1.Pod, mapper Mapper) *podInfo {
 		p.gpuMilli = q.Value()
 	}
 	req, errs := gpu.ParsePod(pod)
+	if len(errs) == 0 && req == nil {
+		req = readClaims(p, claims)
+	}
 	if len(errs) > 0 || req == nil {
-		// Only pods the webhook wrote in canonical form are the loop's; a
-		// pod it cannot read is left to kube-scheduler and the extender,
-		// which report it.
+		// Only pods the webhook wrote in canonical form (or that ask for
+		// GPUs through claims) are the loop's; a pod it cannot read is
+		// left to kube-scheduler and the extender, which report it.
 		return p
 	}
 	p.req = req
@@ -462,6 +511,9 @@ func readPod(pod *corev1.Pod, mapper Mapper) *podInfo {
 			p.mapping = m
 		}
 	}
+	if p.claims != nil && len(p.claims.Missing) > 0 && p.unready == "" {
+		p.unready = fmt.Sprintf("the pod names %s, which does not exist yet: the loop cannot tell what it asks for until it does", strings.Join(p.claims.Missing, " and "))
+	}
 	if v, err := strconv.ParseInt(pod.Annotations[v1alpha1.AnnotationMinMember], 10, 32); err == nil && v > 0 {
 		p.minMember = int32(v)
 	}
@@ -469,4 +521,72 @@ func readPod(pod *corev1.Pod, mapper Mapper) *podInfo {
 		p.admitted = t
 	}
 	return p
+}
+
+// ClaimReader reads what a pod asks for, or holds, of GPUs through
+// ResourceClaims of any driver (dra.PodDemand over the extender's caches).
+type ClaimReader func(pod *corev1.Pod) dra.Demand
+
+// WithClaims makes pods that ask for GPUs through ResourceClaims only (no
+// Partita request: their own claims, claim templates, or an extended
+// resource a GPU DeviceClass backs) GPU pods of their queue, charged what
+// read says. A pod that names a claim that does not exist yet waits.
+func WithClaims(read ClaimReader) CacheOption { return func(c *Cache) { c.claims = read } }
+
+// readClaims is the request of a pod that asks for GPUs through
+// ResourceClaims only: no containers, its queue and pod group; nil when it
+// asks for none (or its queue and group do not read).
+func readClaims(p *podInfo, claims ClaimReader) *gpu.PodRequest {
+	if claims == nil || !dra.HasClaims(p.pod) {
+		return nil
+	}
+	d := claims(p.pod)
+	if !d.GPU() && !p.gated {
+		return nil
+	}
+	// A gated pod whose claims turned out to ask for no GPU (the webhook
+	// gated it while a claim it names did not exist yet) is still the
+	// loop's to let go: it is admitted, charged nothing.
+	queue, group, errs := gpu.QueueAndGroup(p.pod)
+	if len(errs) > 0 {
+		return nil
+	}
+	p.claims = &d
+	p.gpuMilli = d.Milli
+	return &gpu.PodRequest{Namespace: p.pod.Namespace, Name: p.pod.Name, UID: p.pod.UID, Queue: queue, PodGroup: group}
+}
+
+// ClaimAllocator simulates how kube-scheduler's DRA plugin would allocate
+// pods' ResourceClaims (extender.ClaimCache, over the structured
+// allocator); see Options.Claims.
+type ClaimAllocator interface {
+	// Session starts one cycle's simulation over the cluster as it is now.
+	Session(ctx context.Context) (ClaimSession, error)
+}
+
+// ClaimSession is one cycle's simulation: the gangs it places take their
+// devices for the rest of the cycle.
+type ClaimSession interface {
+	// Place finds, for each pod in turn, one of its candidate nodes where
+	// all its claims can be allocated at once with the pods before it, and
+	// keeps them allocated for the session; all or none. It returns a
+	// *ClaimsUnplaceableError when some pod's claims fit none of its
+	// candidates.
+	Place(ctx context.Context, pods []*corev1.Pod, candidates [][]*corev1.Node) ([]string, error)
+}
+
+// ClaimsUnplaceableError says the claims of a gang's member could not be
+// allocated on any of its candidate nodes with the members before it.
+type ClaimsUnplaceableError struct {
+	// Member is the position of the first member that did not fit; Total
+	// the number of members.
+	Member, Total int
+}
+
+// Error implements error.
+func (e *ClaimsUnplaceableError) Error() string {
+	if e.Total == 1 {
+		return "its claims cannot be allocated now: kube-scheduler's structured allocator finds no node with the devices free"
+	}
+	return fmt.Sprintf("the claims of member %d of %d cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free", e.Member+1, e.Total)
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -95,6 +96,11 @@ type Options struct {
 	// why: their eviction was refused (a PodDisruptionBudget) or is being
 	// finished. Waits that could have evicted them say so.
 	Unevictable map[WorkloadKey]string
+	// Claims, when set, simulates the allocation of the ResourceClaims of
+	// gangs whose members carry them (Member.Claims): such a gang is
+	// admitted, each member pinned to a node, only when all their claims
+	// can be allocated at once. Nil ungates claim gangs unpinned.
+	Claims ClaimAllocator
 }
 
 // Admission lets a workload's pending members go.
@@ -263,6 +269,12 @@ type cycle struct {
 	liftOpen      bool
 	liftKey       string
 	ignoreNodeUse bool
+	// claimSession is the cycle's simulation of claim allocations (Options.
+	// Claims), started on first use; claimErr is why it could not start.
+	// claimCandidates caches claimNodes by constraint signature.
+	claimSession    ClaimSession
+	claimErr        error
+	claimCandidates map[string][]*corev1.Node
 	// held memoises activeCharge of device-charged workloads, computed
 	// before the cycle changes the snapshot. Keyed by the workload itself:
 	// hashing a pointer costs a fraction of hashing a WorkloadKey.
@@ -577,9 +589,15 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 	// What the members will hold is their share of the devices chosen
 	// now: ask again with that, and keep them waiting if it is too much.
 	var admitted, estimate int64
+	unpinned := false
 	for _, ma := range placed {
 		admitted += ma.Allocation.Milli()
 		estimate += ma.Member.GPUMilli
+		if ma.Member.Claims != nil {
+			// Its claims ask for GPUMilli; the ledger chose nothing.
+			admitted += ma.Member.GPUMilli
+			unpinned = unpinned || ma.Allocation.Node == ""
+		}
 	}
 	if q != nil && admitted > estimate {
 		ms := make([]*Member, len(placed))
@@ -614,7 +632,9 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
-	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang, Hold: !gang && w.deviceCharged})
+	// A gang's claim members are pinned to the nodes the simulation of
+	// their claims found (Options.Claims); without one they go unpinned.
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: !gang && w.deviceCharged})
 	return true
 }
 
@@ -742,12 +762,12 @@ func describeMembers(members []*Member) string {
 	if len(members) == 0 {
 		return "nothing"
 	}
-	first := describeRequest(members[0].Request)
+	first := describeMember(members[0])
 	for _, m := range members[1:] {
-		if describeRequest(m.Request) != first {
+		if describeMember(m) != first {
 			parts := make([]string, len(members))
 			for i, m := range members {
-				parts[i] = describeRequest(m.Request)
+				parts[i] = describeMember(m)
 			}
 			return strings.Join(parts, " + ")
 		}
@@ -756,6 +776,19 @@ func describeMembers(members []*Member) string {
 		return first
 	}
 	return fmt.Sprintf("%d × %s", len(members), first)
+}
+
+// describeMember is one member's request in words: its Partita request, or
+// for a member with ResourceClaims "2 GPUs through ResourceClaims".
+func describeMember(m *Member) string {
+	if m.Claims == nil {
+		return describeRequest(m.Request)
+	}
+	unit := " GPUs"
+	if m.GPUMilli <= gpu.MilliPerGPU {
+		unit = " GPU"
+	}
+	return gpu.FormatMilli(m.GPUMilli) + unit + " through ResourceClaims"
 }
 
 // describeRequest is one pod's request in words: "1 GPU", "0.5 GPU",

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	. "github.com/partita-dev/partita/internal/partitatest"
 )
@@ -35,6 +36,8 @@ type world struct {
 	// silent are nodes whose agent stopped reporting (last heartbeat t0,
 	// silent for 3m).
 	silent []string
+	// claims are the ResourceClaims and templates pods name (WithClaims).
+	claims *ClaimSource
 }
 
 // tablemap is the workload map as a table: package workloadmap computes
@@ -135,7 +138,12 @@ type outcome struct {
 
 func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	t.Helper()
-	cache := NewCache(WithMapper(tablemap(w.mapped)), WithDefaultQueue(w.defaultQueue))
+	opts2 := []CacheOption{WithMapper(tablemap(w.mapped)), WithDefaultQueue(w.defaultQueue)}
+	if w.claims != nil {
+		src := *w.claims
+		opts2 = append(opts2, WithClaims(func(p *corev1.Pod) dra.Demand { return dra.PodDemand(p, src, dra.DefaultGPUClasses, nil) }))
+	}
+	cache := NewCache(opts2...)
 	for name, v := range w.priorityClasses {
 		cache.UpsertPriorityClass(name, v)
 	}
@@ -162,6 +170,9 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 			continue
 		}
 		req, errs := gpu.ParsePod(p)
+		if len(errs) == 0 && req == nil && len(p.Spec.ResourceClaims) > 0 {
+			continue // its claims hold its GPUs, not the ledger
+		}
 		if len(errs) > 0 || req == nil {
 			t.Fatalf("pod %s: %v", p.Name, errs)
 		}

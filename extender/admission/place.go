@@ -42,7 +42,144 @@ func (f *failure) message(w *Workload, members []*Member) string {
 // place simulates members on the snapshot, all or none; placed members are
 // assumed there. memo lets a failure be remembered for alike members for the
 // rest of the cycle (room only shrinks within a cycle).
+//
+// Members that ask for their GPUs through ResourceClaims (Member.Claims)
+// are not placed on the ledger: kube-scheduler's DRA plugin allocates their
+// devices from the drivers' ResourceSlices, which the ledger does not hold.
+// They are admitted with an allocation that names no node or device.
 func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmission, error) {
+	if len(members) == 0 {
+		return nil, nil
+	}
+	if slices.ContainsFunc(members, func(m *Member) bool { return m.Claims != nil }) {
+		var rest, claims []*Member
+		for _, m := range members {
+			if m.Claims != nil {
+				claims = append(claims, m)
+			} else {
+				rest = append(rest, m)
+			}
+		}
+		placed, err := c.placeOnLedger(w, rest, memo)
+		if err != nil {
+			return nil, err
+		}
+		nodes := make([]string, len(claims))
+		if c.opts.Claims != nil {
+			// A single pod is simulated too, so that what it takes counts
+			// for the gangs after it in the cycle (and it waits, rather than
+			// holding its queue's quota, when its claims fit nowhere); only
+			// gangs are pinned (commit).
+			if nodes, err = c.placeClaims(claims); err != nil {
+				for _, p := range placed {
+					c.snap.Forget(p.Member.Pod.UID)
+				}
+				if memo {
+					key, _ := c.placeQuestion(w, members)
+					c.failedShapes[c.liftKey+key] = &failure{err: err}
+				}
+				return nil, err
+			}
+		}
+		for i, m := range claims {
+			placed = append(placed, MemberAdmission{Member: m, Allocation: &gpu.PodAllocation{Namespace: m.Pod.Namespace, Name: m.Pod.Name, UID: m.Pod.UID, Node: nodes[i]}})
+		}
+		return placed, nil
+	}
+	return c.placeOnLedger(w, members, memo)
+}
+
+// placeClaims simulates the allocation of the claim members' ResourceClaims
+// with the scheduler's allocator (Options.Claims), all at once, on the
+// nodes each may run on with CPU and memory to spare; it returns each
+// member's node. What it places stays allocated for the rest of the cycle.
+func (c *cycle) placeClaims(members []*Member) ([]string, error) {
+	if c.claimSession == nil && c.claimErr == nil {
+		c.claimSession, c.claimErr = c.opts.Claims.Session(c.ctx)
+		if c.claimErr == nil {
+			c.holdAdmittedClaims()
+		}
+	}
+	if c.claimErr != nil {
+		return nil, fmt.Errorf("simulate the gang's ResourceClaims: %w", c.claimErr)
+	}
+	pods := make([]*corev1.Pod, len(members))
+	cands := make([][]*corev1.Node, len(members))
+	for i, m := range members {
+		pods[i] = m.Pod
+		for _, n := range c.claimNodes(m) {
+			if c.room(n.Name, m) > 0 {
+				cands[i] = append(cands[i], n)
+			}
+		}
+	}
+	// (A node's CPU and memory room is judged for each member alone: the
+	// allocator, not the loop, chooses among the candidates.)
+	return c.claimSession.Place(c.ctx, pods, cands)
+}
+
+// holdAdmittedClaims allocates, on the session, the claims of members
+// already admitted whose claims kube-scheduler has not allocated yet, so
+// that a gang simulated now does not count their devices as free. Each is
+// simulated on the nodes it may run on (its pin, if pinned); one that fits
+// nowhere holds nothing.
+func (c *cycle) holdAdmittedClaims() {
+	for _, ws := range c.st.Active {
+		for _, w := range ws {
+			for _, m := range w.Active {
+				if m.Claims == nil || m.Claims.Allocated {
+					continue
+				}
+				cands := c.claimNodes(m)
+				if m.Bound {
+					cands = nil
+					if n := c.st.Nodes[m.Pod.Spec.NodeName]; n != nil && n.Node != nil {
+						cands = []*corev1.Node{n.Node}
+					}
+				}
+				_, _ = c.claimSession.Place(c.ctx, []*corev1.Pod{m.Pod}, [][]*corev1.Node{cands})
+			}
+		}
+	}
+}
+
+// claimNodes are every node, in name order, whose selector, affinity,
+// taints and schedulability admit m: a claim member may run on nodes
+// Partita's agent does not serve (another driver's GPUs there).
+func (c *cycle) claimNodes(m *Member) []*corev1.Node {
+	sig := constraintSig(m)
+	if out, ok := c.claimCandidates[sig]; ok {
+		return out
+	}
+	if c.claimCandidates == nil {
+		c.claimCandidates = map[string][]*corev1.Node{}
+	}
+	names := make([]string, 0, len(c.st.Nodes))
+	for name := range c.st.Nodes {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	aff := nodeaffinity.GetRequiredNodeAffinity(m.Pod)
+	out := []*corev1.Node{}
+	for _, name := range names {
+		n := c.st.Nodes[name]
+		if n == nil || n.Node == nil || n.Node.Spec.Unschedulable {
+			continue
+		}
+		if ok, err := aff.Match(n.Node); err != nil || !ok {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(logr.Discard(), n.Node.Spec.Taints, m.Pod.Spec.Tolerations, schedulingTaint, false); untolerated {
+			continue
+		}
+		out = append(out, n.Node)
+	}
+	c.claimCandidates[sig] = out
+	return out
+}
+
+// placeOnLedger is place for members the ledger places.
+func (c *cycle) placeOnLedger(w *Workload, members []*Member, memo bool) ([]MemberAdmission, error) {
 	if len(members) == 0 {
 		return nil, nil
 	}
@@ -305,7 +442,7 @@ func (c *cycle) domains(key string, names []string, caps []int) []*domain {
 // once per member.
 func requestShape(m *Member) string {
 	if m.shape == "" {
-		m.shape = describeRequest(m.Request) + "/" + string(m.Request.Placement)
+		m.shape = describeMember(m) + "/" + string(m.Request.Placement)
 	}
 	return m.shape
 }

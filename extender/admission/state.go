@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -32,6 +33,11 @@ type Member struct {
 	// Elastic: the workload map lets the member run beyond its gang's
 	// minimum, admitted as room allows and evicted first.
 	Elastic bool
+	// Claims is set for a member that asks for its GPUs through
+	// ResourceClaims only (WithClaims): GPUMilli is what they ask or hold.
+	// kube-scheduler's DRA plugin allocates its devices, so the loop does
+	// not place it on the ledger; it charges it to its queue.
+	Claims *dra.Demand
 
 	// sig and shape memoise constraintSig and requestShape: a member is
 	// immutable, and only the loop's goroutine reads it.
@@ -641,7 +647,7 @@ func ownedBy(owners []types.UID, uid types.UID) bool {
 
 func member(p *podInfo) *Member {
 	m := &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != "",
-		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID, Elastic: p.mapping.Elastic}
+		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID, Elastic: p.mapping.Elastic, Claims: p.claims}
 	if m.node == "" {
 		m.node = p.pod.Annotations[v1alpha1.AnnotationNode]
 	}

@@ -35,6 +35,12 @@ type Cluster struct {
 	// dra GPU backend, what pods hold and why kube-scheduler cannot place
 	// one. Empty when the reader may not list them.
 	ResourceClaims []resourceapi.ResourceClaim
+	// ResourceClaimTemplates and DeviceClasses are every template and
+	// class (read with GPUNodes): what pods that ask for GPUs through claims
+	// of any driver ask for (dra.PodDemand). Empty when the reader may not
+	// list them.
+	ResourceClaimTemplates []resourceapi.ResourceClaimTemplate
+	DeviceClasses          []resourceapi.DeviceClass
 	// Ledger, when set, is gpu.BuildLedger(GPUNodes, Pods), built once by
 	// a caller that asks many questions of the same objects (the console
 	// answers why for every waiting workload of one snapshot). The views
@@ -87,6 +93,16 @@ func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
 			return nil, listError("ResourceClaims", err)
 		}
 		c.ResourceClaims = claims.Items
+		var templates resourceapi.ResourceClaimTemplateList
+		if err := r.List(ctx, &templates); err != nil && !apierrors.IsForbidden(err) && !meta.IsNoMatchError(err) {
+			return nil, listError("ResourceClaimTemplates", err)
+		}
+		c.ResourceClaimTemplates = templates.Items
+		var classes resourceapi.DeviceClassList
+		if err := r.List(ctx, &classes); err != nil && !apierrors.IsForbidden(err) && !meta.IsNoMatchError(err) {
+			return nil, listError("DeviceClasses", err)
+		}
+		c.DeviceClasses = classes.Items
 	}
 	if what.Queues {
 		var qs v1alpha1.QueueList
@@ -125,4 +141,35 @@ func listError(what string, err error) error {
 		return fmt.Errorf("list %s: %w (%w)", what, ErrNoCRDs, err)
 	}
 	return fmt.Errorf("list %s: %w", what, err)
+}
+
+// Claim finds a ResourceClaim (dra.ClaimSource).
+func (c *Cluster) Claim(namespace, name string) (*resourceapi.ResourceClaim, bool) {
+	for i := range c.ResourceClaims {
+		if rc := &c.ResourceClaims[i]; rc.Namespace == namespace && rc.Name == name {
+			return rc, true
+		}
+	}
+	return nil, false
+}
+
+// Template finds a ResourceClaimTemplate (dra.ClaimSource).
+func (c *Cluster) Template(namespace, name string) (*resourceapi.ResourceClaimTemplate, bool) {
+	for i := range c.ResourceClaimTemplates {
+		if t := &c.ResourceClaimTemplates[i]; t.Namespace == namespace && t.Name == name {
+			return t, true
+		}
+	}
+	return nil, false
+}
+
+// ExtendedResourceClass finds the DeviceClass that backs an extended
+// resource (dra.ClaimSource).
+func (c *Cluster) ExtendedResourceClass(name corev1.ResourceName) (string, bool) {
+	for _, dc := range c.DeviceClasses {
+		if dc.Spec.ExtendedResourceName != nil && *dc.Spec.ExtendedResourceName == string(name) {
+			return dc.Name, true
+		}
+	}
+	return "", false
 }

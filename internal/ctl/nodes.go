@@ -33,6 +33,10 @@ type NodeReport struct {
 	Isolation v1alpha1.IsolationMode `json:"isolation"`
 	// Devices are the node's GPUs, by index.
 	Devices []DeviceReport `json:"devices"`
+	// DRADrivers are the DRA drivers other than Partita's that publish
+	// some of the node's GPUs (GPUNode.status.draDrivers): Partita offers
+	// no partita.dev/gpu-milli on those.
+	DRADrivers []string `json:"draDrivers,omitempty"`
 	NodeTotals
 }
 
@@ -63,9 +67,13 @@ type DeviceReport struct {
 	Model string `json:"model"`
 	// MemoryMiB is the device's memory.
 	MemoryMiB int64 `json:"memoryMiB"`
-	// Health is Healthy, Unhealthy (with the agent's reason), or MIG for a
-	// device in MIG mode, which takes no slices yet.
+	// Health is Healthy, Unhealthy (with the agent's reason), MIG for a
+	// device in MIG mode, which takes no slices yet, or "DRA <driver>" for
+	// a device another DRA driver publishes and allocates.
 	Health string `json:"health"`
+	// DRADriver is the DRA driver other than Partita's that publishes the
+	// device, empty for none.
+	DRADriver string `json:"draDriver,omitempty"`
 	// UsedMilli is the sum of the slices' shares.
 	UsedMilli int64 `json:"usedMilli"`
 	// UsedMemoryMiB is the sum of the slices' memory.
@@ -119,7 +127,9 @@ func Nodes(c *Cluster) NodesReport {
 	state := ledger.State()
 
 	raw := map[string]map[int32]v1alpha1.GPUDevice{}
+	drivers := map[string][]string{}
 	for _, gn := range c.GPUNodes {
+		drivers[gn.Name] = gn.Status.DRADrivers
 		m := map[int32]v1alpha1.GPUDevice{}
 		for _, d := range gn.Status.Devices {
 			m[d.Index] = d
@@ -160,11 +170,12 @@ func Nodes(c *Cluster) NodesReport {
 
 	var out NodesReport
 	for _, nu := range state.Nodes {
-		nr := NodeReport{Name: nu.Name, Isolation: nu.Isolation, Devices: []DeviceReport{}}
+		nr := NodeReport{Name: nu.Name, Isolation: nu.Isolation, Devices: []DeviceReport{}, DRADrivers: drivers[nu.Name]}
 		for _, du := range nu.Devices {
 			d := DeviceReport{
 				Index: du.Index, UUID: du.UUID, Model: du.Product, MemoryMiB: du.MemoryMiB,
 				Health:    health(raw[nu.Name][du.Index], du.Healthy),
+				DRADriver: raw[nu.Name][du.Index].DRADriver,
 				UsedMilli: du.AllocatedMilli, UsedMemoryMiB: du.AllocatedMemoryMiB,
 				Slices: slices[nu.Name][du.Index],
 			}
@@ -219,6 +230,8 @@ func health(d v1alpha1.GPUDevice, takesWork bool) string {
 		return "Unhealthy"
 	case d.MIGMode == v1alpha1.MIGEnabled:
 		return "MIG"
+	case d.DRADriver != "":
+		return "DRA " + d.DRADriver
 	case !takesWork:
 		return "Unavailable"
 	}
@@ -254,6 +267,13 @@ func WriteNodes(w io.Writer, r NodesReport, o Output) error {
 	if err := tw.flush(); err != nil {
 		return fmt.Errorf("write nodes: %w", err)
 	}
+	for _, n := range r.Nodes {
+		if note := draNote(n); note != "" {
+			if _, err := fmt.Fprintln(w, note); err != nil {
+				return fmt.Errorf("write nodes: %w", err)
+			}
+		}
+	}
 	for _, s := range r.Stranded {
 		msg := fmt.Sprintf("stranded: %s on %s: %s", s.Pod, s.Node, s.Reason)
 		if s.Detail != "" {
@@ -264,6 +284,30 @@ func WriteNodes(w io.Writer, r NodesReport, o Output) error {
 		}
 	}
 	return nil
+}
+
+// draNote says which of n's GPUs other DRA drivers manage: "n1: GPUs 0, 1
+// managed by DRA driver gpu.nvidia.com; Partita offers no gpu-milli on
+// them (claims of that driver's DeviceClass hold them)".
+func draNote(n NodeReport) string {
+	var parts []string
+	for _, drv := range n.DRADrivers {
+		var idx []string
+		for _, d := range n.Devices {
+			if d.DRADriver == drv {
+				idx = append(idx, fmt.Sprint(d.Index))
+			}
+		}
+		what := "GPUs " + strings.Join(idx, ", ")
+		if len(idx) == 1 {
+			what = "GPU " + idx[0]
+		}
+		parts = append(parts, fmt.Sprintf("%s managed by DRA driver %s", what, drv))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s; Partita offers no gpu-milli on them (claims of the driver's DeviceClass hold them)", n.Name, strings.Join(parts, "; "))
 }
 
 type deviceRow struct {

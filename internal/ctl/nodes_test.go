@@ -50,6 +50,20 @@ gpu-1            2     1        0     1     1             0     time-slicing
 TOTAL (2 nodes)  6     5        2     3     1             4
 `,
 		},
+		"GPUs another DRA driver manages": {
+			nodes: []v1alpha1.GPUNode{*h100("n", 2).Obj(), *h100("nv", 2).DRADriver("gpu.nvidia.com", 0, 1).Obj()},
+			want: `NODE  DEVICE  MODEL           HEALTH              USED  FREE           SLICES
+n     0-1     H100-80GB-HBM3  Healthy             0     1 / 80Gi each
+nv    0       H100-80GB-HBM3  DRA gpu.nvidia.com  0     -
+nv    1       H100-80GB-HBM3  DRA gpu.nvidia.com  0     -
+
+NODE             GPUS  HEALTHY  USED  FREE  LARGEST FREE  PODS  ISOLATION
+n                2     2        0     2     1             0     time-slicing
+nv               2     0        0     0     0             0     time-slicing
+TOTAL (2 nodes)  4     2        0     2     1             0
+nv: GPUs 0, 1 managed by DRA driver gpu.nvidia.com; Partita offers no gpu-milli on them (claims of the driver's DeviceClass hold them)
+`,
+		},
 		"idle devices in a run": {
 			nodes: []v1alpha1.GPUNode{*h100("n", 8).Obj()},
 			pods:  []corev1.Pod{*pt.MakePod("p", "ns").GPUFraction("0.5").BoundTo("n", 3).Obj()},

@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	resourcehelper "k8s.io/component-helpers/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -119,11 +121,11 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 		return WhyReport{}, fmt.Errorf("pod %s/%s: %w", namespace, name, ErrPodNotFound)
 	}
 	pod := &c.Pods[i]
-	req, errs := gpu.ParsePod(pod)
+	req, claims, errs := readPod(c, pod)
 	if req == nil && len(errs) == 0 {
-		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
+		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request, no ResourceClaim of a GPU DeviceClass): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
 	}
-	w := &why{c: c, pod: pod, req: req, now: now, ledger: c.ledger(), heartbeatTimeout: opts.AgentHeartbeatTimeout}
+	w := &why{c: c, pod: pod, req: req, claims: claims, now: now, ledger: c.ledger(), heartbeatTimeout: opts.AgentHeartbeatTimeout}
 	r := WhyReport{Namespace: namespace, Pod: name, Waiting: true}
 	subject := fmt.Sprintf("pod %s/%s", namespace, name)
 	if kind, wname, _ := v1alpha1.WorkloadOf(pod); kind != "" {
@@ -133,7 +135,15 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	if len(errs) > 0 {
 		w.add(CheckRequest, StatusBlocking, nil, "the GPU request is invalid (the webhook should have refused it): %v", errs.ToAggregate())
 	} else {
-		w.add(CheckRequest, StatusOK, map[string]float64{"gpus": gpus(w.demand(pod, req))}, "asks for %s", describeRequest(req))
+		what := describeRequest(req)
+		if claims != nil {
+			unit := "GPUs"
+			if claims.Milli <= gpu.MilliPerGPU {
+				unit = "GPU"
+			}
+			what = fmt.Sprintf("%s %s through ResourceClaims (%s)", gpu.FormatMilli(claims.Milli), unit, claims.Describe())
+		}
+		w.add(CheckRequest, StatusOK, map[string]float64{"gpus": gpus(w.demand(pod, req))}, "asks for %s", what)
 	}
 	if done := w.bound(); done != "" {
 		r.Waiting = false
@@ -146,6 +156,8 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	w.queue()
 	w.events()
 	switch {
+	case claims != nil:
+		w.otherClaimsFit()
 	case req != nil && usesPartitaClaims(pod):
 		w.claimFit()
 	case req != nil:
@@ -209,6 +221,28 @@ type why struct {
 	// heartbeatTimeout is the age from which a GPUNode's agent counts as
 	// silent.
 	heartbeatTimeout time.Duration
+	// claims is what the pod asks for through ResourceClaims when it asks
+	// for GPUs that way only; nil otherwise.
+	claims *dra.Demand
+}
+
+// readPod is gpu.ParsePod, or for a pod that asks for GPUs through
+// ResourceClaims of the default GPU classes only, a request with its queue
+// and gang and no containers, and its claims' demand.
+func readPod(c *Cluster, pod *corev1.Pod) (*gpu.PodRequest, *dra.Demand, field.ErrorList) {
+	req, errs := gpu.ParsePod(pod)
+	if req != nil || len(errs) > 0 || !dra.HasClaims(pod) {
+		return req, nil, errs
+	}
+	d := dra.PodDemand(pod, c, dra.DefaultGPUClasses, nil)
+	if !d.GPU() {
+		return nil, nil, nil
+	}
+	q, g, errs := gpu.QueueAndGroup(pod)
+	if len(errs) > 0 {
+		return nil, nil, errs
+	}
+	return &gpu.PodRequest{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Dialect: gpu.DialectClaims, Queue: q, PodGroup: g}, &d, nil
 }
 
 // silentAgent is the silence of node's agent now, nil while it reports.
@@ -230,6 +264,10 @@ func (w *why) add(check string, s Status, numbers map[string]float64, format str
 func (w *why) demand(pod *corev1.Pod, req *gpu.PodRequest) int64 {
 	if req == nil {
 		return 0
+	}
+	if req.Dialect == gpu.DialectClaims {
+		d := dra.PodDemand(pod, w.c, dra.DefaultGPUClasses, nil)
+		return d.Milli
 	}
 	var m int64
 	for _, c := range req.Containers {
@@ -336,7 +374,7 @@ func (w *why) gang() {
 			}
 			continue
 		}
-		if r, _ := gpu.ParsePod(p); r != nil && r.PodGroup == group {
+		if r, _, _ := readPod(w.c, p); r != nil && r.PodGroup == group {
 			w.members = append(w.members, p)
 		}
 	}
@@ -397,7 +435,7 @@ func (w *why) gangDemand() (milli int64, pods int) {
 		if !hasAdmissionGate(p) {
 			continue
 		}
-		r, _ := gpu.ParsePod(p)
+		r, _, _ := readPod(w.c, p)
 		milli += w.demand(p, r)
 		pods++
 	}
@@ -806,6 +844,9 @@ func (w *why) candidateNodes(gpuNodes []string) []string {
 
 // describeRequest says what a pod asks for, in words.
 func describeRequest(r *gpu.PodRequest) string {
+	if len(r.Containers) == 0 {
+		return "GPUs through ResourceClaims"
+	}
 	c := r.Containers[0]
 	var s string
 	switch {

@@ -48,6 +48,23 @@ func (w *why) claimFit() {
 	w.add(CheckFit, StatusInfo, nums, "its GPUs are ResourceClaims on %s devices: kube-scheduler's DRA plugin places it once it is ungated", dra.DriverName)
 }
 
+// otherClaimsFit is fit for a pod that asks for GPUs through ResourceClaims
+// of another driver (NVIDIA's): kube-scheduler's DRA plugin places it from
+// that driver's ResourceSlices, which Partita does not book; what
+// kube-scheduler said when it could not is the answer.
+func (w *why) otherClaimsFit() {
+	nums := map[string]float64{"gpus": gpus(w.claims.Milli)}
+	if len(w.claims.Missing) > 0 {
+		w.add(CheckFit, StatusBlocking, nums, "the pod names %s, which does not exist yet: create it (the admission loop cannot tell what the pod asks for until then)", strings.Join(w.claims.Missing, " and "))
+		return
+	}
+	if c := scheduledCondition(w.pod); c != nil && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+		w.add(CheckFit, StatusBlocking, nums, "kube-scheduler's DRA plugin found no device for its claims: %s", strings.TrimSpace(c.Message))
+		return
+	}
+	w.add(CheckFit, StatusInfo, nums, "its GPUs are ResourceClaims (%s): kube-scheduler's DRA plugin allocates them from the driver's ResourceSlices once it is ungated; Partita charges them to its queue", w.claims.Describe())
+}
+
 func (w *why) claim(name string) *resourceapi.ResourceClaim {
 	for i := range w.c.ResourceClaims {
 		c := &w.c.ResourceClaims[i]

@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -72,5 +73,40 @@ func TestWhyClaims(t *testing.T) {
 	}
 	if r.Waiting || !strings.Contains(r.Summary, "bound to n1, its claims hold n1 gpu-0 (0.75 GPU)") {
 		t.Errorf("bound pod: %+v", r)
+	}
+}
+
+func TestWhyOtherDriversClaims(t *testing.T) {
+	q := pt.MakeQueue("team-a").GPU("1", "1", 1).Obj()
+	q.Status.Allocated = corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse("1")}
+	held := pt.MakeResourceClaim("held", "team-a").Devices("gpu", "gpu.nvidia.com", 1).Allocated("gpu", "gpu.nvidia.com", "n1", "uid-running", "gpu-0").Obj()
+	want := pt.MakeResourceClaim("want", "team-a").Devices("gpu", "gpu.nvidia.com", 1).Obj()
+	running := pt.MakePod("running", "team-a").UID("uid-running").Queue("team-a").Claim("gpu", "held").Node("n1").Phase(corev1.PodRunning).Obj()
+	waiting := pt.MakePod("second", "team-a").Queue("team-a").Claim("gpu", "want").SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()
+	nic := pt.MakePod("nic", "team-a").Claim("nic", "a-nic").Obj()
+	c := &Cluster{
+		GPUNodes:       []v1alpha1.GPUNode{*pt.MakeGPUNode("n1").Devices(1, "H100", 81920).DRADriver("gpu.nvidia.com", 0).Obj()},
+		Pods:           []corev1.Pod{*running, *waiting, *nic},
+		Queues:         []v1alpha1.Queue{*q},
+		ResourceClaims: []resourceapi.ResourceClaim{*held, *want, *pt.MakeResourceClaim("a-nic", "team-a").Devices("eth", "nic.example.com", 1).Obj()},
+	}
+	r, err := Why(c, "team-a", "second", now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := "queue team-a is at its limit: 1 of 1 GPUs allocated; the pod needs 1 more"; !r.Waiting || !strings.Contains(r.Summary, w) {
+		t.Errorf("summary %q, want it to contain %q", r.Summary, w)
+	}
+	var request string
+	for _, f := range r.Findings {
+		if f.Check == CheckRequest {
+			request = f.Message
+		}
+	}
+	if w := "asks for 1 GPU through ResourceClaims (claim want: 1 × gpu.nvidia.com)"; request != w {
+		t.Errorf("request finding %q, want %q", request, w)
+	}
+	if _, err := Why(c, "team-a", "nic", now); !errors.Is(err, ErrNotGPUPod) {
+		t.Errorf("why of a NIC claim pod: %v, want ErrNotGPUPod", err)
 	}
 }

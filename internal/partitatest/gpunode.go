@@ -2,6 +2,7 @@ package partitatest
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -65,6 +66,22 @@ func (w *GPUNodeWrapper) Device(index int32, product string, memoryMiB int64) *G
 func (w *GPUNodeWrapper) Devices(n int, product string, memoryMiB int64) *GPUNodeWrapper {
 	for i := range n {
 		w.Device(int32(i), product, memoryMiB)
+	}
+	return w
+}
+
+// DRADriver marks devices as published by another DRA driver
+// (status.devices[].draDriver), as the agent does for GPUs that driver's
+// ResourceSlices list, and keeps status.draDrivers in step.
+func (w *GPUNodeWrapper) DRADriver(driver string, indexes ...int32) *GPUNodeWrapper {
+	for i := range w.Status.Devices {
+		if slices.Contains(indexes, w.Status.Devices[i].Index) {
+			w.Status.Devices[i].DRADriver = driver
+		}
+	}
+	if !slices.Contains(w.Status.DRADrivers, driver) {
+		w.Status.DRADrivers = append(w.Status.DRADrivers, driver)
+		slices.Sort(w.Status.DRADrivers)
 	}
 	return w
 }

@@ -158,6 +158,28 @@ func (w *PodWrapper) UID(uid types.UID) *PodWrapper {
 	return w
 }
 
+// Claim adds a pod claim named name of the ResourceClaim claim, used by
+// the last container added.
+func (w *PodWrapper) Claim(name, claim string) *PodWrapper {
+	w.Spec.ResourceClaims = append(w.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimName: &claim})
+	c := w.container("")
+	c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: name})
+	return w
+}
+
+// ClaimTemplate adds a pod claim named name from the ResourceClaimTemplate
+// template, used by the last container added; made, when not empty, is
+// the claim kube-controller-manager made from it (status).
+func (w *PodWrapper) ClaimTemplate(name, template, made string) *PodWrapper {
+	w.Spec.ResourceClaims = append(w.Spec.ResourceClaims, corev1.PodResourceClaim{Name: name, ResourceClaimTemplateName: &template})
+	c := w.container("")
+	c.Resources.Claims = append(c.Resources.Claims, corev1.ResourceClaim{Name: name})
+	if made != "" {
+		w.Status.ResourceClaimStatuses = append(w.Status.ResourceClaimStatuses, corev1.PodResourceClaimStatus{Name: name, ResourceClaimName: &made})
+	}
+	return w
+}
+
 // SchedulingGates adds scheduling gates.
 func (w *PodWrapper) SchedulingGates(names ...string) *PodWrapper {
 	for _, n := range names {

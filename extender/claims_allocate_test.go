@@ -1,0 +1,235 @@
+package extender
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
+	"github.com/partita-dev/partita/extender/admission"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/envtestutil"
+	pt "github.com/partita-dev/partita/internal/partitatest"
+)
+
+// nvidiaWorld is two nodes whose one GPU each NVIDIA's DRA driver
+// publishes, its DeviceClass, and claims c0..c(n-1) of one GPU each, with
+// extra objects; the ClaimCache reads them (the structured allocator runs
+// for real over them).
+func nvidiaWorld(t *testing.T, claims int, extra ...client.Object) (*ClaimCache, []*corev1.Node) {
+	t.Helper()
+	var objs []client.Object
+	var nodes []*corev1.Node
+	for i := range 2 {
+		name := fmt.Sprintf("n-%d", i)
+		nodes = append(nodes, pt.MakeNode(name).Obj())
+		objs = append(objs, pt.MakeResourceSlice(name+"-nvidia", "gpu.nvidia.com", name).GPU("gpu-0", "GPU-"+name, "H100", "80Gi").Obj())
+	}
+	objs = append(objs, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}}}})
+	for i := range claims {
+		objs = append(objs, pt.MakeResourceClaim(fmt.Sprintf("c%d", i), "ns").Devices("gpu", "gpu.nvidia.com", 1).Obj())
+	}
+	objs = append(objs, extra...)
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).Build()
+	return NewClaimCache(c, dra.DefaultGPUClasses, dra.DefaultGPUDrivers), nodes
+}
+
+func claimMember(name, claim string) *corev1.Pod {
+	return pt.MakePod(name, "ns").UID(types.UID("uid-"+name)).Queue("a").PodGroup("train").Claim("gpu", claim).
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)).Obj()
+}
+
+func TestClaimSessionPlace(t *testing.T) {
+	taken := pt.MakeResourceClaim("taken", "ns").Devices("gpu", "gpu.nvidia.com", 1).Allocated("gpu", "gpu.nvidia.com", "n-0", "", "gpu-0").Obj()
+	template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "ns"},
+		Spec: resourceapi.ResourceClaimTemplateSpec{Spec: pt.MakeResourceClaim("x", "ns").Devices("gpu", "gpu.nvidia.com", 1).Obj().Spec}}
+	cases := map[string]struct {
+		extra []client.Object
+		// rounds are the gangs placed one after the other in one session.
+		rounds [][]*corev1.Pod
+		want   []string // per round: the nodes, or "unplaceable N"
+	}{
+		"two members on the two GPUs": {
+			rounds: [][]*corev1.Pod{{claimMember("p0", "c0"), claimMember("p1", "c1")}},
+			want:   []string{"n-0,n-1"},
+		},
+		"three members do not fit two GPUs": {
+			rounds: [][]*corev1.Pod{{claimMember("p0", "c0"), claimMember("p1", "c1"), claimMember("p2", "c2")}},
+			want:   []string{"unplaceable 2"},
+		},
+		"a GPU an allocated claim holds is taken": {
+			extra:  []client.Object{taken},
+			rounds: [][]*corev1.Pod{{claimMember("p0", "c0"), claimMember("p1", "c1")}, {claimMember("p2", "c2")}},
+			want:   []string{"unplaceable 1", "n-1"},
+		},
+		"what a gang took stays taken for the session": {
+			rounds: [][]*corev1.Pod{{claimMember("p0", "c0")}, {claimMember("p1", "c1")}, {claimMember("p2", "c2")}},
+			want:   []string{"n-0", "n-1", "unplaceable 0"},
+		},
+		"a failed gang gives back what it took": {
+			rounds: [][]*corev1.Pod{{claimMember("p0", "c0"), claimMember("p1", "c1"), claimMember("p2", "c2")}, {claimMember("p3", "c3"), claimMember("p4", "c4")}},
+			want:   []string{"unplaceable 2", "n-0,n-1"},
+		},
+		"a template's claim not made yet": {
+			extra:  []client.Object{template},
+			rounds: [][]*corev1.Pod{{pt.MakePod("t0", "ns").UID("uid-t0").ClaimTemplate("gpu", "one", "").Obj(), pt.MakePod("t1", "ns").UID("uid-t1").ClaimTemplate("gpu", "one", "").Obj()}},
+			want:   []string{"n-0,n-1"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cc, nodes := nvidiaWorld(t, 5, tc.extra...)
+			s, err := cc.Session(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, pods := range tc.rounds {
+				cands := make([][]*corev1.Node, len(pods))
+				for i := range cands {
+					cands[i] = nodes
+				}
+				placed, err := s.Place(context.Background(), pods, cands)
+				var ue *admission.ClaimsUnplaceableError
+				switch {
+				case errors.As(err, &ue):
+					got = append(got, fmt.Sprintf("unplaceable %d", ue.Member))
+				case err != nil:
+					t.Fatalf("Place: %v", err)
+				default:
+					got = append(got, strings.Join(placed, ","))
+				}
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("placements (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestClaimGangAllOrNothing runs admission cycles with the real allocator:
+// a gang of claim pods is admitted, pinned, only when every member's claim
+// can be allocated.
+func TestClaimGangAllOrNothing(t *testing.T) {
+	for name, tc := range map[string]struct {
+		members int
+		// admitted adds a single claim pod the loop admitted, whose claim
+		// kube-scheduler has not allocated yet.
+		admitted bool
+		want     string
+	}{
+		"two members on two GPUs start, pinned": {members: 2, want: "admitted pinned: p0@n-0 p1@n-1"},
+		"an admitted pod's claim not allocated yet holds its GPU": {members: 2, admitted: true,
+			want: "WaitingForCapacity: gang needs 2 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 2 of 2 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
+		"three members on two GPUs wait whole": {members: 3, want: "WaitingForCapacity: gang needs 3 × 1 GPU through ResourceClaims; it does not fit now: the claims of member 3 of 3 cannot be allocated with the members before it: kube-scheduler's structured allocator finds no node with the devices free"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			cc, nodes := nvidiaWorld(t, tc.members+1)
+			cache := admission.NewCache(admission.WithClaims(cc.Demand))
+			for _, n := range nodes {
+				cache.UpsertNode(n)
+			}
+			cache.UpsertQueue(pt.MakeQueue("a").Obj())
+			cache.UpsertPodGroup(pt.MakePodGroup("train", "ns").MinMember(int32(tc.members)).Obj())
+			for i := range tc.members {
+				cache.UpsertPod(claimMember(fmt.Sprintf("p%d", i), fmt.Sprintf("c%d", i)))
+			}
+			if tc.admitted {
+				cache.UpsertPod(pt.MakePod("alone", "ns").UID("uid-alone").Queue("a").Claim("gpu", fmt.Sprintf("c%d", tc.members)).
+					Annotation(v1alpha1.AnnotationAdmitted, time.Now().UTC().Format(time.RFC3339)).Obj())
+			}
+			var gns []v1alpha1.GPUNode
+			for _, n := range nodes {
+				gns = append(gns, *pt.MakeGPUNode(n.Name).Devices(1, "H100", 81559).DRADriver("gpu.nvidia.com", 0).Obj())
+			}
+			res := admission.Run(context.Background(), cache.State(), gpu.BuildLedger(gns, nil).Snapshot(), nil, admission.Options{Now: time.Now(), Claims: cc})
+			got := ""
+			for _, a := range res.Admissions {
+				got = "admitted"
+				if a.Pin {
+					got += " pinned:"
+				}
+				var ms []string
+				for _, m := range a.Members {
+					ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
+				}
+				slices.Sort(ms)
+				for _, m := range ms {
+					got += " " + m
+				}
+			}
+			for _, w := range res.Waiting {
+				got = w.Reason + ": " + w.Message
+			}
+			if got != tc.want {
+				t.Errorf("cycle: %q\nwant %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestAdmitterPinsClaimGang: the admitter carries out a claim gang's
+// admission by pinning each member to the node the allocator found and
+// ungating it, with no reservation and nothing in the ledger.
+func TestAdmitterPinsClaimGang(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	cc, nodes := nvidiaWorld(t, 2)
+	pods := []*corev1.Pod{claimMember("p0", "c0"), claimMember("p1", "c1")}
+	queue := pt.MakeQueue("a").Obj()
+	objs := []client.Object{queue.DeepCopy(), pt.MakePodGroup("train", "ns").MinMember(2).Obj()}
+	for _, p := range pods {
+		objs = append(objs, p.DeepCopy())
+	}
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}, &v1alpha1.PodGroup{}).Build()
+	ledger := gpu.BuildLedger(nil, nil, gpu.WithClock(clk))
+	opts := DefaultAdmitterOptions()
+	opts.Claims, opts.ClaimAllocator = cc.Demand, cc
+	a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, opts, nil, clk)
+	for _, n := range nodes {
+		a.Cache().UpsertNode(n)
+	}
+	a.Cache().UpsertQueue(queue)
+	a.Cache().UpsertPodGroup(pt.MakePodGroup("train", "ns").MinMember(2).Obj())
+	for _, p := range pods {
+		a.Cache().UpsertPod(p)
+	}
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range pods {
+		var live corev1.Pod
+		if err := c.Get(ctx, client.ObjectKeyFromObject(p), &live); err != nil {
+			t.Fatal(err)
+		}
+		node := ""
+		if a := live.Spec.Affinity; a != nil && a.NodeAffinity != nil && a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution != nil {
+			node = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchFields[0].Values[0]
+		}
+		got = append(got, fmt.Sprintf("%s gates=%d pinned=%s reservation=%q", live.Name, len(live.Spec.SchedulingGates), node, live.Annotations[v1alpha1.AnnotationReservation]))
+		if _, ok := ledger.Allocation(p.UID); ok {
+			t.Errorf("the ledger holds devices for claim pod %s", p.Name)
+		}
+	}
+	want := []string{`p0 gates=0 pinned=n-0 reservation=""`, `p1 gates=0 pinned=n-1 reservation=""`}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("released pods (-want,+got):\n%s", diff)
+	}
+}

@@ -27,6 +27,10 @@ import (
 //     compute capacity, which is its share; a firstAvailable request counts
 //     its smallest GPU alternative; adminAccess counts nothing.
 //
+// A claim several pods name (resourceClaimName) is charged once: once
+// allocated, to the first pod it is reserved for; before, to one member of
+// each workload that names it (Shared).
+//
 // A claim or template the pod names that does not exist yet is Missing: the
 // pod cannot be judged, and the loop keeps it waiting until it can.
 
@@ -67,6 +71,18 @@ type Demand struct {
 	// Missing names the claims and templates the pod names that do not
 	// exist (yet).
 	Missing []string
+	// Shared are the claims the pod names by resourceClaimName (which
+	// other pods may name too) that Milli charges to it: the loop charges
+	// such a claim once per workload. An allocated claim is charged to the
+	// first pod it is reserved for alone.
+	Shared []SharedClaim
+}
+
+// SharedClaim is what one claim a pod names by resourceClaimName charges.
+type SharedClaim struct {
+	// Claim is namespace/name.
+	Claim string
+	Milli int64
 }
 
 // GPU reports whether the demand makes the pod a GPU pod: it asks for a
@@ -132,6 +148,10 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 			}
 			claim, spec = c, &c.Spec
 			label = "claim " + *pc.ResourceClaimName
+			if m, charged := d.add(pod, label, claim, spec, classes, lookup); charged && m > 0 {
+				d.Shared = append(d.Shared, SharedClaim{Claim: pod.Namespace + "/" + c.Name, Milli: m})
+			}
+			continue
 		case pc.ResourceClaimTemplateName != nil:
 			if name := generatedClaim(pod, pc.Name); name != "" {
 				if c, ok := src.Claim(pod.Namespace, name); ok {
@@ -151,7 +171,7 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 		default:
 			continue
 		}
-		d.add(label, claim, spec, classes, lookup)
+		d.add(pod, label, claim, spec, classes, lookup)
 	}
 	d.addExtended(pod, src, classes, lookup)
 	if d.Devices == 0 {
@@ -160,8 +180,11 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 	return d
 }
 
-// add counts one claim: held when allocated, asked otherwise.
-func (d *Demand) add(label string, claim *resourceapi.ResourceClaim, spec *resourceapi.ResourceClaimSpec, classes GPUClasses, lookup DeviceLookup) {
+// add counts one claim: held when allocated, asked otherwise. An allocated
+// claim reserved for other pods first is charged to the first of them,
+// not to pod: it returns the milli-GPUs charged to pod, and whether they
+// are.
+func (d *Demand) add(pod *corev1.Pod, label string, claim *resourceapi.ResourceClaim, spec *resourceapi.ResourceClaimSpec, classes GPUClasses, lookup DeviceLookup) (int64, bool) {
 	gpuReqs := map[string]bool{}
 	var milli int64
 	devices := 0
@@ -177,8 +200,9 @@ func (d *Demand) add(label string, claim *resourceapi.ResourceClaim, spec *resou
 		what = append(what, fmt.Sprintf("%d × %s", n, class))
 	}
 	if devices == 0 {
-		return
+		return 0, false
 	}
+	charged := true
 	if claim != nil && claim.Status.Allocation != nil {
 		var drivers GPUDrivers
 		for _, r := range claim.Status.Allocation.Devices.Results {
@@ -195,12 +219,17 @@ func (d *Demand) add(label string, claim *resourceapi.ResourceClaim, spec *resou
 			}
 		}
 		label += " (allocated)"
+		if r := claim.Status.ReservedFor; len(r) > 0 && r[0].Resource == "pods" && r[0].APIGroup == "" && r[0].UID != pod.UID {
+			label += ", charged to pod " + r[0].Name
+			milli, charged = 0, false
+		}
 	} else {
 		d.Allocated = false
 	}
 	d.Milli += milli
 	d.Devices += devices
 	d.Claims = append(d.Claims, label+": "+strings.Join(what, " + "))
+	return milli, charged
 }
 
 // addExtended counts the container requests of extended resources a GPU
@@ -209,7 +238,7 @@ func (d *Demand) add(label string, claim *resourceapi.ResourceClaim, spec *resou
 func (d *Demand) addExtended(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup DeviceLookup) {
 	if s := pod.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
 		if c, ok := src.Claim(pod.Namespace, s.ResourceClaimName); ok {
-			d.add("claim "+c.Name+" for extended resources", c, &c.Spec, classes, lookup)
+			d.add(pod, "claim "+c.Name+" for extended resources", c, &c.Spec, classes, lookup)
 			return
 		}
 	}

@@ -69,6 +69,12 @@ func TestPodDemand(t *testing.T) {
 		{Request: "gpus", Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-0"},
 		{Request: "gpus", Driver: "gpu.nvidia.com", Pool: "n1", Device: "gpu-1"},
 	}}}
+	reservedElsewhere := allocated.DeepCopy()
+	reservedElsewhere.Name = "shared"
+	reservedElsewhere.Status.ReservedFor = []resourceapi.ResourceClaimConsumerReference{{Resource: "pods", Name: "first", UID: "uid-first"}, {Resource: "pods", Name: "p", UID: "uid-p"}}
+	reservedHere := reservedElsewhere.DeepCopy()
+	reservedHere.Name = "shared-here"
+	reservedHere.Status.ReservedFor = reservedHere.Status.ReservedFor[1:]
 	nic := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "nic", Namespace: ns}, Spec: specOf(exact("eth", "nic.example.com", 1))}
 	slice := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "slice", Namespace: ns}, Spec: specOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
 		DeviceClassName: DeviceClassName, Capacity: &resourceapi.CapacityRequirements{Requests: map[resourceapi.QualifiedName]resource.Quantity{CapacityCompute: resource.MustParse("250")}}}})}
@@ -81,6 +87,7 @@ func TestPodDemand(t *testing.T) {
 	src := source{
 		claims: map[string]*resourceapi.ResourceClaim{
 			ns + "/two": twoGPUs, ns + "/two-allocated": allocated, ns + "/nic": nic, ns + "/slice": slice, ns + "/admin": admin, ns + "/choice": choice,
+			ns + "/shared": reservedElsewhere, ns + "/shared-here": reservedHere,
 		},
 		templates: map[string]*resourceapi.ResourceClaimTemplate{ns + "/one-gpu": {Spec: resourceapi.ResourceClaimTemplateSpec{Spec: specOf(exact("gpu", "gpu.nvidia.com", 1))}}},
 		extended:  map[corev1.ResourceName]string{"example.com/gpu": "gpu.nvidia.com"},
@@ -92,11 +99,23 @@ func TestPodDemand(t *testing.T) {
 		"no claims": {pod: pod(func(*corev1.Pod) {}), want: Demand{}},
 		"its own claim of two GPUs": {
 			pod:  pod(named("two")),
-			want: Demand{Milli: 2000, Devices: 2, Claims: []string{"claim two: 2 × gpu.nvidia.com"}},
+			want: Demand{Milli: 2000, Devices: 2, Claims: []string{"claim two: 2 × gpu.nvidia.com"},
+				Shared: []SharedClaim{{Claim: ns + "/two", Milli: 2000}}},
+		},
+		"a shared claim reserved for another pod first is charged to that pod": {
+			pod: pod(named("shared")),
+			want: Demand{Milli: 0, Devices: 2, Allocated: true,
+				Claims: []string{"claim shared (allocated), charged to pod first: 2 × gpu.nvidia.com"}},
+		},
+		"a shared claim reserved for the pod first is charged to it": {
+			pod: pod(named("shared-here")),
+			want: Demand{Milli: 2000, Devices: 2, Allocated: true, Claims: []string{"claim shared-here (allocated): 2 × gpu.nvidia.com"},
+				Shared: []SharedClaim{{Claim: ns + "/shared-here", Milli: 2000}}},
 		},
 		"an allocated claim counts what it holds": {
 			pod:  pod(named("two-allocated")),
-			want: Demand{Milli: 2000, Devices: 2, Allocated: true, Claims: []string{"claim two-allocated (allocated): 2 × gpu.nvidia.com"}},
+			want: Demand{Milli: 2000, Devices: 2, Allocated: true, Claims: []string{"claim two-allocated (allocated): 2 × gpu.nvidia.com"},
+				Shared: []SharedClaim{{Claim: ns + "/two-allocated", Milli: 2000}}},
 		},
 		"a NIC claim is no GPU": {pod: pod(named("nic")), want: Demand{}},
 		"a missing claim cannot be judged": {
@@ -113,12 +132,12 @@ func TestPodDemand(t *testing.T) {
 		},
 		"Partita's class with compute capacity is a share": {
 			pod:  pod(named("slice")),
-			want: Demand{Milli: 250, Devices: 1, Claims: []string{"claim slice: 1 × gpu.partita.dev"}},
+			want: Demand{Milli: 250, Devices: 1, Claims: []string{"claim slice: 1 × gpu.partita.dev"}, Shared: []SharedClaim{{Claim: ns + "/slice", Milli: 250}}},
 		},
 		"admin access holds nothing": {pod: pod(named("admin")), want: Demand{}},
 		"firstAvailable counts its smallest alternative": {
 			pod:  pod(named("choice")),
-			want: Demand{Milli: 1000, Devices: 1, Claims: []string{"claim choice: 1 × gpu.nvidia.com"}},
+			want: Demand{Milli: 1000, Devices: 1, Claims: []string{"claim choice: 1 × gpu.nvidia.com"}, Shared: []SharedClaim{{Claim: ns + "/choice", Milli: 1000}}},
 		},
 		"an extended resource a GPU class backs": {
 			pod: pod(func(p *corev1.Pod) {

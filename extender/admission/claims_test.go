@@ -103,6 +103,21 @@ func TestCycleClaims(t *testing.T) {
 			want:    outcome{Admitted: map[string][]string{"ns/train": {"g-0@", "g-1@"}}},
 			wantPin: map[string]bool{"ns/train": false},
 		},
+		"a gang whose members share one claim is charged it once": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src,
+				podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(2).Obj()},
+				pods: []*corev1.Pod{
+					MakePod("g-0", "ns").UID("uid-g0").Queue("a").PodGroup("train").Claim("gpu", "g0").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(t0).Obj(),
+					MakePod("g-1", "ns").UID("uid-g1").Queue("a").PodGroup("train").Claim("gpu", "g0").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(t0).Obj(),
+				}},
+			want: outcome{Admitted: map[string][]string{"ns/train": {"g-0@", "g-1@"}}},
+		},
+		"a pod sharing a claim another pod holds is charged nothing for it": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src, pods: []*corev1.Pod{
+				claimPod("running", "a", "held", "n-1"), claimPod("p", "a", "held", ""),
+			}},
+			want: outcome{Admitted: map[string][]string{"ns/p": {"p@"}}},
+		},
 		"a gang of claim pods over its queue's limit waits whole": {
 			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limitOne}, claims: src,
 				podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(2).Obj()},

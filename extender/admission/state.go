@@ -564,6 +564,7 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 		return byAge(a, b)
 	})
 	slices.SortFunc(w.Active, byAge)
+	chargeSharedClaimsOnce(w)
 	w.summarise()
 	return w
 }
@@ -643,6 +644,34 @@ func ownedBy(owners []types.UID, uid types.UID) bool {
 		return len(owners) == 0
 	}
 	return slices.Contains(owners, uid)
+}
+
+// chargeSharedClaimsOnce charges each ResourceClaim that several of the
+// workload's members name (dra.Demand.Shared) to one of them, the first
+// by pod name, rather than to each.
+func chargeSharedClaimsOnce(w *Workload) {
+	var named []*Member
+	for _, ms := range [][]*Member{w.Active, w.Pending} {
+		for _, m := range ms {
+			if m.Claims != nil && len(m.Claims.Shared) > 0 {
+				named = append(named, m)
+			}
+		}
+	}
+	if len(named) < 2 {
+		return
+	}
+	slices.SortFunc(named, func(a, b *Member) int { return strings.Compare(a.Pod.Name, b.Pod.Name) })
+	charged := map[string]bool{}
+	for _, m := range named {
+		for _, sc := range m.Claims.Shared {
+			if charged[sc.Claim] {
+				m.GPUMilli -= sc.Milli
+				continue
+			}
+			charged[sc.Claim] = true
+		}
+	}
 }
 
 func member(p *podInfo) *Member {

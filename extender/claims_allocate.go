@@ -8,8 +8,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"k8s.io/dynamic-resource-allocation/cel"
 	"k8s.io/dynamic-resource-allocation/structured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/extender/admission"
@@ -41,136 +43,298 @@ func (c *ClaimCache) Session(ctx context.Context) (admission.ClaimSession, error
 	if err := c.reader.List(ctx, &claims); err != nil {
 		return nil, fmt.Errorf("list ResourceClaims: %w", err)
 	}
-	s := &claimSession{cache: c, celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}), state: structured.AllocatedState{
-		AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
-		AggregatedCapacity: structured.NewConsumedCapacityCollection(),
-	}}
+	s := &claimSession{cache: c, celCache: cel.NewCache(100, cel.Features{EnableConsumableCapacity: true}),
+		held: map[string]*heldClaim{}, released: sets.New[types.UID](), dirty: true}
 	for i := range slices.Items {
 		s.slices = append(s.slices, &slices.Items[i])
 	}
 	for i := range claims.Items {
-		if a := claims.Items[i].Status.Allocation; a != nil {
-			s.add(a)
+		cl := &claims.Items[i]
+		if cl.Status.Allocation == nil {
+			continue
 		}
+		h := &heldClaim{allocation: cl.Status.Allocation, holders: sets.New[types.UID]()}
+		for _, r := range cl.Status.ReservedFor {
+			if r.Resource == "pods" && r.APIGroup == "" {
+				h.holders.Insert(r.UID)
+			}
+		}
+		s.held[cl.Namespace+"/"+cl.Name] = h
 	}
 	return s, nil
 }
 
+// claimSession holds, per claim, what is allocated (by kube-scheduler, or
+// by the session's own placements) and the pods that hold it; the
+// allocator's state is derived from those that are not released.
 type claimSession struct {
 	cache    *ClaimCache
 	celCache *cel.Cache
 	slices   []*resourceapi.ResourceSlice
+	// held is every allocated claim by claimKey; released the pods whose
+	// devices the simulation has freed (Release).
+	held     map[string]*heldClaim
+	released sets.Set[types.UID]
 	state    structured.AllocatedState
+	// dirty says state must be derived again from held.
+	dirty bool
 }
 
-// add records an allocation in the session's state, as kube-scheduler's
-// DRA plugin gathers it: whole devices, shares and their consumed capacity.
-func (s *claimSession) add(a *resourceapi.AllocationResult) {
+// heldClaim is one claim's allocation and the pods holding it.
+type heldClaim struct {
+	allocation *resourceapi.AllocationResult
+	holders    sets.Set[types.UID]
+	// simulated is set for an allocation the session made (Place).
+	simulated bool
+}
+
+// inEffect reports whether the claim's devices count as taken: it has no
+// known holder (allocated, not reserved yet), or one not released.
+func (h *heldClaim) inEffect(released sets.Set[types.UID]) bool {
+	if h.holders.Len() == 0 {
+		return !h.simulated
+	}
+	for uid := range h.holders {
+		if !released.Has(uid) {
+			return true
+		}
+	}
+	return false
+}
+
+// allocated is the allocator's state: the devices, shares and consumed
+// capacity of every claim in effect, as kube-scheduler's DRA plugin
+// gathers them (admin access takes nothing).
+func (s *claimSession) allocated() structured.AllocatedState {
+	if s.dirty {
+		s.state = structured.AllocatedState{
+			AllocatedDevices: sets.New[structured.DeviceID](), AllocatedSharedDeviceIDs: sets.New[structured.SharedDeviceID](),
+			AggregatedCapacity: structured.NewConsumedCapacityCollection(),
+		}
+		for _, h := range s.held {
+			if h.inEffect(s.released) {
+				addAllocation(&s.state, h.allocation)
+			}
+		}
+		s.dirty = false
+	}
+	return s.state
+}
+
+// addAllocation records an allocation in state.
+func addAllocation(state *structured.AllocatedState, a *resourceapi.AllocationResult) {
 	for _, r := range a.Devices.Results {
-		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
-		if r.ShareID == nil {
-			s.state.AllocatedDevices.Insert(id)
+		if ptr.Deref(r.AdminAccess, false) {
 			continue
 		}
-		s.state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
+		id := structured.MakeDeviceID(r.Driver, r.Pool, r.Device)
+		if r.ShareID == nil {
+			state.AllocatedDevices.Insert(id)
+			continue
+		}
+		state.AllocatedSharedDeviceIDs.Insert(structured.MakeSharedDeviceID(id, r.ShareID))
 		if r.ConsumedCapacity != nil {
-			s.state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
+			state.AggregatedCapacity.Insert(structured.NewDeviceConsumedCapacity(id, r.ConsumedCapacity))
 		}
 	}
 }
 
 // Place implements admission.ClaimSession: for each pod in turn, the first
 // of its candidate nodes where all its claims that are not allocated yet
-// can be allocated, given what the pods before it took.
+// can be allocated, given what the pods before it took. A claim already
+// allocated (or placed for another pod this session) is not allocated
+// again: the pod joins its holders, on a node its allocation admits.
 func (s *claimSession) Place(ctx context.Context, pods []*corev1.Pod, candidates [][]*corev1.Node) ([]string, error) {
-	saved := s.snapshot()
+	var undo []func()
+	rollback := func() {
+		for i := len(undo) - 1; i >= 0; i-- {
+			undo[i]()
+		}
+		s.dirty = true
+	}
 	out := make([]string, len(pods))
 	for i, pod := range pods {
-		claims, err := s.unallocated(pod)
+		claims, allocated, err := s.claimsOf(pod)
 		if err != nil {
-			s.state = saved
+			rollback()
 			return nil, err
 		}
-		if len(claims) == 0 {
+		for _, key := range allocated {
+			if h := s.held[key]; !h.holders.Has(pod.UID) {
+				h.holders.Insert(pod.UID)
+				undo = append(undo, func() { h.holders.Delete(pod.UID) })
+			}
+		}
+		if len(claims) == 0 && len(allocated) == 0 {
 			continue // nothing to allocate: any candidate node
+		}
+		nodes, err := s.admitting(candidates[i], allocated)
+		if err != nil {
+			rollback()
+			return nil, fmt.Errorf("simulate the claims of pod %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		if len(claims) == 0 {
+			// Held claims only: the pod goes where they are.
+			if len(nodes) == 0 {
+				rollback()
+				return nil, &admission.ClaimsUnplaceableError{Member: i, Total: len(pods)}
+			}
+			if len(nodes) < len(candidates[i]) {
+				out[i] = nodes[0].Name
+			}
+			continue
 		}
 		alloc, err := structured.NewAllocator(ctx, allocatorFeatures, s.snapshot(), classLister{s.cache.reader}, s.slices, s.celCache)
 		if err != nil {
-			s.state = saved
+			rollback()
 			return nil, fmt.Errorf("simulate the claims of pod %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
-		for _, node := range candidates[i] {
-			results, err := alloc.Allocate(ctx, node, claims)
+		toAllocate := make([]*resourceapi.ResourceClaim, len(claims))
+		for j := range claims {
+			toAllocate[j] = claims[j].ResourceClaim
+		}
+		for _, node := range nodes {
+			results, err := alloc.Allocate(ctx, node, toAllocate)
 			if err != nil {
-				s.state = saved
+				rollback()
 				return nil, fmt.Errorf("simulate the claims of pod %s/%s on node %s: %w", pod.Namespace, pod.Name, node.Name, err)
 			}
-			if results != nil {
-				for j := range results {
-					s.add(&results[j])
-				}
-				out[i] = node.Name
-				break
+			if results == nil {
+				continue
 			}
+			for j := range results {
+				key := claims[j].key
+				s.held[key] = &heldClaim{allocation: &results[j], holders: sets.New(pod.UID), simulated: true}
+				undo = append(undo, func() { delete(s.held, key) })
+			}
+			s.dirty = true
+			out[i] = node.Name
+			break
 		}
 		if out[i] == "" {
-			s.state = saved
+			rollback()
 			return nil, &admission.ClaimsUnplaceableError{Member: i, Total: len(pods)}
 		}
 	}
 	return out, nil
 }
 
-// snapshot is a copy of the session's state, for an allocator (which may
-// keep it) or to roll a failed gang back.
-func (s *claimSession) snapshot() structured.AllocatedState {
-	agg := structured.NewConsumedCapacityCollection()
-	for id, c := range s.state.AggregatedCapacity {
-		agg[id] = c.Clone()
+// admitting are the candidates every allocated claim's node selector
+// admits.
+func (s *claimSession) admitting(candidates []*corev1.Node, allocated []string) ([]*corev1.Node, error) {
+	out := candidates
+	for _, key := range allocated {
+		sel := s.held[key].allocation.NodeSelector
+		if sel == nil {
+			continue
+		}
+		ns, err := nodeaffinity.NewNodeSelector(sel)
+		if err != nil {
+			return nil, fmt.Errorf("node selector of an allocated claim: %w", err)
+		}
+		var kept []*corev1.Node
+		for _, n := range out {
+			if ns.Match(n) {
+				kept = append(kept, n)
+			}
+		}
+		out = kept
 	}
-	return structured.AllocatedState{AllocatedDevices: s.state.AllocatedDevices.Clone(), AllocatedSharedDeviceIDs: s.state.AllocatedSharedDeviceIDs.Clone(), AggregatedCapacity: agg}
+	return out, nil
 }
 
-// unallocated are the pod's claims that kube-scheduler would still have to
-// allocate: its own claims not allocated yet, and for a template the claim
-// made from it, or, before kube-controller-manager made it, one with the
-// template's spec. Claims for extended resources are not simulated.
-func (s *claimSession) unallocated(pod *corev1.Pod) ([]*resourceapi.ResourceClaim, error) {
-	var out []*resourceapi.ResourceClaim
+// Forget implements admission.ClaimSession: pod no longer holds what the
+// session placed, and a placed claim no pod holds any more is freed.
+func (s *claimSession) Forget(pod *corev1.Pod) {
+	for key, h := range s.held {
+		if h.simulated && h.holders.Has(pod.UID) {
+			h.holders.Delete(pod.UID)
+			if h.holders.Len() == 0 {
+				delete(s.held, key)
+			}
+			s.dirty = true
+		}
+	}
+}
+
+// Release implements admission.ClaimSession.
+func (s *claimSession) Release(pod *corev1.Pod) {
+	if !s.released.Has(pod.UID) {
+		s.released.Insert(pod.UID)
+		s.dirty = true
+	}
+}
+
+// Restore implements admission.ClaimSession.
+func (s *claimSession) Restore(pod *corev1.Pod) {
+	if s.released.Has(pod.UID) {
+		s.released.Delete(pod.UID)
+		s.dirty = true
+	}
+}
+
+// snapshot is a copy of the session's state, for an allocator, which may
+// keep it.
+func (s *claimSession) snapshot() structured.AllocatedState {
+	st := s.allocated()
+	agg := structured.NewConsumedCapacityCollection()
+	for id, c := range st.AggregatedCapacity {
+		agg[id] = c.Clone()
+	}
+	return structured.AllocatedState{AllocatedDevices: st.AllocatedDevices.Clone(), AllocatedSharedDeviceIDs: st.AllocatedSharedDeviceIDs.Clone(), AggregatedCapacity: agg}
+}
+
+// podClaim is a claim of a pod and its key in the session: namespace/name,
+// or for a template's claim not made yet, one no real claim has.
+type podClaim struct {
+	*resourceapi.ResourceClaim
+	key string
+}
+
+// claimsOf are the pod's claims that kube-scheduler would still have to
+// allocate (its own claims not allocated yet, and for a template the claim
+// made from it or, before kube-controller-manager made it, one with the
+// template's spec), and the keys of those already allocated, by
+// kube-scheduler or by the session. Claims for extended resources are not
+// simulated.
+func (s *claimSession) claimsOf(pod *corev1.Pod) (toAllocate []podClaim, allocated []string, err error) {
 	for _, pc := range pod.Spec.ResourceClaims {
-		var claim *resourceapi.ResourceClaim
+		var claim podClaim
 		switch {
 		case pc.ResourceClaimName != nil:
 			c, ok := s.cache.Claim(pod.Namespace, *pc.ResourceClaimName)
 			if !ok {
-				return nil, fmt.Errorf("ResourceClaim %s/%s does not exist", pod.Namespace, *pc.ResourceClaimName)
+				return nil, nil, fmt.Errorf("ResourceClaim %s/%s does not exist", pod.Namespace, *pc.ResourceClaimName)
 			}
-			claim = c
+			claim = podClaim{c, c.Namespace + "/" + c.Name}
 		case pc.ResourceClaimTemplateName != nil:
 			for _, st := range pod.Status.ResourceClaimStatuses {
 				if st.Name == pc.Name && st.ResourceClaimName != nil {
 					if c, ok := s.cache.Claim(pod.Namespace, *st.ResourceClaimName); ok {
-						claim = c
+						claim = podClaim{c, c.Namespace + "/" + c.Name}
 					}
 				}
 			}
-			if claim == nil {
+			if claim.ResourceClaim == nil {
 				t, ok := s.cache.Template(pod.Namespace, *pc.ResourceClaimTemplateName)
 				if !ok {
-					return nil, fmt.Errorf("ResourceClaimTemplate %s/%s does not exist", pod.Namespace, *pc.ResourceClaimTemplateName)
+					return nil, nil, fmt.Errorf("ResourceClaimTemplate %s/%s does not exist", pod.Namespace, *pc.ResourceClaimTemplateName)
 				}
-				claim = &resourceapi.ResourceClaim{Spec: *t.Spec.Spec.DeepCopy()}
-				claim.Namespace, claim.Name = pod.Namespace, pod.Name+"-"+pc.Name
-				claim.UID = types.UID(string(pod.UID) + "-" + pc.Name)
+				c := &resourceapi.ResourceClaim{Spec: *t.Spec.Spec.DeepCopy()}
+				c.Namespace, c.Name = pod.Namespace, pod.Name+"-"+pc.Name
+				c.UID = types.UID(string(pod.UID) + "-" + pc.Name)
+				claim = podClaim{c, "template claim " + string(pod.UID) + "/" + pc.Name}
 			}
 		default:
 			continue
 		}
-		if claim.Status.Allocation == nil {
-			out = append(out, claim)
+		if _, ok := s.held[claim.key]; ok {
+			allocated = append(allocated, claim.key)
+		} else if claim.Status.Allocation == nil {
+			toAllocate = append(toAllocate, claim)
 		}
 	}
-	return out, nil
+	return toAllocate, allocated, nil
 }
 
 // classLister lists DeviceClasses for the allocator.

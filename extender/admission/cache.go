@@ -573,6 +573,14 @@ type ClaimSession interface {
 	// *ClaimsUnplaceableError when some pod's claims fit none of its
 	// candidates.
 	Place(ctx context.Context, pods []*corev1.Pod, candidates [][]*corev1.Node) ([]string, error)
+	// Forget gives back what Place allocated for pod (a trial placement).
+	Forget(pod *corev1.Pod)
+	// Release frees, for the simulation, the devices pod's claims hold
+	// (allocated, or placed this session), as its eviction would: a claim
+	// shared with other pods is freed once every pod holding it is
+	// released. Restore takes a released pod's devices back.
+	Release(pod *corev1.Pod)
+	Restore(pod *corev1.Pod)
 }
 
 // ClaimsUnplaceableError says the claims of a gang's member could not be

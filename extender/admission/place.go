@@ -86,7 +86,59 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 		}
 		return placed, nil
 	}
-	return c.placeOnLedger(w, members, memo)
+	placed, err := c.placeOnLedger(w, members, memo)
+	if err != nil || !c.verifiesClaims(w, members) {
+		return placed, err
+	}
+	if err := c.allocateOnPlacedNodes(placed); err != nil {
+		for _, p := range placed {
+			c.snap.Forget(p.Member.Pod.UID)
+		}
+		if memo {
+			key, _ := c.placeQuestion(w, members)
+			c.failedShapes[c.liftKey+key] = &failure{err: err}
+		}
+		return nil, err
+	}
+	return placed, nil
+}
+
+// verifiesClaims reports whether a gang's ledger placement must also hold
+// in the claim simulation: its members carry pod claims of their own
+// (Partita's dra backend gives each GPU container one), which kube-scheduler's
+// DRA plugin allocates from the ResourceSlices. The ledger learns those
+// allocations from the agents' GPUNode status, a moment late; the
+// simulation reads the claims themselves, so a gang pinned to its nodes is
+// sure to find its devices there. Single pods are not pinned: kube-scheduler
+// picks their node.
+func (c *cycle) verifiesClaims(w *Workload, members []*Member) bool {
+	if c.opts.Claims == nil || (len(members) < 2 && w.MinMember < 2) {
+		return false
+	}
+	return slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 })
+}
+
+// allocateOnPlacedNodes simulates the allocation of the claims of placed
+// members on the node the ledger chose for each, all at once.
+func (c *cycle) allocateOnPlacedNodes(placed []MemberAdmission) error {
+	if c.claimSimulation() == nil {
+		return fmt.Errorf("simulate the gang's ResourceClaims: %w", c.claimErr)
+	}
+	var pods []*corev1.Pod
+	var cands [][]*corev1.Node
+	for _, p := range placed {
+		if len(p.Member.Pod.Spec.ResourceClaims) == 0 {
+			continue
+		}
+		var node []*corev1.Node
+		if n := c.st.Nodes[p.Allocation.Node]; n != nil && n.Node != nil {
+			node = []*corev1.Node{n.Node}
+		}
+		pods = append(pods, p.Member.Pod)
+		cands = append(cands, node)
+	}
+	_, err := c.claimSession.Place(c.ctx, pods, cands)
+	return err
 }
 
 // placeClaims simulates the allocation of the claim members' ResourceClaims
@@ -94,13 +146,7 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 // nodes each may run on with CPU and memory to spare; it returns each
 // member's node. What it places stays allocated for the rest of the cycle.
 func (c *cycle) placeClaims(members []*Member) ([]string, error) {
-	if c.claimSession == nil && c.claimErr == nil {
-		c.claimSession, c.claimErr = c.opts.Claims.Session(c.ctx)
-		if c.claimErr == nil {
-			c.holdAdmittedClaims()
-		}
-	}
-	if c.claimErr != nil {
+	if c.claimSimulation() == nil {
 		return nil, fmt.Errorf("simulate the gang's ResourceClaims: %w", c.claimErr)
 	}
 	pods := make([]*corev1.Pod, len(members))
@@ -118,6 +164,22 @@ func (c *cycle) placeClaims(members []*Member) ([]string, error) {
 	return c.claimSession.Place(c.ctx, pods, cands)
 }
 
+// claimSimulation is the cycle's simulation of ResourceClaims, started on
+// first use with what admitted pods hold; nil without Options.Claims or
+// when it could not start (c.claimErr says why).
+func (c *cycle) claimSimulation() ClaimSession {
+	if c.opts.Claims == nil {
+		return nil
+	}
+	if c.claimSession == nil && c.claimErr == nil {
+		c.claimSession, c.claimErr = c.opts.Claims.Session(c.ctx)
+		if c.claimErr == nil {
+			c.holdAdmittedClaims()
+		}
+	}
+	return c.claimSession
+}
+
 // holdAdmittedClaims allocates, on the session, the claims of members
 // already admitted whose claims kube-scheduler has not allocated yet, so
 // that a gang simulated now does not count their devices as free. Each is
@@ -127,7 +189,13 @@ func (c *cycle) holdAdmittedClaims() {
 	for _, ws := range c.st.Active {
 		for _, w := range ws {
 			for _, m := range w.Active {
-				if m.Claims == nil || m.Claims.Allocated {
+				// Members with a Partita request and pod claims (the dra
+				// backend) are held too until bound: kube-scheduler
+				// allocates claims before it binds.
+				if m.Claims == nil && (m.Bound || len(m.Pod.Spec.ResourceClaims) == 0) {
+					continue
+				}
+				if m.Claims != nil && m.Claims.Allocated {
 					continue
 				}
 				cands := c.claimNodes(m)

@@ -46,11 +46,20 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		return false
 	}
 	saved := map[types.UID]*gpu.PodAllocation{}
+	// Victims holding GPUs through ResourceClaims free them in the claim
+	// simulation too, which places w's members when they carry claims.
+	var claims ClaimSession
+	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
+		claims = c.claimSimulation()
+	}
 	release := func(ms []*Member) {
 		for _, m := range ms {
 			if a, ok := c.snap.Allocation(m.Pod.UID); ok {
 				saved[m.Pod.UID] = a
 				c.snap.Forget(m.Pod.UID)
+			}
+			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+				claims.Release(m.Pod)
 			}
 		}
 	}
@@ -60,12 +69,18 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 				_ = c.snap.Restore(a)
 				delete(saved, m.Pod.UID)
 			}
+			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+				claims.Restore(m.Pod)
+			}
 		}
 	}
 	fits := func() bool {
 		placed, err := c.place(w, members, false)
 		for _, p := range placed {
 			c.snap.Forget(p.Member.Pod.UID)
+			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
+				claims.Forget(p.Member.Pod)
+			}
 		}
 		return err == nil
 	}

@@ -98,7 +98,7 @@ func TestPodDemand(t *testing.T) {
 	}{
 		"no claims": {pod: pod(func(*corev1.Pod) {}), want: Demand{}},
 		"its own claim of two GPUs": {
-			pod:  pod(named("two")),
+			pod: pod(named("two")),
 			want: Demand{Milli: 2000, Devices: 2, Claims: []string{"claim two: 2 × gpu.nvidia.com"},
 				Shared: []SharedClaim{{Claim: ns + "/two", Milli: 2000}}},
 		},
@@ -113,7 +113,7 @@ func TestPodDemand(t *testing.T) {
 				Shared: []SharedClaim{{Claim: ns + "/shared-here", Milli: 2000}}},
 		},
 		"an allocated claim counts what it holds": {
-			pod:  pod(named("two-allocated")),
+			pod: pod(named("two-allocated")),
 			want: Demand{Milli: 2000, Devices: 2, Allocated: true, Claims: []string{"claim two-allocated (allocated): 2 × gpu.nvidia.com"},
 				Shared: []SharedClaim{{Claim: ns + "/two-allocated", Milli: 2000}}},
 		},

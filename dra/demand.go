@@ -242,11 +242,40 @@ func (d *Demand) addExtended(pod *corev1.Pod, src ClaimSource, classes GPUClasse
 			return
 		}
 	}
+	for _, r := range ExtendedGPURequests(pod, src, classes) {
+		d.Milli += r.Count * 1000
+		d.Devices += int(r.Count)
+		d.Allocated = false
+		d.Claims = append(d.Claims, fmt.Sprintf("%s of container %s: %d × %s", r.Resource, r.Container, r.Count, r.Class))
+	}
+}
+
+// ExtendedRequest is a container's request of an extended resource that a
+// GPU DeviceClass backs: kube-scheduler allocates Count whole devices of
+// Class for it, in a claim it makes when it schedules the pod.
+type ExtendedRequest struct {
+	Container string
+	Resource  corev1.ResourceName
+	Class     string
+	Count     int64
+}
+
+// ExtendedGPURequests are pod's container requests of extended resources a
+// GPU DeviceClass backs (the class's spec.extendedResourceName, or
+// deviceclass.resource.kubernetes.io/<class>), in container and resource
+// name order.
+func ExtendedGPURequests(pod *corev1.Pod, src ClaimSource, classes GPUClasses) []ExtendedRequest {
+	var out []ExtendedRequest
 	for _, ctr := range pod.Spec.Containers {
-		for name, q := range ctr.Resources.Requests {
-			if !isExtended(name) {
-				continue
+		names := make([]corev1.ResourceName, 0, len(ctr.Resources.Requests))
+		for name := range ctr.Resources.Requests {
+			if isExtended(name) {
+				names = append(names, name)
 			}
+		}
+		slices.Sort(names)
+		for _, name := range names {
+			q := ctr.Resources.Requests[name]
 			class, ok := strings.CutPrefix(string(name), resourceapi.ResourceDeviceClassPrefix)
 			if !ok {
 				if class, ok = src.ExtendedResourceClass(name); !ok {
@@ -256,13 +285,10 @@ func (d *Demand) addExtended(pod *corev1.Pod, src ClaimSource, classes GPUClasse
 			if !classes.Has(class) || q.Value() <= 0 {
 				continue
 			}
-			n := int(q.Value())
-			d.Milli += int64(n) * 1000
-			d.Devices += n
-			d.Allocated = false
-			d.Claims = append(d.Claims, fmt.Sprintf("%s of container %s: %d × %s", name, ctr.Name, n, class))
+			out = append(out, ExtendedRequest{Container: ctr.Name, Resource: name, Class: class, Count: q.Value()})
 		}
 	}
+	return out
 }
 
 // requestDemand is what one request asks of GPU classes: milli-GPUs,

@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender/admission"
 )
 
@@ -294,9 +295,8 @@ type podClaim struct {
 // claimsOf are the pod's claims that kube-scheduler would still have to
 // allocate (its own claims not allocated yet, and for a template the claim
 // made from it or, before kube-controller-manager made it, one with the
-// template's spec), and the keys of those already allocated, by
-// kube-scheduler or by the session. Claims for extended resources are not
-// simulated.
+// template's spec, and the claim for its extended resources), and the
+// keys of those already allocated, by kube-scheduler or by the session.
 func (s *claimSession) claimsOf(pod *corev1.Pod) (toAllocate []podClaim, allocated []string, err error) {
 	for _, pc := range pod.Spec.ResourceClaims {
 		var claim podClaim
@@ -334,7 +334,43 @@ func (s *claimSession) claimsOf(pod *corev1.Pod) (toAllocate []podClaim, allocat
 			toAllocate = append(toAllocate, claim)
 		}
 	}
+	if claim := s.extendedClaim(pod); claim.ResourceClaim != nil {
+		if _, ok := s.held[claim.key]; ok {
+			allocated = append(allocated, claim.key)
+		} else if claim.Status.Allocation == nil {
+			toAllocate = append(toAllocate, claim)
+		}
+	}
 	return toAllocate, allocated, nil
+}
+
+// extendedClaim is the claim kube-scheduler makes for the pod's extended
+// resources that a GPU DeviceClass backs: the one it made
+// (status.extendedResourceClaimStatus) or, before, one with a request of
+// that many whole devices per container and resource, as it would make.
+// Nil when the pod asks for none.
+func (s *claimSession) extendedClaim(pod *corev1.Pod) podClaim {
+	if st := pod.Status.ExtendedResourceClaimStatus; st != nil && st.ResourceClaimName != "" {
+		if c, ok := s.cache.Claim(pod.Namespace, st.ResourceClaimName); ok {
+			return podClaim{c, c.Namespace + "/" + c.Name}
+		}
+	}
+	reqs := dra.ExtendedGPURequests(pod, s.cache, s.cache.classes)
+	if len(reqs) == 0 {
+		return podClaim{}
+	}
+	c := &resourceapi.ResourceClaim{}
+	c.Namespace, c.Name = pod.Namespace, pod.Name+"-extended-resources"
+	c.UID = types.UID(string(pod.UID) + "-extended-resources")
+	for i, r := range reqs {
+		c.Spec.Devices.Requests = append(c.Spec.Devices.Requests, resourceapi.DeviceRequest{
+			Name: fmt.Sprintf("container-%s-request-%d", r.Container, i),
+			Exactly: &resourceapi.ExactDeviceRequest{
+				DeviceClassName: r.Class, AllocationMode: resourceapi.DeviceAllocationModeExactCount, Count: r.Count,
+			},
+		})
+	}
+	return podClaim{c, "extended resources claim " + string(pod.UID)}
 }
 
 // classLister lists DeviceClasses for the allocator.

@@ -54,6 +54,12 @@ func claimMember(name, claim string) *corev1.Pod {
 		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)).Obj()
 }
 
+// extendedPod asks for n GPUs as the extended resource of NVIDIA's class.
+func extendedPod(name string, n int) *corev1.Pod {
+	return pt.MakePod(name, "ns").UID(types.UID("uid-"+name)).Queue("a").
+		Request("main", corev1.ResourceName(resourceapi.ResourceDeviceClassPrefix+"gpu.nvidia.com"), fmt.Sprint(n)).Obj()
+}
+
 func TestClaimSessionPlace(t *testing.T) {
 	taken := pt.MakeResourceClaim("taken", "ns").Devices("gpu", "gpu.nvidia.com", 1).Allocated("gpu", "gpu.nvidia.com", "n-0", "", "gpu-0").Obj()
 	template := &resourceapi.ResourceClaimTemplate{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: "ns"},
@@ -84,6 +90,14 @@ func TestClaimSessionPlace(t *testing.T) {
 		"a failed gang gives back what it took": {
 			rounds: [][]*corev1.Pod{{claimMember("p0", "c0"), claimMember("p1", "c1"), claimMember("p2", "c2")}, {claimMember("p3", "c3"), claimMember("p4", "c4")}},
 			want:   []string{"unplaceable 2", "n-0,n-1"},
+		},
+		"extended resources a class backs take its devices": {
+			rounds: [][]*corev1.Pod{{extendedPod("e0", 1), extendedPod("e1", 1)}, {claimMember("p0", "c0")}, {extendedPod("e2", 2)}},
+			want:   []string{"n-0,n-1", "unplaceable 0", "unplaceable 0"},
+		},
+		"two devices of one extended request are on one node": {
+			rounds: [][]*corev1.Pod{{extendedPod("e0", 2)}},
+			want:   []string{"unplaceable 0"},
 		},
 		"a template's claim not made yet": {
 			extra:  []client.Object{template},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/ctl"
 )
@@ -91,6 +92,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			return ctl.RunWhyWithOptions(cmd.Context(), c, cmd.OutOrStdout(), ns, strings.TrimPrefix(args[0], "pod/"), o, time.Now(), whyOpts)
 		},
 	}
+	why.Flags().StringSliceVar((*[]string)(&whyOpts.GPUClasses), "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs, for pods that ask through ResourceClaims (set it to the extender's --gpu-device-classes, chart value gpuDeviceClasses)")
 	why.Flags().DurationVar(&whyOpts.AgentHeartbeatTimeout, "agent-heartbeat-timeout", gpu.DefaultAgentHeartbeatTimeout, "call a node's agent silent once its GPUNode heartbeat is this old (set it to the extender's --agent-heartbeat-timeout)")
 	cmd.AddCommand(nodes, queues, why, newConsoleCommand(conn))
 	return cmd

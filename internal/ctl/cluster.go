@@ -12,6 +12,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -46,6 +47,17 @@ type Cluster struct {
 	// answers why for every waiting workload of one snapshot). The views
 	// only read it. Nil: each view builds its own.
 	Ledger *gpu.Ledger
+	// GPUClasses are the DeviceClasses whose devices are GPUs, as the
+	// extender's --gpu-device-classes says; dra.DefaultGPUClasses when nil.
+	GPUClasses dra.GPUClasses
+}
+
+// gpuClasses is c.GPUClasses or the default.
+func (c *Cluster) gpuClasses() dra.GPUClasses {
+	if c.GPUClasses == nil {
+		return dra.DefaultGPUClasses
+	}
+	return c.GPUClasses
 }
 
 // ledger is c.Ledger, or the ledger of c's objects.

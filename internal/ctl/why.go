@@ -102,6 +102,9 @@ type WhyOptions struct {
 	// times the silence on its own clock, ctl compares the heartbeat with
 	// now.
 	AgentHeartbeatTimeout time.Duration
+	// GPUClasses are the DeviceClasses whose devices are GPUs (the
+	// extender's --gpu-device-classes); the Cluster's when nil.
+	GPUClasses dra.GPUClasses
 }
 
 // Why explains why the pod namespace/name waits, from c (which must hold
@@ -115,6 +118,12 @@ func Why(c *Cluster, namespace, name string, now time.Time) (WhyReport, error) {
 func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyOptions) (WhyReport, error) {
 	if opts.AgentHeartbeatTimeout <= 0 {
 		opts.AgentHeartbeatTimeout = gpu.DefaultAgentHeartbeatTimeout
+	}
+	if opts.GPUClasses != nil {
+		// A copy: callers share c between questions.
+		cc := *c
+		cc.GPUClasses = opts.GPUClasses
+		c = &cc
 	}
 	i := slices.IndexFunc(c.Pods, func(p corev1.Pod) bool { return p.Namespace == namespace && p.Name == name })
 	if i < 0 {
@@ -227,14 +236,14 @@ type why struct {
 }
 
 // readPod is gpu.ParsePod, or for a pod that asks for GPUs through
-// ResourceClaims of the default GPU classes only, a request with its queue
+// ResourceClaims of the GPU classes only, a request with its queue
 // and gang and no containers, and its claims' demand.
 func readPod(c *Cluster, pod *corev1.Pod) (*gpu.PodRequest, *dra.Demand, field.ErrorList) {
 	req, errs := gpu.ParsePod(pod)
 	if req != nil || len(errs) > 0 || !dra.HasClaims(pod) {
 		return req, nil, errs
 	}
-	d := dra.PodDemand(pod, c, dra.DefaultGPUClasses, nil)
+	d := dra.PodDemand(pod, c, c.gpuClasses(), nil)
 	if !d.GPU() {
 		return nil, nil, nil
 	}
@@ -266,7 +275,7 @@ func (w *why) demand(pod *corev1.Pod, req *gpu.PodRequest) int64 {
 		return 0
 	}
 	if req.Dialect == gpu.DialectClaims {
-		d := dra.PodDemand(pod, w.c, dra.DefaultGPUClasses, nil)
+		d := dra.PodDemand(pod, w.c, w.c.gpuClasses(), nil)
 		return d.Milli
 	}
 	var m int64

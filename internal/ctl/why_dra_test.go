@@ -110,3 +110,35 @@ func TestWhyOtherDriversClaims(t *testing.T) {
 		t.Errorf("why of a NIC claim pod: %v, want ErrNotGPUPod", err)
 	}
 }
+
+// TestWhyGPUClasses: a cluster whose extender counts another DeviceClass as
+// GPUs (--gpu-device-classes) is explained with that list.
+func TestWhyGPUClasses(t *testing.T) {
+	claim := pt.MakeResourceClaim("want", "team-a").Devices("gpu", "gpu.example.com", 1).Obj()
+	pod := pt.MakePod("p", "team-a").Queue("team-a").Claim("gpu", "want").SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()
+	c := &Cluster{
+		GPUNodes:       []v1alpha1.GPUNode{*pt.MakeGPUNode("n1").Devices(1, "H100", 81920).Obj()},
+		Pods:           []corev1.Pod{*pod},
+		Queues:         []v1alpha1.Queue{*pt.MakeQueue("team-a").GPU("1", "1", 1).Obj()},
+		ResourceClaims: []resourceapi.ResourceClaim{*claim},
+	}
+	if _, err := Why(c, "team-a", "p", now); !errors.Is(err, ErrNotGPUPod) {
+		t.Errorf("why with the default classes: %v, want ErrNotGPUPod", err)
+	}
+	r, err := WhyWithOptions(c, "team-a", "p", now, WhyOptions{GPUClasses: dra.GPUClasses{"gpu.example.com"}})
+	if err != nil {
+		t.Fatalf("why with gpu.example.com a GPU class: %v", err)
+	}
+	var request string
+	for _, f := range r.Findings {
+		if f.Check == CheckRequest {
+			request = f.Message
+		}
+	}
+	if w := "asks for 1 GPU through ResourceClaims (claim want: 1 × gpu.example.com)"; request != w {
+		t.Errorf("request finding %q, want %q", request, w)
+	}
+	if c.GPUClasses != nil {
+		t.Errorf("WhyWithOptions changed the caller's Cluster: GPUClasses %v", c.GPUClasses)
+	}
+}

@@ -189,13 +189,11 @@ func (c *cycle) holdAdmittedClaims() {
 	for _, ws := range c.st.Active {
 		for _, w := range ws {
 			for _, m := range w.Active {
-				// Members with a Partita request and pod claims (the dra
-				// backend) are held too until bound: kube-scheduler
-				// allocates claims before it binds.
-				if m.Claims == nil && (m.Bound || len(m.Pod.Spec.ResourceClaims) == 0) {
-					continue
-				}
-				if m.Claims != nil && m.Claims.Allocated {
+				// Partita's own dra-backend pods are held on the ledger,
+				// which a gang of them is placed on first
+				// (verifiesClaims): simulating each admitted one here too
+				// would cost an allocator run per pod and cycle.
+				if m.Claims == nil || m.Claims.Allocated {
 					continue
 				}
 				cands := c.claimNodes(m)

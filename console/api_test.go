@@ -461,6 +461,30 @@ func TestAPIShared(t *testing.T) {
 			t.Errorf("admin is offered %v on the gang, want delete", got)
 		}
 	})
+
+	t.Run("why reads the claims of a pod that asks for GPUs through them", func(t *testing.T) {
+		c.create(t, pt.MakeResourceClaim("train-gpu", "team-a").Devices("gpu", "gpu.nvidia.com", 1).Obj())
+		c.create(t, pt.MakePod("claimer", "team-a").Queue("team-a").Claim("gpu", "train-gpu").Obj())
+		want := "asks for 1 GPU through ResourceClaims (claim train-gpu: 1 × gpu.nvidia.com)"
+		var got ctl.WhyReport
+		request := ""
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && request != want; time.Sleep(200 * time.Millisecond) {
+			a := call(t, base, "GET", "/api/v1/pods/team-a/claimer/why", alice, nil)
+			if a.status != http.StatusOK {
+				request = string(a.body)
+				continue
+			}
+			a.decode(t, &got)
+			for _, f := range got.Findings {
+				if f.Check == ctl.CheckRequest {
+					request = f.Message
+				}
+			}
+		}
+		if request != want {
+			t.Errorf("the console's why says %q of the request, want %q (report %+v)", request, want, got)
+		}
+	})
 }
 
 func TestAPILocalUserWithOneNamespace(t *testing.T) {

@@ -21,6 +21,8 @@ import (
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/dra"
 )
 
 // Mode is how the console runs.
@@ -48,6 +50,9 @@ type Options struct {
 	PartitaNamespace string
 	// TopologyKey is the node label that groups the map's nodes.
 	TopologyKey string
+	// GPUClasses are the DeviceClasses whose devices are GPUs;
+	// dra.DefaultGPUClasses when nil.
+	GPUClasses dra.GPUClasses
 	// Coalesce is how long the builder waits after a change for more
 	// before it builds a snapshot.
 	Coalesce time.Duration
@@ -162,7 +167,7 @@ func (s *Server) build(ctx context.Context) error {
 		changedAt = now
 	}
 	start := time.Now()
-	snap := Build(l, BuildOptions{TopologyKey: s.opts.TopologyKey, Kinds: s.kind}, s.version.Add(1), now, changedAt)
+	snap := Build(l, BuildOptions{TopologyKey: s.opts.TopologyKey, Kinds: s.kind, GPUClasses: s.opts.GPUClasses}, s.version.Add(1), now, changedAt)
 	s.metrics.built(time.Since(start))
 	s.snap.Store(snap)
 	s.hub.Publish()

@@ -26,6 +26,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/dra"
 )
 
 // DefaultTopologyKey is the node label the map groups nodes by, unless
@@ -49,6 +51,9 @@ type Config struct {
 	PartitaNamespace string
 	// TopologyKey is the node label that groups the map.
 	TopologyKey string
+	// GPUClasses are the DeviceClasses whose devices are GPUs (the
+	// extender's --gpu-device-classes): why reads pods' claims with them.
+	GPUClasses dra.GPUClasses
 	// WebhookConfiguration is the webhook's MutatingWebhookConfiguration,
 	// whose endpoints the console scrapes for denials without Prometheus.
 	WebhookConfiguration string
@@ -152,7 +157,11 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("create client for %s: %w", cfg.Rest.Host, err)
 	}
 	self := SelfReviewer{Client: cs}
-	cov, err := DiscoverCoverage(ctx, self, cl, cfg.PartitaNamespace, []string{cfg.DefaultNamespace})
+	servesDRA, err := dra.Served(cfg.Rest, "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+	if err != nil {
+		return nil, fmt.Errorf("ask the API server whether it serves DRA: %w", err)
+	}
+	cov, err := DiscoverCoverage(ctx, self, cl, cfg.PartitaNamespace, []string{cfg.DefaultNamespace}, servesDRA)
 	if err != nil {
 		return nil, fmt.Errorf("ask the API server what the console may read: %w", err)
 	}
@@ -212,7 +221,7 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 			return nil, err
 		}
 	}
-	srv, err := New(Options{Mode: cfg.Mode, PartitaNamespace: cfg.PartitaNamespace, TopologyKey: cfg.TopologyKey,
+	srv, err := New(Options{Mode: cfg.Mode, PartitaNamespace: cfg.PartitaNamespace, TopologyKey: cfg.TopologyKey, GPUClasses: cfg.GPUClasses,
 		DefaultNamespace: cfg.DefaultNamespace, Log: cfg.Log, Clock: cfg.Clock}, deps)
 	if err != nil {
 		return nil, err

@@ -11,9 +11,11 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/policy"
@@ -56,6 +58,13 @@ type Coverage struct {
 	Pods      NamespaceSet `json:"-"`
 	PodGroups NamespaceSet `json:"-"`
 	Jobs      NamespaceSet `json:"-"`
+	// ResourceClaims and ResourceClaimTemplates are the namespaces whose
+	// claims and templates were listed, DeviceClasses whether the classes
+	// were: what pods that ask for GPUs through claims ask (why). None on
+	// an API server that serves no resource.k8s.io/v1.
+	ResourceClaims         NamespaceSet `json:"-"`
+	ResourceClaimTemplates NamespaceSet `json:"-"`
+	DeviceClasses          bool         `json:"-"`
 }
 
 // Lists are the objects a snapshot is built from, as a Source read them.
@@ -68,8 +77,11 @@ type Lists struct {
 	Jobs      []batchv1.Job
 	// PolicyConfigMaps are the ConfigMaps labelled partita.dev/policy=rego
 	// in Partita's namespace.
-	PolicyConfigMaps []corev1.ConfigMap
-	Coverage         Coverage
+	PolicyConfigMaps       []corev1.ConfigMap
+	ResourceClaims         []resourceapi.ResourceClaim
+	ResourceClaimTemplates []resourceapi.ResourceClaimTemplate
+	DeviceClasses          []resourceapi.DeviceClass
+	Coverage               Coverage
 }
 
 // BuildOptions shape a snapshot.
@@ -79,6 +91,9 @@ type BuildOptions struct {
 	TopologyKey string
 	// Kinds resolves pods to workloads.
 	Kinds *WorkloadKinds
+	// GPUClasses are the DeviceClasses whose devices are GPUs (the
+	// extender's --gpu-device-classes); dra.DefaultGPUClasses when nil.
+	GPUClasses dra.GPUClasses
 }
 
 // Snapshot is the console's picture of the cluster at one moment, built
@@ -245,7 +260,8 @@ func Build(l Lists, o BuildOptions, version uint64, now, changedAt time.Time) *S
 		o.Kinds = NewWorkloadKinds()
 	}
 	s := &Snapshot{Version: version, Built: now, ChangedAt: changedAt, coverage: l.Coverage, kinds: o.Kinds}
-	s.cluster = ctl.Cluster{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Pods: l.Pods, Queues: l.Queues, PodGroups: l.PodGroups}
+	s.cluster = ctl.Cluster{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Pods: l.Pods, Queues: l.Queues, PodGroups: l.PodGroups,
+		ResourceClaims: l.ResourceClaims, ResourceClaimTemplates: l.ResourceClaimTemplates, DeviceClasses: l.DeviceClasses, GPUClasses: o.GPUClasses}
 	ledger := gpu.BuildLedger(l.GPUNodes, l.Pods)
 	s.cluster.Ledger = ledger
 

@@ -11,6 +11,7 @@ import (
 	"github.com/go-logr/logr"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -32,7 +33,10 @@ import (
 // for those. The namespaces to try are every namespace when the user may
 // list them, else extra (the kubeconfig's namespace) and the namespaces the
 // queues name.
-func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, partitaNamespace string, extra []string) (Coverage, error) {
+//
+// servesDRA says the API server serves resource.k8s.io/v1's claims,
+// templates and DeviceClasses (dra.Served): only then are they tried.
+func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, partitaNamespace string, extra []string, servesDRA bool) (Coverage, error) {
 	var u UserInfo // SelfReviewer ignores it; SubjectReviewer is not used here
 	can := func(group, res, ns string) (bool, error) {
 		for _, verb := range []string{"list", "watch"} {
@@ -60,6 +64,11 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 	if cov.Policy, err = can("", "configmaps", partitaNamespace); err != nil {
 		return Coverage{}, err
 	}
+	if servesDRA {
+		if cov.DeviceClasses, err = can(resourceapi.GroupName, "deviceclasses", ""); err != nil {
+			return Coverage{}, err
+		}
+	}
 
 	var candidates []string
 	candidatesRead := false
@@ -70,6 +79,15 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 		{"", "pods", &cov.Pods},
 		{groupPartita, "podgroups", &cov.PodGroups},
 		{batchv1.GroupName, "jobs", &cov.Jobs},
+	}
+	if servesDRA {
+		namespaced = append(namespaced, []struct {
+			group, res string
+			dst        *NamespaceSet
+		}{
+			{resourceapi.GroupName, "resourceclaims", &cov.ResourceClaims},
+			{resourceapi.GroupName, "resourceclaimtemplates", &cov.ResourceClaimTemplates},
+		}...)
 	}
 	for _, c := range namespaced {
 		all, err := can(c.group, c.res, "")
@@ -191,6 +209,8 @@ func NewSource(opts SourceOptions) (*Source, error) {
 	byObject[&v1alpha1.PodGroup{}] = cache.ByObject{Namespaces: scoped(cov.PodGroups)}
 	byObject[&batchv1.Job{}] = cache.ByObject{Namespaces: scoped(cov.Jobs), Transform: slimJob}
 	byObject[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
+	byObject[&resourceapi.ResourceClaim{}] = cache.ByObject{Namespaces: scoped(cov.ResourceClaims)}
+	byObject[&resourceapi.ResourceClaimTemplate{}] = cache.ByObject{Namespaces: scoped(cov.ResourceClaimTemplates)}
 	byObject[&corev1.ConfigMap{}] = cache.ByObject{
 		Namespaces: map[string]cache.Config{opts.PartitaNamespace: {}},
 		Label:      labels.SelectorFromSet(labels.Set{v1alpha1.LabelPolicy: policy.PolicyLabelValue}),
@@ -222,6 +242,9 @@ func (s *Source) watched() []client.Object {
 	add(cov.Pods.All || len(cov.Pods.Names) > 0, &corev1.Pod{})
 	add(cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &v1alpha1.PodGroup{})
 	add(cov.Jobs.All || len(cov.Jobs.Names) > 0, &batchv1.Job{})
+	add(cov.ResourceClaims.All || len(cov.ResourceClaims.Names) > 0, &resourceapi.ResourceClaim{})
+	add(cov.ResourceClaimTemplates.All || len(cov.ResourceClaimTemplates.Names) > 0, &resourceapi.ResourceClaimTemplate{})
+	add(cov.DeviceClasses, &resourceapi.DeviceClass{})
 	return out
 }
 
@@ -318,6 +341,9 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		pods corev1.PodList
 		pgs  v1alpha1.PodGroupList
 		jobs batchv1.JobList
+		rcs  resourceapi.ResourceClaimList
+		rcts resourceapi.ResourceClaimTemplateList
+		dcs  resourceapi.DeviceClassList
 	)
 	for _, x := range []struct {
 		ok bool
@@ -327,6 +353,9 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		{cov.Pods.All || len(cov.Pods.Names) > 0, &pods},
 		{cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &pgs},
 		{cov.Jobs.All || len(cov.Jobs.Names) > 0, &jobs},
+		{cov.ResourceClaims.All || len(cov.ResourceClaims.Names) > 0, &rcs},
+		{cov.ResourceClaimTemplates.All || len(cov.ResourceClaimTemplates.Names) > 0, &rcts},
+		{cov.DeviceClasses, &dcs},
 	} {
 		if err := list(x.ok, x.o); err != nil {
 			return Lists{}, err
@@ -334,6 +363,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 	}
 	l.GPUNodes, l.Nodes, l.Queues, l.PolicyConfigMaps = gns.Items, ns.Items, qs.Items, cms.Items
 	l.Pods, l.PodGroups, l.Jobs = pods.Items, pgs.Items, jobs.Items
+	l.ResourceClaims, l.ResourceClaimTemplates, l.DeviceClasses = rcs.Items, rcts.Items, dcs.Items
 	// Informer order is a map's: sort so that equal clusters give equal
 	// snapshots.
 	slices.SortFunc(l.Pods, func(a, b corev1.Pod) int { return compareNsName(a.Namespace, a.Name, b.Namespace, b.Name) })

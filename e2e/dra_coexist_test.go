@@ -97,7 +97,8 @@ func ctlOut(ctx context.Context, t *testing.T, args ...string) string {
 // limited to 1 GPU admits one pod that holds an NVIDIA GPU through its claim
 // and holds the second, with a `why` that names the limit; a gang of two
 // claim pods stays gated whole while the scheduler's allocator finds only
-// one GPU free, and starts whole once two are.
+// one GPU free, and starts whole once two are; a claim pod of higher
+// priority then evicts that gang for one of its GPUs.
 func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 	ctx := testContext(t, 6*time.Minute)
 	ensureGPUPriorityClass(ctx, t, clientset)
@@ -256,5 +257,36 @@ func TestOtherDRADriversGPUsAreCountedNeverDoubleBooked(t *testing.T) {
 	poll(t, 90*time.Second, "the gang bound whole", func() (bool, string) {
 		_, b, seen := pairs()
 		return b == 2, seen
+	})
+
+	// (d) A claim pod of higher priority in the gang's queue, while the
+	// gang holds both GPUs: the loop's simulation frees the gang's claims,
+	// so it evicts the gang (whole) and the pod gets a GPU.
+	ensurePriorityClass(ctx, t, "partita-e2e-low", 10)
+	ensurePriorityClass(ctx, t, "partita-e2e-high", 1000)
+	time.Sleep(devPreemptMinRuntime + time.Second)
+	urgentClaim := pt.MakeResourceClaim("urgent", ns).Devices("gpu", nvidiaDriver, 1).Obj()
+	if _, err := clientset.ResourceV1().ResourceClaims(ns).Create(ctx, urgentClaim, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create claim urgent: %v", err)
+	}
+	urgent := claimPod(ns, "urgent", gq, "urgent", labels)
+	urgent.Spec.PriorityClassName = "partita-e2e-high"
+	if _, err := clientset.CoreV1().Pods(ns).Create(ctx, urgent, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create urgent: %v", err)
+	}
+	waitEvent(ctx, t, ns, "pair-0", v1alpha1.ReasonPreempted, "of higher priority (1000 > 0)")
+	poll(t, 90*time.Second, "urgent bound with its claim allocated, the gang gone", func() (bool, string) {
+		state := map[string]string{}
+		for _, p := range listNS(ctx, t, ns) {
+			state[p.Name] = p.Spec.NodeName
+		}
+		c, err := clientset.ResourceV1().ResourceClaims(ns).Get(ctx, "urgent", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		_, p0 := state["pair-0"]
+		_, p1 := state["pair-1"]
+		return state["urgent"] == node && c.Status.Allocation != nil && !p0 && !p1,
+			fmt.Sprintf("pods %v, urgent's allocation %+v", state, c.Status.Allocation)
 	})
 }

@@ -14,6 +14,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/partita-dev/partita/console"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/internal/ctl"
 )
@@ -25,6 +26,7 @@ type consoleFlags struct {
 	addr                 string
 	partitaNamespace     string
 	topologyKey          string
+	gpuDeviceClasses     []string
 	webhookConfiguration string
 	prometheusURL        string
 	sampleInterval       time.Duration
@@ -89,6 +91,7 @@ See docs/guide/console.md.`,
 	fs.StringVar(&f.addr, "addr", "127.0.0.1:0", "address to serve on (port 0: any free port); in local mode a loopback address")
 	fs.StringVar(&f.partitaNamespace, "partita-namespace", "partita-system", "namespace Partita runs in: its policy ConfigMaps and their events")
 	fs.StringVar(&f.topologyKey, "topology-key", console.DefaultTopologyKey, "node label whose values group the map's nodes (empty: no grouping)")
+	fs.StringSliceVar(&f.gpuDeviceClasses, "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs, for pods that ask through ResourceClaims (set it to the extender's --gpu-device-classes; the chart does)")
 	fs.StringVar(&f.webhookConfiguration, "webhook-configuration", "partita", "the webhook's MutatingWebhookConfiguration, whose endpoints are scraped for denials when there is no Prometheus")
 	fs.StringVar(&f.prometheusURL, "prometheus-url", "", "Prometheus that scrapes Partita's components: utilisation history and denials come from it (empty: the console samples its own history)")
 	fs.DurationVar(&f.sampleInterval, "sample-interval", 15*time.Second, "how often the console samples allocation for its own history")
@@ -154,7 +157,7 @@ func runConsole(cmd *cobra.Command, conn *ctl.Connection, f *consoleFlags) error
 	}
 	c := console.Config{
 		Mode: mode, Rest: cfg, Scheme: scheme, Addr: f.addr, DefaultNamespace: ns,
-		PartitaNamespace: f.partitaNamespace, TopologyKey: f.topologyKey, WebhookConfiguration: f.webhookConfiguration,
+		PartitaNamespace: f.partitaNamespace, TopologyKey: f.topologyKey, GPUClasses: f.gpuDeviceClasses, WebhookConfiguration: f.webhookConfiguration,
 		PrometheusURL: f.prometheusURL, SampleInterval: f.sampleInterval, History: f.history, AccessTTL: f.accessTTL,
 		MaxUsers: f.maxUsers, TLSCertFile: f.tlsCert, TLSKeyFile: f.tlsKey, TokenAudiences: f.tokenAudiences, Log: log,
 	}

@@ -285,7 +285,7 @@ func ExtendedGPURequests(pod *corev1.Pod, src ClaimSource, classes GPUClasses) [
 			if !classes.Has(class) || q.Value() <= 0 {
 				continue
 			}
-			out = append(out, ExtendedRequest{Container: ctr.Name, Resource: name, Class: class, Count: q.Value()})
+			out = append(out, ExtendedRequest{Container: ctr.Name, Resource: name, Class: class, Count: min(q.Value(), maxDevicesAsked)})
 		}
 	}
 	return out
@@ -315,11 +315,17 @@ func requestDemand(r resourceapi.DeviceRequest, classes GPUClasses) (milli int64
 	return max(best, 0), devices, class
 }
 
+// maxDevicesAsked bounds the devices one request or extended resource is
+// read as asking for: the API server takes any positive count, and a
+// tenant's absurd one must not overflow the queue's sums (no cluster has
+// this many GPUs, so the pod waits all the same).
+const maxDevicesAsked = 1 << 20
+
 // amount is what count devices of class ask, in milli-GPUs.
 func amount(class string, mode resourceapi.DeviceAllocationMode, count int64, capacity *resourceapi.CapacityRequirements) (milli int64, devices int) {
 	n := int64(1)
 	if mode == resourceapi.DeviceAllocationModeExactCount || mode == "" {
-		n = max(count, 1)
+		n = min(max(count, 1), maxDevicesAsked)
 	}
 	per := int64(1000)
 	if capacity != nil && class == DeviceClassName {

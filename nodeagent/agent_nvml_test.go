@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/envtestutil"
@@ -118,15 +119,22 @@ func TestAgentKeepsBrokenDevicesAcrossRestarts(t *testing.T) {
 		t.Errorf("device 5 after the restart = %s (%q), want Unhealthy for XID 79", d.Health, d.HealthReason)
 	}
 
-	// The operator reset GPU 5.
-	gn, err := gpuNode(t, c, "dgx")
-	if err != nil {
-		t.Fatal(err)
+	// The operator reset GPU 5. (The agent writes the GPUNode too: an
+	// operator's update that meets its write is made again.)
+	annotate := func(value string) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			gn, err := gpuNode(t, c, "dgx")
+			if err != nil {
+				return err
+			}
+			gn.Annotations = map[string]string{v1alpha1.AnnotationResetHealth: value}
+			return c.Update(t.Context(), gn)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	gn.Annotations = map[string]string{v1alpha1.AnnotationResetHealth: "5"}
-	if err := c.Update(t.Context(), gn); err != nil {
-		t.Fatal(err)
-	}
+	annotate("5")
 	waitFor(t, "device 5 back in the capacity", func() (bool, error) { return milliOf(t, c, "dgx") == "7000/7000", nil })
 	waitFor(t, "the annotation removed", func() (bool, error) {
 		gn, err := gpuNode(t, c, "dgx")
@@ -138,13 +146,7 @@ func TestAgentKeepsBrokenDevicesAcrossRestarts(t *testing.T) {
 	}
 
 	// A value that does not read is refused, with an event, and removed.
-	if gn, err = gpuNode(t, c, "dgx"); err != nil {
-		t.Fatal(err)
-	}
-	gn.Annotations = map[string]string{v1alpha1.AnnotationResetHealth: "five"}
-	if err := c.Update(t.Context(), gn); err != nil {
-		t.Fatal(err)
-	}
+	annotate("five")
 	waitFor(t, "the bad annotation removed", func() (bool, error) {
 		gn, err := gpuNode(t, c, "dgx")
 		return err == nil && gn.Annotations[v1alpha1.AnnotationResetHealth] == "", err

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -290,25 +291,26 @@ func TestAgentFleet(t *testing.T) {
 	}
 	t.Logf("node added later published in %s", time.Since(added).Round(time.Millisecond))
 
-	// An unhealthy simulated device leaves the capacity.
-	n := &corev1.Node{}
-	if err := c.Get(t.Context(), client.ObjectKey{Name: "gpu-0"}, n); err != nil {
-		t.Fatal(err)
+	// An unhealthy simulated device leaves the capacity. (The agent writes
+	// the nodes' status: an update that meets its write is made again.)
+	updateNode := func(name string, change func(*corev1.Node)) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n := &corev1.Node{}
+			if err := c.Get(t.Context(), client.ObjectKey{Name: name}, n); err != nil {
+				return err
+			}
+			change(n)
+			return c.Update(t.Context(), n)
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	n.Annotations = map[string]string{AnnotationSimulateUnhealthy: "1"}
-	if err := c.Update(t.Context(), n); err != nil {
-		t.Fatal(err)
-	}
+	updateNode("gpu-0", func(n *corev1.Node) { n.Annotations = map[string]string{AnnotationSimulateUnhealthy: "1"} })
 	waitFor(t, "capacity without the unhealthy device", func() (bool, error) { return milliOf(t, c, "gpu-0") == "3000/3000", nil })
 
 	// A node that loses the label loses its GPUNode and its capacity.
-	if err := c.Get(t.Context(), client.ObjectKey{Name: "gpu-1"}, n); err != nil {
-		t.Fatal(err)
-	}
-	delete(n.Labels, v1alpha1.LabelGPUNode)
-	if err := c.Update(t.Context(), n); err != nil {
-		t.Fatal(err)
-	}
+	updateNode("gpu-1", func(n *corev1.Node) { delete(n.Labels, v1alpha1.LabelGPUNode) })
 	waitFor(t, "gpu-1 released", func() (bool, error) {
 		_, err := gpuNode(t, c, "gpu-1")
 		return apierrors.IsNotFound(err) && milliOf(t, c, "gpu-1") == "-1/-1", nil

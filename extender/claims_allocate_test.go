@@ -136,6 +136,28 @@ func TestClaimSessionPlace(t *testing.T) {
 	}
 }
 
+// cycleOutcome is a cycle's one admission ("admitted pinned: p0@n-0
+// p1@n-1") or wait ("Reason: message").
+func cycleOutcome(res *admission.Result) string {
+	got := ""
+	for _, a := range res.Admissions {
+		got = "admitted"
+		if a.Pin {
+			got += " pinned:"
+		}
+		var ms []string
+		for _, m := range a.Members {
+			ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
+		}
+		slices.Sort(ms)
+		got += " " + strings.Join(ms, " ")
+	}
+	for _, w := range res.Waiting {
+		got = w.Reason + ": " + w.Message
+	}
+	return got
+}
+
 // TestClaimGangAllOrNothing runs admission cycles with the real allocator:
 // a gang of claim pods is admitted, pinned, only when every member's claim
 // can be allocated.
@@ -172,25 +194,7 @@ func TestClaimGangAllOrNothing(t *testing.T) {
 				gns = append(gns, *pt.MakeGPUNode(n.Name).Devices(1, "H100", 81559).DRADriver("gpu.nvidia.com", 0).Obj())
 			}
 			res := admission.Run(context.Background(), cache.State(), gpu.BuildLedger(gns, nil).Snapshot(), nil, admission.Options{Now: time.Now(), Claims: cc})
-			got := ""
-			for _, a := range res.Admissions {
-				got = "admitted"
-				if a.Pin {
-					got += " pinned:"
-				}
-				var ms []string
-				for _, m := range a.Members {
-					ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
-				}
-				slices.Sort(ms)
-				for _, m := range ms {
-					got += " " + m
-				}
-			}
-			for _, w := range res.Waiting {
-				got = w.Reason + ": " + w.Message
-			}
-			if got != tc.want {
+			if got := cycleOutcome(res); got != tc.want {
 				t.Errorf("cycle: %q\nwant %q", got, tc.want)
 			}
 		})
@@ -311,23 +315,7 @@ func TestDRAModeGangChecksClaims(t *testing.T) {
 					ClaimTemplate("gpu-0", "one", "").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(started).Obj())
 			}
 			res := admission.Run(context.Background(), cache.State(), gpu.BuildLedger(gns, nil).Snapshot(), nil, admission.Options{Now: started, Claims: cc})
-			got := ""
-			for _, a := range res.Admissions {
-				got = "admitted"
-				if a.Pin {
-					got += " pinned:"
-				}
-				var ms []string
-				for _, m := range a.Members {
-					ms = append(ms, m.Member.Pod.Name+"@"+m.Allocation.Node)
-				}
-				slices.Sort(ms)
-				got += " " + strings.Join(ms, " ")
-			}
-			for _, w := range res.Waiting {
-				got = w.Reason + ": " + w.Message
-			}
-			if got != tc.want {
+			if got := cycleOutcome(res); got != tc.want {
 				t.Errorf("cycle: %q\nwant %q", got, tc.want)
 			}
 		})

@@ -71,14 +71,7 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 			// holding its queue's quota, when its claims fit nowhere); only
 			// gangs are pinned (commit).
 			if nodes, err = c.placeClaims(claims); err != nil {
-				for _, p := range placed {
-					c.snap.Forget(p.Member.Pod.UID)
-				}
-				if memo {
-					key, _ := c.placeQuestion(w, members)
-					c.failedShapes[c.liftKey+key] = &failure{err: err}
-				}
-				return nil, err
+				return nil, c.unplace(w, members, placed, memo, err)
 			}
 		}
 		for i, m := range claims {
@@ -91,16 +84,23 @@ func (c *cycle) place(w *Workload, members []*Member, memo bool) ([]MemberAdmiss
 		return placed, err
 	}
 	if err := c.allocateOnPlacedNodes(placed); err != nil {
-		for _, p := range placed {
-			c.snap.Forget(p.Member.Pod.UID)
-		}
-		if memo {
-			key, _ := c.placeQuestion(w, members)
-			c.failedShapes[c.liftKey+key] = &failure{err: err}
-		}
-		return nil, err
+		return nil, c.unplace(w, members, placed, memo, err)
 	}
 	return placed, nil
+}
+
+// unplace takes back what place put on the ledger before its claim
+// simulation failed with err, which it remembers for alike members when
+// memo is set, and returns.
+func (c *cycle) unplace(w *Workload, members []*Member, placed []MemberAdmission, memo bool, err error) error {
+	for _, p := range placed {
+		c.snap.Forget(p.Member.Pod.UID)
+	}
+	if memo {
+		key, _ := c.placeQuestion(w, members)
+		c.failedShapes[c.liftKey+key] = &failure{err: err}
+	}
+	return err
 }
 
 // verifiesClaims reports whether a gang's ledger placement must also hold

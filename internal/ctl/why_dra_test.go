@@ -97,12 +97,7 @@ func TestWhyOtherDriversClaims(t *testing.T) {
 	if w := "queue team-a is at its limit: 1 of 1 GPUs allocated; the pod needs 1 more"; !r.Waiting || !strings.Contains(r.Summary, w) {
 		t.Errorf("summary %q, want it to contain %q", r.Summary, w)
 	}
-	var request string
-	for _, f := range r.Findings {
-		if f.Check == CheckRequest {
-			request = f.Message
-		}
-	}
+	request := findingMessage(r, CheckRequest)
 	if w := "asks for 1 GPU through ResourceClaims (claim want: 1 × gpu.nvidia.com)"; request != w {
 		t.Errorf("request finding %q, want %q", request, w)
 	}
@@ -129,16 +124,21 @@ func TestWhyGPUClasses(t *testing.T) {
 	if err != nil {
 		t.Fatalf("why with gpu.example.com a GPU class: %v", err)
 	}
-	var request string
-	for _, f := range r.Findings {
-		if f.Check == CheckRequest {
-			request = f.Message
-		}
-	}
+	request := findingMessage(r, CheckRequest)
 	if w := "asks for 1 GPU through ResourceClaims (claim want: 1 × gpu.example.com)"; request != w {
 		t.Errorf("request finding %q, want %q", request, w)
 	}
 	if c.GPUClasses != nil {
 		t.Errorf("WhyWithOptions changed the caller's Cluster: GPUClasses %v", c.GPUClasses)
 	}
+}
+
+// findingMessage is the message of r's finding of check, "" without one.
+func findingMessage(r WhyReport, check string) string {
+	for _, f := range r.Findings {
+		if f.Check == check {
+			return f.Message
+		}
+	}
+	return ""
 }

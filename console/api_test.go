@@ -386,8 +386,16 @@ func TestAPIShared(t *testing.T) {
 		if diff != "" {
 			t.Errorf("why (-kubectl partita why,+console):\n%s", diff)
 		}
+		// The notebook deleted above may still be in the console's
+		// informers a moment.
 		var wl console.WorkloadsView
-		call(t, base, "GET", "/api/v1/workloads?phase=Waiting", alice, nil).decode(t, &wl)
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			wl = console.WorkloadsView{}
+			call(t, base, "GET", "/api/v1/workloads?phase=Waiting", alice, nil).decode(t, &wl)
+			if len(wl.Workloads) == 1 || time.Now().After(deadline) {
+				break
+			}
+		}
 		if len(wl.Workloads) != 1 || wl.Workloads[0].Verdict != want.Summary {
 			t.Errorf("the list's verdict %+v, want %q", wl.Workloads, want.Summary)
 		}

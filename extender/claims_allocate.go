@@ -60,6 +60,7 @@ func (c *ClaimCache) Session(ctx context.Context) (admission.ClaimSession, error
 				h.holders.Insert(r.UID)
 			}
 		}
+		h.reserved = h.holders.Clone()
 		s.held[cl.Namespace+"/"+cl.Name] = h
 	}
 	return s, nil
@@ -85,6 +86,9 @@ type claimSession struct {
 type heldClaim struct {
 	allocation *resourceapi.AllocationResult
 	holders    sets.Set[types.UID]
+	// reserved are the holders the claim's status.reservedFor names; the
+	// others joined in the session's placements.
+	reserved sets.Set[types.UID]
 	// simulated is set for an allocation the session made (Place).
 	simulated bool
 }
@@ -245,16 +249,18 @@ func (s *claimSession) admitting(candidates []*corev1.Node, allocated []string) 
 }
 
 // Forget implements admission.ClaimSession: pod no longer holds what the
-// session placed, and a placed claim no pod holds any more is freed.
+// session placed for it (claims it allocated or joined), and a placed claim
+// no pod holds any more is freed.
 func (s *claimSession) Forget(pod *corev1.Pod) {
 	for key, h := range s.held {
-		if h.simulated && h.holders.Has(pod.UID) {
-			h.holders.Delete(pod.UID)
-			if h.holders.Len() == 0 {
-				delete(s.held, key)
-			}
-			s.dirty = true
+		if !h.holders.Has(pod.UID) || h.reserved.Has(pod.UID) {
+			continue
 		}
+		h.holders.Delete(pod.UID)
+		if h.simulated && h.holders.Len() == 0 {
+			delete(s.held, key)
+		}
+		s.dirty = true
 	}
 }
 

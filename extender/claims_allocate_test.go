@@ -403,6 +403,12 @@ func TestClaimSessionHolders(t *testing.T) {
 			{op: "restore", pods: []*corev1.Pod{victimPod}},
 			{op: "place", pods: []*corev1.Pod{claimMember("p0", "c0"), claimMember("p1", "c1")}, want: "unplaceable 1"},
 		},
+		"a pod that joined an allocated claim and was forgotten holds it no more": {
+			{op: "place", pods: []*corev1.Pod{claimMember("sharer", "victim")}, want: "n-0"},
+			{op: "forget", pods: []*corev1.Pod{claimMember("sharer", "victim")}},
+			{op: "release", pods: []*corev1.Pod{victimPod}},
+			{op: "place", pods: []*corev1.Pod{claimMember("p0", "c0"), claimMember("p1", "c1")}, want: "n-0,n-1"},
+		},
 		"a shared claim is freed only when every holder is released": {
 			{op: "place", pods: []*corev1.Pod{claimMember("s0", "c3"), claimMember("s1", "c3")}, want: "n-0,n-0"},
 			{op: "place", pods: []*corev1.Pod{claimMember("p0", "c0"), claimMember("p1", "c1")}, want: "unplaceable 1"},

@@ -21,11 +21,11 @@ import (
 //   - an allocated claim: what its allocation holds of the GPU requests'
 //     devices (ClaimShares: Partita's consumed compute, another driver's
 //     largest consumed share of a published capacity, else whole devices);
-//   - otherwise what the request asks: count devices (allocationMode All
-//     counts 1, as the loop cannot know the pool before allocation), each a
-//     whole GPU (1000 milli-GPUs) unless it asks Partita's class for
-//     compute capacity, which is its share; a firstAvailable request counts
-//     its smallest GPU alternative; adminAccess counts nothing.
+//   - otherwise what the request asks: count devices, each a whole GPU (1000 milli-GPUs) unless it asks Partita's class for
+//     compute capacity, which is its share; allocationMode All counts the
+//     most GPUs one node has (GPUCounter; 1 when the source cannot tell); a
+//     firstAvailable request counts its smallest GPU alternative;
+//     adminAccess counts nothing.
 //
 // A claim several pods name (resourceClaimName) is charged once: once
 // allocated, to the first pod it is reserved for; before, to one member of
@@ -134,6 +134,7 @@ func isExtended(name corev1.ResourceName) bool {
 // published devices of other drivers, for consumed capacity; nil knows none.
 func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup DeviceLookup) Demand {
 	d := Demand{Allocated: true}
+	all := allDevices(src)
 	for _, pc := range pod.Spec.ResourceClaims {
 		var claim *resourceapi.ResourceClaim
 		var spec *resourceapi.ResourceClaimSpec
@@ -148,7 +149,7 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 			}
 			claim, spec = c, &c.Spec
 			label = "claim " + *pc.ResourceClaimName
-			if m, charged := d.add(pod, label, claim, spec, classes, lookup); charged && m > 0 {
+			if m, charged := d.add(pod, label, claim, spec, classes, lookup, all); charged && m > 0 {
 				d.Shared = append(d.Shared, SharedClaim{Claim: pod.Namespace + "/" + c.Name, Milli: m})
 			}
 			continue
@@ -171,9 +172,9 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 		default:
 			continue
 		}
-		d.add(pod, label, claim, spec, classes, lookup)
+		d.add(pod, label, claim, spec, classes, lookup, all)
 	}
-	d.addExtended(pod, src, classes, lookup)
+	d.addExtended(pod, src, classes, lookup, all)
 	if d.Devices == 0 {
 		d.Allocated = false
 	}
@@ -184,13 +185,13 @@ func PodDemand(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup Devi
 // claim reserved for other pods first is charged to the first of them,
 // not to pod: it returns the milli-GPUs charged to pod, and whether they
 // are.
-func (d *Demand) add(pod *corev1.Pod, label string, claim *resourceapi.ResourceClaim, spec *resourceapi.ResourceClaimSpec, classes GPUClasses, lookup DeviceLookup) (int64, bool) {
+func (d *Demand) add(pod *corev1.Pod, label string, claim *resourceapi.ResourceClaim, spec *resourceapi.ResourceClaimSpec, classes GPUClasses, lookup DeviceLookup, all func() int64) (int64, bool) {
 	gpuReqs := map[string]bool{}
 	var milli int64
 	devices := 0
 	var what []string
 	for _, r := range spec.Devices.Requests {
-		m, n, class := requestDemand(r, classes)
+		m, n, class := requestDemand(r, classes, all)
 		if n == 0 {
 			continue
 		}
@@ -235,10 +236,10 @@ func (d *Demand) add(pod *corev1.Pod, label string, claim *resourceapi.ResourceC
 // addExtended counts the container requests of extended resources a GPU
 // DeviceClass backs; once kube-scheduler made the pod's claim for them
 // (status.extendedResourceClaimStatus), that claim counts instead.
-func (d *Demand) addExtended(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup DeviceLookup) {
+func (d *Demand) addExtended(pod *corev1.Pod, src ClaimSource, classes GPUClasses, lookup DeviceLookup, all func() int64) {
 	if s := pod.Status.ExtendedResourceClaimStatus; s != nil && s.ResourceClaimName != "" {
 		if c, ok := src.Claim(pod.Namespace, s.ResourceClaimName); ok {
-			d.add(pod, "claim "+c.Name+" for extended resources", c, &c.Spec, classes, lookup)
+			d.add(pod, "claim "+c.Name+" for extended resources", c, &c.Spec, classes, lookup, all)
 			return
 		}
 	}
@@ -293,12 +294,12 @@ func ExtendedGPURequests(pod *corev1.Pod, src ClaimSource, classes GPUClasses) [
 
 // requestDemand is what one request asks of GPU classes: milli-GPUs,
 // devices, and the class; 0 devices when it asks for no GPU.
-func requestDemand(r resourceapi.DeviceRequest, classes GPUClasses) (milli int64, devices int, class string) {
+func requestDemand(r resourceapi.DeviceRequest, classes GPUClasses, all func() int64) (milli int64, devices int, class string) {
 	if e := r.Exactly; e != nil {
 		if !classes.Has(e.DeviceClassName) || (e.AdminAccess != nil && *e.AdminAccess) {
 			return 0, 0, ""
 		}
-		m, n := amount(e.DeviceClassName, e.AllocationMode, e.Count, e.Capacity)
+		m, n := amount(e.DeviceClassName, e.AllocationMode, e.Count, e.Capacity, all)
 		return m, n, e.DeviceClassName
 	}
 	best := int64(-1)
@@ -307,7 +308,7 @@ func requestDemand(r resourceapi.DeviceRequest, classes GPUClasses) (milli int64
 			// An alternative of no GPU: the request may take no GPU at all.
 			return 0, 0, ""
 		}
-		m, n := amount(s.DeviceClassName, s.AllocationMode, s.Count, s.Capacity)
+		m, n := amount(s.DeviceClassName, s.AllocationMode, s.Count, s.Capacity, all)
 		if best < 0 || m < best {
 			best, devices, class = m, n, s.DeviceClassName
 		}
@@ -322,9 +323,15 @@ func requestDemand(r resourceapi.DeviceRequest, classes GPUClasses) (milli int64
 const maxDevicesAsked = 1 << 20
 
 // amount is what count devices of class ask, in milli-GPUs.
-func amount(class string, mode resourceapi.DeviceAllocationMode, count int64, capacity *resourceapi.CapacityRequirements) (milli int64, devices int) {
-	n := int64(1)
-	if mode == resourceapi.DeviceAllocationModeExactCount || mode == "" {
+func amount(class string, mode resourceapi.DeviceAllocationMode, count int64, capacity *resourceapi.CapacityRequirements, all func() int64) (milli int64, devices int) {
+	var n int64
+	switch mode {
+	case resourceapi.DeviceAllocationModeAll:
+		n = 1
+		if all != nil {
+			n = min(max(all(), 1), maxDevicesAsked)
+		}
+	default:
 		n = min(max(count, 1), maxDevicesAsked)
 	}
 	per := int64(1000)
@@ -334,6 +341,30 @@ func amount(class string, mode resourceapi.DeviceAllocationMode, count int64, ca
 		}
 	}
 	return n * per, int(n)
+}
+
+// GPUCounter is a ClaimSource that knows the most GPUs one node has
+// (published devices of GPU drivers), what an allocationMode All request
+// may take: until it is allocated, it is charged that many, an upper
+// bound, so that All is no way around a queue's limit.
+type GPUCounter interface {
+	MostGPUsOnANode() int
+}
+
+// allDevices is what an All request counts, read once per PodDemand: the
+// most GPUs on a node when src knows it, else 1.
+func allDevices(src ClaimSource) func() int64 {
+	counter, ok := src.(GPUCounter)
+	if !ok {
+		return func() int64 { return 1 }
+	}
+	var n int64 = -1
+	return func() int64 {
+		if n < 0 {
+			n = int64(max(counter.MostGPUsOnANode(), 1))
+		}
+		return n
+	}
 }
 
 // generatedClaim is the claim kube-controller-manager made for the pod claim

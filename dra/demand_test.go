@@ -41,6 +41,39 @@ func specOf(reqs ...resourceapi.DeviceRequest) resourceapi.ResourceClaimSpec {
 	return resourceapi.ResourceClaimSpec{Devices: resourceapi.DeviceClaim{Requests: reqs}}
 }
 
+// counting is a source that knows the most GPUs one node has.
+type counting struct {
+	source
+	most int
+}
+
+func (c counting) MostGPUsOnANode() int { return c.most }
+
+// TestAllocationModeAll: an All request not allocated yet is charged the
+// most GPUs one node has, so that it is no way around a queue's limit; 1
+// when the source cannot tell.
+func TestAllocationModeAll(t *testing.T) {
+	all := &resourceapi.ResourceClaim{ObjectMeta: metav1.ObjectMeta{Name: "all", Namespace: "ns"}, Spec: specOf(resourceapi.DeviceRequest{Name: "gpu", Exactly: &resourceapi.ExactDeviceRequest{
+		DeviceClassName: "gpu.nvidia.com", AllocationMode: resourceapi.DeviceAllocationModeAll}})}
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: "ns", UID: "uid-p"},
+		Spec: corev1.PodSpec{ResourceClaims: []corev1.PodResourceClaim{{Name: "gpu", ResourceClaimName: ptr.To("all")}}}}
+	src := source{claims: map[string]*resourceapi.ResourceClaim{"ns/all": all}}
+	for name, tc := range map[string]struct {
+		src  ClaimSource
+		want int64
+	}{
+		"the most GPUs of a node":   {src: counting{source: src, most: 8}, want: 8000},
+		"no node known: one":        {src: counting{source: src}, want: 1000},
+		"a source that cannot tell": {src: src, want: 1000},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := PodDemand(pod, tc.src, DefaultGPUClasses, nil).Milli; got != tc.want {
+				t.Errorf("Milli = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}
+
 func TestPodDemand(t *testing.T) {
 	ns := "team-a"
 	pod := func(mut func(*corev1.Pod)) *corev1.Pod {

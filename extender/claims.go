@@ -91,6 +91,26 @@ func (c *ClaimCache) device(id dra.DeviceID) (*resourceapi.Device, bool) {
 	return nil, false
 }
 
+// MostGPUsOnANode implements dra.GPUCounter: the most devices the GPU
+// drivers publish for one node.
+func (c *ClaimCache) MostGPUsOnANode() int {
+	var list resourceapi.ResourceSliceList
+	if err := c.reader.List(context.Background(), &list); err != nil {
+		return 0
+	}
+	perNode := map[string]int{}
+	most := 0
+	for i := range list.Items {
+		s := &list.Items[i]
+		if s.Spec.NodeName == nil || !c.drivers.Has(s.Spec.Driver) {
+			continue
+		}
+		perNode[*s.Spec.NodeName] += len(s.Spec.Devices)
+		most = max(most, perNode[*s.Spec.NodeName])
+	}
+	return most
+}
+
 // Demand is what pod asks for or holds of GPUs through its claims
 // (dra.PodDemand), the admission cache's ClaimReader.
 func (c *ClaimCache) Demand(pod *corev1.Pod) dra.Demand {

@@ -464,3 +464,15 @@ func TestClaimSessionHolders(t *testing.T) {
 		})
 	}
 }
+
+// TestMostGPUsOnANode: what an allocationMode All claim is charged until
+// allocated counts the GPU drivers' devices of the fullest node, across its
+// slices, and no other driver's.
+func TestMostGPUsOnANode(t *testing.T) {
+	cc, _ := nvidiaWorld(t, 0,
+		pt.MakeResourceSlice("n-0-nvidia-more", "gpu.nvidia.com", "n-0").GPU("gpu-1", "GPU-n-0-1", "H100", "80Gi").GPU("gpu-2", "GPU-n-0-2", "H100", "80Gi").Obj(),
+		pt.MakeResourceSlice("n-1-nics", "nic.example.com", "n-1").GPU("eth-0", "NIC-0", "x", "1Mi").GPU("eth-1", "NIC-1", "x", "1Mi").GPU("eth-2", "NIC-2", "x", "1Mi").GPU("eth-3", "NIC-3", "x", "1Mi").Obj())
+	if got := cc.MostGPUsOnANode(); got != 3 {
+		t.Errorf("MostGPUsOnANode = %d, want 3 (n-0's two slices of NVIDIA GPUs; n-1's NICs do not count)", got)
+	}
+}

@@ -155,6 +155,16 @@ func listError(what string, err error) error {
 	return fmt.Errorf("list %s: %w", what, err)
 }
 
+// MostGPUsOnANode implements dra.GPUCounter: the most devices one
+// GPUNode lists (other drivers' GPUs included).
+func (c *Cluster) MostGPUsOnANode() int {
+	most := 0
+	for i := range c.GPUNodes {
+		most = max(most, len(c.GPUNodes[i].Status.Devices))
+	}
+	return most
+}
+
 // Claim finds a ResourceClaim (dra.ClaimSource).
 func (c *Cluster) Claim(namespace, name string) (*resourceapi.ResourceClaim, bool) {
 	for i := range c.ResourceClaims {

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -220,11 +221,16 @@ func TestTenantCannotMoveAnAdmittedGang(t *testing.T) {
 		return pg.Status.Phase == v1alpha1.PodGroupRunning, fmt.Sprintf("%+v", pg.Status)
 	})
 
-	if err := tn.crs.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
-		t.Fatal(err)
-	}
-	pg.Spec.Queue = second
-	wantRefused(t, "moving an admitted gang to another queue", tn.crs.Update(ctx, pg),
+	// The loop writes the PodGroup's status: an update that meets its
+	// write is made again, until the webhook answers.
+	err := retry.OnError(retry.DefaultRetry, apierrors.IsConflict, func() error {
+		if err := tn.crs.Get(ctx, client.ObjectKeyFromObject(pg), pg); err != nil {
+			return err
+		}
+		pg.Spec.Queue = second
+		return tn.crs.Update(ctx, pg)
+	})
+	wantRefused(t, "moving an admitted gang to another queue", err,
 		"is fixed once a member is admitted", fmt.Sprintf("was %q, now %q", first, second))
 	var got v1alpha1.PodGroup
 	if err := crClient(t).Get(ctx, client.ObjectKeyFromObject(pg), &got); err != nil {

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -421,12 +422,16 @@ func TestWebhookWiresMPSClients(t *testing.T) {
 	addGPUNode(ctx, t, name, 1, sel)
 	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	c := crClient(t)
-	var gn v1alpha1.GPUNode
-	if err := c.Get(ctx, client.ObjectKey{Name: name}, &gn); err != nil {
-		t.Fatal(err)
-	}
-	gn.Spec.Isolation = v1alpha1.IsolationMPS
-	if err := c.Update(ctx, &gn); err != nil {
+	// The agent writes the GPUNode too: an update that meets its write is
+	// made again.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		var gn v1alpha1.GPUNode
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, &gn); err != nil {
+			return err
+		}
+		gn.Spec.Isolation = v1alpha1.IsolationMPS
+		return c.Update(ctx, &gn)
+	}); err != nil {
 		t.Fatalf("set the node's isolation to mps: %v", err)
 	}
 	// The webhook learns the cluster's modes from GPUNodes: probe until a

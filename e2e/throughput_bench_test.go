@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -19,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -228,34 +232,37 @@ func webhookReviews(ctx context.Context, t *testing.T, c *devcluster.Cluster) ma
 	if err != nil {
 		t.Fatal(err)
 	}
-	// partita_webhook_admission_requests_total{operation="CREATE",result="allowed",webhook="mutate-pods"} 12
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		rest, ok := strings.CutPrefix(line, "partita_webhook_admission_requests_total{")
-		if !ok {
-			continue
-		}
-		labels, value, ok := strings.Cut(rest, "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		var op, wh string
-		for _, kv := range strings.Split(labels, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			switch k {
-			case "operation":
-				op = strings.Trim(val, `"`)
-			case "webhook":
-				wh = strings.Trim(val, `"`)
-			}
-		}
-		out[wh+" "+op] += v
+	for _, m := range metricFamilies(t, b)["partita_webhook_admission_requests_total"].GetMetric() {
+		out[metricLabel(m, "webhook")+" "+metricLabel(m, "operation")] += m.GetCounter().GetValue()
 	}
 	return out
+}
+
+// metricFamilies parses a /metrics page in Prometheus' text format.
+func metricFamilies(t *testing.T, b []byte) map[string]*dto.MetricFamily {
+	t.Helper()
+	fams, err := parseMetrics(b)
+	if err != nil {
+		t.Fatalf("parse metrics: %v", err)
+	}
+	return fams
+}
+
+// parseMetrics parses Prometheus' text format.
+func parseMetrics(b []byte) (map[string]*dto.MetricFamily, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	return p.TextToMetricFamilies(bytes.NewReader(b))
+}
+
+// metricLabel is the value of m's label name, "" without it.
+func metricLabel(m *dto.Metric, name string) string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name {
+			return l.GetValue()
+		}
+	}
+	return ""
 }
 
 // reviewsSince is the webhook calls per pod since before, by webhook and
@@ -615,38 +622,17 @@ func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[str
 	if err != nil {
 		return nil
 	}
+	fams, err := parseMetrics(b)
+	if err != nil {
+		return nil
+	}
 	out := map[string][2]float64{}
-	for _, line := range strings.Split(string(b), "\n") {
-		var i int
-		switch {
-		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_sum{"):
-			i = 0
-		case strings.HasPrefix(line, "apiserver_admission_webhook_admission_duration_seconds_count{"):
-			i = 1
-		default:
-			continue
-		}
-		labels, value, ok := strings.Cut(line[strings.IndexByte(line, '{')+1:], "} ")
-		if !ok {
-			continue
-		}
-		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
-		if err != nil {
-			continue
-		}
-		var name, typ string
-		for _, kv := range strings.Split(labels, ",") {
-			k, val, _ := strings.Cut(kv, "=")
-			switch k {
-			case "name":
-				name = strings.Trim(val, `"`)
-			case "type":
-				typ = strings.Trim(val, `"`)
-			}
-		}
-		e := out[name+" ("+typ+")"]
-		e[i] += v
-		out[name+" ("+typ+")"] = e
+	for _, m := range fams["apiserver_admission_webhook_admission_duration_seconds"].GetMetric() {
+		k := metricLabel(m, "name") + " (" + metricLabel(m, "type") + ")"
+		e := out[k]
+		e[0] += m.GetHistogram().GetSampleSum()
+		e[1] += float64(m.GetHistogram().GetSampleCount())
+		out[k] = e
 	}
 	return out
 }

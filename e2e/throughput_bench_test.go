@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -148,6 +149,7 @@ func TestPodThroughput(t *testing.T) {
 		reviewsBefore := webhookReviews(ctx, t, bc)
 		apiBefore := apiserverWebhookTimes(ctx, cs)
 		cpuBefore := componentCPU(bc.Dir())
+		profiled := profilePhase(ctx, t, cs, label)
 		begin := time.Now()
 		for g := range ph.groups {
 			pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%03d", g), Namespace: ns,
@@ -161,6 +163,7 @@ func TestPodThroughput(t *testing.T) {
 		ph.bound = waitAllBound(ctx, t, cs, ns, selector, n, 10*time.Minute).Sub(begin)
 		ph.rate = float64(n) / ph.bound.Seconds()
 		ph.cpu = cpuSince(bc.Dir(), cpuBefore)
+		profiled()
 		// Writes that follow the binding (the node's status updates, the
 		// agent's GPUNode status) count too.
 		waitAllRunning(ctx, t, cs, ns, selector, n, 5*time.Minute)
@@ -201,6 +204,55 @@ func TestPodThroughput(t *testing.T) {
 	for _, ph := range phases {
 		t.Logf("RESULT writes per pod, %s: %s", ph.name, formatWrites(ph.writes, n))
 		t.Logf("RESULT webhook calls per pod, %s: %s", ph.name, ph.reviews)
+	}
+}
+
+// profilePhase profiles the phase named label when PARTITA_E2E_BENCH_PROFILE
+// names a folder: a CPU profile of kube-apiserver
+// (<folder>/apiserver-<label>.pprof, `go tool pprof -top` reads it) and,
+// with PARTITA_E2E_BENCH_PERF=1, `perf record -a -g` of the whole machine
+// (<folder>/perf-<label>.data, `perf report --sort comm,sym`), for the
+// first PARTITA_E2E_BENCH_PROFILE_SECONDS (5 s unless set). It returns a
+// function that waits for both.
+func profilePhase(ctx context.Context, t *testing.T, cs kubernetes.Interface, label string) func() {
+	dir := os.Getenv("PARTITA_E2E_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	seconds := envInt(t, "PARTITA_E2E_BENCH_PROFILE_SECONDS", 5)
+	var perf *exec.Cmd
+	if os.Getenv("PARTITA_E2E_BENCH_PERF") == "1" {
+		perf = exec.CommandContext(ctx, "perf", "record", "-a", "-g", "-o", filepath.Join(dir, "perf-"+label+".data"), "--", "sleep", strconv.Itoa(seconds))
+		if err := perf.Start(); err != nil {
+			t.Logf("perf record: %v", err)
+			perf = nil
+		}
+	}
+	done := make(chan struct{})
+	var profile []byte
+	var err error
+	go func() {
+		defer close(done)
+		profile, err = cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").
+			Param("seconds", strconv.Itoa(seconds)).Timeout(time.Duration(seconds+30) * time.Second).DoRaw(ctx)
+	}()
+	return func() {
+		if perf != nil {
+			if err := perf.Wait(); err != nil {
+				t.Logf("perf record, phase %s: %v", label, err)
+			}
+		}
+		<-done
+		if err != nil {
+			t.Logf("profile of kube-apiserver, phase %s: %v", label, err)
+			return
+		}
+		path := filepath.Join(dir, "apiserver-"+label+".pprof")
+		if err := os.WriteFile(path, profile, 0o644); err != nil {
+			t.Logf("write %s: %v", path, err)
+			return
+		}
+		t.Logf("profiles of phase %s, its first %d s, in %s", label, seconds, dir)
 	}
 }
 

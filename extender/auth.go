@@ -99,10 +99,18 @@ func (c *ClientCAs) Pool() (*x509.CertPool, error) {
 // client presents one. A certificate that does not verify fails the
 // handshake; a client without one connects, and the protected paths refuse
 // it (ClientAuth). Session tickets are off, so that every connection
-// verifies its certificate against the CA in force; kube-scheduler keeps
-// its connections open, so this costs nothing that matters.
+// verifies its certificate against the CA in force.
+//
+// It offers HTTP/2 (ALPN h2), which kube-scheduler's extender client
+// speaks: every call then shares one connection. Over HTTP/1.1 the client
+// keeps two idle connections, and each bind beyond two in flight (binds
+// wait on the API server) opened a new one, with a full handshake on both
+// sides: on a busy cluster, a sixth of the extender's CPU. The config the
+// client gets is the one GetConfigForClient returns, so it says h2 too;
+// the server must serve HTTP/2 (net/http's ServeTLS does by default).
 func TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error), clientCAs *ClientCAs, log logr.Logger) *tls.Config {
-	base := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate, SessionTicketsDisabled: true}
+	protos := []string{"h2", "http/1.1"}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate, SessionTicketsDisabled: true, NextProtos: protos}
 	base.GetConfigForClient = func(*tls.ClientHelloInfo) (*tls.Config, error) {
 		pool, err := clientCAs.Pool()
 		if err != nil {
@@ -112,7 +120,7 @@ func TLSConfig(getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, erro
 			log.Error(err, "Could not reload the client CA; verifying with the last good one")
 		}
 		return &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: getCertificate, SessionTicketsDisabled: true,
-			ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}, nil
+			NextProtos: protos, ClientAuth: tls.VerifyClientCertIfGiven, ClientCAs: pool}, nil
 	}
 	return base
 }

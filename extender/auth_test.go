@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -9,6 +10,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"math/big"
 	"net"
@@ -17,11 +19,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr/testr"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/rest"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/partita-dev/partita/internal/httpserver"
 )
 
 // testCA is a certificate authority for tests.
@@ -164,6 +172,8 @@ func tlsServer(t *testing.T, servingCA, clientCA *testCA, clk *clocktesting.Fake
 	serving := servingCA.issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
 	srv := httptest.NewUnstartedServer(testServer{synced: true, leader: true}.handler(t))
 	srv.TLS = TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, cas, testr.New(t))
+	// TLSConfig offers h2, which the binary's server speaks.
+	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	t.Cleanup(srv.Close)
 	return srv, caFile
@@ -291,5 +301,111 @@ func TestNewClientCAsRefusesAnEmptyFile(t *testing.T) {
 				t.Errorf("NewClientCAs(%s) = %v, want an error naming the file", path, err)
 			}
 		})
+	}
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	accepted atomic.Int32
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.accepted.Add(1)
+	}
+	return c, err
+}
+
+// TestKubeSchedulerCallsShareOneConnection serves the extender as the
+// binary does (httpserver.ServeTLSConfig with TLSConfig) and calls it with
+// the transport kube-scheduler builds for an extender (rest.TLSConfigFor,
+// utilnet.SetTransportDefaults), many calls at once, as concurrent binds
+// are. They go over HTTP/2 on one connection: over HTTP/1.1 the client
+// keeps two idle connections and every call beyond them paid a new TLS
+// handshake on both sides.
+func TestKubeSchedulerCallsShareOneConnection(t *testing.T) {
+	servingCA, clientCA := newTestCA(t, "serving-ca"), newTestCA(t, "client-ca")
+	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
+	if err := os.WriteFile(caFile, clientCA.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cas, err := NewClientCAs(caFile, clocktesting.NewFakeClock(time.Now()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving := servingCA.issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &countingListener{Listener: inner}
+	ctx, cancel := context.WithCancel(t.Context())
+	served := make(chan error, 1)
+	go func() {
+		served <- httpserver.ServeTLSConfig(ctx, l, testServer{synced: true, leader: true}.handler(t),
+			TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, cas, testr.New(t)), "extender")
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+
+	client := clientCA.client(t, DefaultClientName)
+	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: client.Certificate[0]})
+	keyDER, err := x509.MarshalECPrivateKey(client.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: certPEM, KeyData: keyPEM, CAData: servingCA.pem}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Transport: utilnet.SetTransportDefaults(&http.Transport{TLSClientConfig: tlsCfg}), Timeout: 10 * time.Second}
+
+	post := func() (string, error) {
+		req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, "https://"+inner.Addr().String()+"/bind", strings.NewReader("{}"))
+		if err != nil {
+			return "", err
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return "", err
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		// The body "{}" names no pod: 400 is past authentication.
+		return fmt.Sprintf("%s %d", resp.Proto, resp.StatusCode), nil
+	}
+	// The first call opens the connection (calls made before it is up
+	// would each dial); then many at once, as concurrent binds are.
+	if p, err := post(); err != nil || p != "HTTP/2.0 400" {
+		t.Fatalf("the first call answered %q, %v; want HTTP/2.0 400", p, err)
+	}
+	const calls = 16
+	protos := make(chan string, calls)
+	var wg sync.WaitGroup
+	for range calls {
+		wg.Go(func() {
+			p, err := post()
+			if err != nil {
+				p = err.Error()
+			}
+			protos <- p
+		})
+	}
+	wg.Wait()
+	close(protos)
+	for p := range protos {
+		if p != "HTTP/2.0 400" {
+			t.Errorf("a call answered %q, want HTTP/2.0 400", p)
+		}
+	}
+	if n := l.accepted.Load(); n != 1 {
+		t.Errorf("%d calls opened %d connections, want 1", calls+1, n)
 	}
 }

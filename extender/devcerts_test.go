@@ -54,6 +54,7 @@ func TestDevCertificates(t *testing.T) {
 	}
 	srv := httptest.NewUnstartedServer(testServer{synced: true, leader: true}.handler(t))
 	srv.TLS = TLSConfig(cw.GetCertificate, cas, testr.New(t))
+	srv.EnableHTTP2 = true
 	srv.StartTLS()
 	defer srv.Close()
 	roots := x509.NewCertPool()

@@ -12,27 +12,12 @@ import (
 
 // systemAnnotationKeys and systemAnnotationPrefixes are the annotations only
 // Partita writes (DESIGN §4): a pod must never name its own device.
-func systemAnnotationKeys() [3]string {
-	return [...]string{v1alpha1.AnnotationNode, v1alpha1.AnnotationReservation, v1alpha1.AnnotationAdmitted}
-}
+func systemAnnotationKeys() [3]string { return v1alpha1.SystemAnnotationKeys() }
 
-func systemAnnotationPrefixes() [3]string {
-	return [...]string{v1alpha1.AnnotationDevicesPrefix, v1alpha1.AnnotationMemLimitPrefix, v1alpha1.AnnotationSMLimitPrefix}
-}
+func systemAnnotationPrefixes() [3]string { return v1alpha1.SystemAnnotationPrefixes() }
 
 // IsSystemAnnotation reports whether only Partita may write the annotation.
-func IsSystemAnnotation(key string) bool {
-	keys := systemAnnotationKeys()
-	if slices.Contains(keys[:], key) {
-		return true
-	}
-	for _, p := range systemAnnotationPrefixes() {
-		if strings.HasPrefix(key, p) {
-			return true
-		}
-	}
-	return false
-}
+func IsSystemAnnotation(key string) bool { return v1alpha1.IsSystemAnnotation(key) }
 
 func annotationsPath() *field.Path { return field.NewPath("metadata", "annotations") }
 

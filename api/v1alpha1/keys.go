@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -93,6 +94,35 @@ const (
 	// AnnotationAdmitted records when the admission loop admitted the pod.
 	AnnotationAdmitted = "partita.dev/admitted"
 )
+
+// SystemAnnotationKeys and SystemAnnotationPrefixes are the pod
+// annotations only Partita writes, once the pod exists (DESIGN §4): a pod
+// must never name its own device, node or admission.
+func SystemAnnotationKeys() [3]string {
+	return [...]string{AnnotationNode, AnnotationReservation, AnnotationAdmitted}
+}
+
+// SystemAnnotationPrefixes: see SystemAnnotationKeys.
+func SystemAnnotationPrefixes() [3]string {
+	return [...]string{AnnotationDevicesPrefix, AnnotationMemLimitPrefix, AnnotationSMLimitPrefix}
+}
+
+// IsSystemAnnotation reports whether only Partita may write the annotation.
+func IsSystemAnnotation(key string) bool {
+	if !strings.HasPrefix(key, "partita.dev/") {
+		return false
+	}
+	keys := SystemAnnotationKeys()
+	if slices.Contains(keys[:], key) {
+		return true
+	}
+	for _, p := range SystemAnnotationPrefixes() {
+		if strings.HasPrefix(key, p) {
+			return true
+		}
+	}
+	return false
+}
 
 // Node labels as NVIDIA's GPU Feature Discovery writes them; simulated nodes
 // carry them too.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/policy"
 )
@@ -64,11 +65,15 @@ func metadataTransform(obj any) (any, error) {
 
 // policyAnnotations drops what the rules never need and would pay for:
 // kubectl's last-applied configuration and long values, as the admission
-// policy's input does.
+// policy's input does, and the annotations Partita itself writes on a pod
+// as it admits and binds it (v1alpha1.IsSystemAnnotation), which say
+// where the pod went, not what workload it belongs to. Left in, each of
+// those writes asked the rules again about a pod whose answer could not
+// have changed.
 func policyAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if k == corev1.LastAppliedConfigAnnotation || len(v) > policy.MaxAnnotationValueLen {
+		if k == corev1.LastAppliedConfigAnnotation || len(v) > policy.MaxAnnotationValueLen || v1alpha1.IsSystemAnnotation(k) {
 			continue
 		}
 		if out == nil {
@@ -183,7 +188,9 @@ func stringsAny(m map[string]string) map[string]any {
 func podFingerprint(p *corev1.Pod) uint64 {
 	h := fnv.New64a()
 	writeMap(h, p.Labels)
-	writeMap(h, p.Annotations)
+	// What the rules see of the annotations, so that Partita's own writes
+	// (the admission's, the bind's) do not count as a change.
+	writeMap(h, policyAnnotations(p.Annotations))
 	if c := metav1.GetControllerOfNoCopy(p); c != nil {
 		_, _ = io.WriteString(h, string(c.UID)+"\x00"+c.Kind+"\x00"+c.APIVersion+"\x00"+c.Name)
 	}

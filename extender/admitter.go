@@ -498,7 +498,11 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 		}
 	}
 	pod.Spec.SchedulingGates = gates
-	if err := a.client.Patch(ctx, pod, client.StrategicMergeFrom(orig)); err != nil {
+	patch, err := releasePatch(orig, pod)
+	if err == nil {
+		err = a.client.Patch(ctx, pod, client.RawPatch(types.StrategicMergePatchType, patch))
+	}
+	if err != nil {
 		if (pin || adm.Hold) && !claims {
 			a.ledger.Forget(orig.UID)
 		}

@@ -79,6 +79,12 @@ type Options struct {
 	// HeartbeatInterval is the longest a GPUNode's status goes unwritten;
 	// usage figures alone are written only this often.
 	HeartbeatInterval time.Duration
+	// SliceWriteInterval is the shortest time between two writes of a
+	// GPUNode's status that change only its slices (pods came or went):
+	// a burst of pods on one node is one write, not one a pod. A change of
+	// the devices, their health or the mode is written at once. 1 s when
+	// zero.
+	SliceWriteInterval time.Duration
 	// OveruseReportInterval is how often an ongoing overuse is reported again.
 	OveruseReportInterval time.Duration
 	// Workers is the number of nodes synced at once.
@@ -130,6 +136,9 @@ func (o *Options) defaults() error {
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = time.Minute
+	}
+	if o.SliceWriteInterval <= 0 {
+		o.SliceWriteInterval = time.Second
 	}
 	if o.OveruseReportInterval <= 0 {
 		o.OveruseReportInterval = 5 * time.Minute
@@ -211,6 +220,8 @@ type nodeState struct {
 	// while the cache still shows writtenFrom, written is the truth.
 	written     *v1alpha1.GPUNode
 	writtenFrom string
+	// writtenAt is when the agent last wrote the GPUNode's status.
+	writtenAt time.Time
 	// capacity is the gpu-milli last patched onto the node, over capacityFrom.
 	capacity     int64
 	capacityFrom string
@@ -930,6 +941,14 @@ func (a *Agent) publish(ctx context.Context, node *corev1.Node, gn *v1alpha1.GPU
 	if !due && sameInventory(&gn.Status, &want) {
 		return nil
 	}
+	if !due && sameDevices(&gn.Status, &want) {
+		// Only pods came or went: wait out the interval since the last
+		// write, so that the pods that follow share the write.
+		if wait := st.writtenAt.Add(a.opts.SliceWriteInterval).Sub(a.opts.Clock.Now()); wait > 0 {
+			a.queue.AddAfter(node.Name, wait)
+			return nil
+		}
+	}
 	out := gn.DeepCopy()
 	out.Status = want
 	err := a.client.Status().Update(ctx, out)
@@ -940,7 +959,7 @@ func (a *Agent) publish(ctx context.Context, node *corev1.Node, gn *v1alpha1.GPU
 	if !sameInventory(&gn.Status, &want) {
 		log.V(2).Info("Published GPUs", "devices", want.DeviceCount, "healthy", want.HealthyDevices, "slices", len(want.Slices), "allocatedMilli", want.AllocatedMilli, "mode", want.Isolation)
 	}
-	st.written, st.writtenFrom = out, gn.ResourceVersion
+	st.written, st.writtenFrom, st.writtenAt = out, gn.ResourceVersion, a.opts.Clock.Now()
 	return nil
 }
 

@@ -429,3 +429,44 @@ func TestAgentLeavesOtherDRADriversGPUs(t *testing.T) {
 	}
 	expect("GPUs offered again", "capacity=2000/2000 devices=0:,1: drivers= healthy=2")
 }
+
+// TestAgentBatchesSliceWrites: pods that land on a node one after another
+// share GPUNode status writes (SliceWriteInterval), and every one of them
+// is published.
+func TestAgentBatchesSliceWrites(t *testing.T) {
+	cfg, c := envtestutil.Start(t)
+	createNode(t, c, "n1", nil)
+	m := NewMetrics()
+	a, _ := runAgent(t, cfg, Options{NodeName: "n1", Backends: StaticBackend(NewSimulated("n1", h100(8))), Metrics: m,
+		SliceWriteInterval: 2 * time.Second})
+	waitFor(t, "the agent is ready", func() (bool, error) { return a.Ready() == nil, a.Ready() })
+	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := writes(m, writeGPUNode)
+	const pods = 8
+	start := time.Now()
+	for i := range pods {
+		p := heldPod(fmt.Sprintf("p%d", i), "n1", "20Gi", i)
+		p.UID = ""
+		if err := c.Create(t.Context(), p); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var last *v1alpha1.GPUNode
+	waitFor(t, "every pod's slice is published", func() (bool, error) {
+		gn, err := gpuNode(t, c, "n1")
+		last = gn
+		return err == nil && len(gn.Status.Slices) == pods, err
+	})
+	took := time.Since(start)
+	// The pods came over 0.8 s: the first is written at once, the rest
+	// together once the interval has passed.
+	if n := writes(m, writeGPUNode) - before; n > 3 {
+		t.Errorf("%d pods took %v GPUNode status writes, want at most 3 (slices: %d)", pods, n, len(last.Status.Slices))
+	}
+	if took > 10*time.Second {
+		t.Errorf("the slices took %s to be published, want about the interval (2 s)", took)
+	}
+}

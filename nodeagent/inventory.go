@@ -91,6 +91,17 @@ func sameInventory(a, b *v1alpha1.GPUNodeStatus) bool {
 	return equality.Semantic.DeepEqual(inventoryPart(a), inventoryPart(b))
 }
 
+// sameDevices reports whether two statuses differ at most in their slices
+// and the sum of them: only pods came or went.
+func sameDevices(a, b *v1alpha1.GPUNodeStatus) bool {
+	strip := func(s *v1alpha1.GPUNodeStatus) *v1alpha1.GPUNodeStatus {
+		out := inventoryPart(s)
+		out.Slices, out.AllocatedMilli = nil, 0
+		return out
+	}
+	return equality.Semantic.DeepEqual(strip(a), strip(b))
+}
+
 func inventoryPart(s *v1alpha1.GPUNodeStatus) *v1alpha1.GPUNodeStatus {
 	out := s.DeepCopy()
 	out.Heartbeat = nil

@@ -56,6 +56,11 @@ type Options struct {
 	// Coalesce is how long the builder waits after a change for more
 	// before it builds a snapshot.
 	Coalesce time.Duration
+	// MinBuildInterval is the shortest time between the starts of two
+	// snapshots: while changes keep coming (pods being scheduled by the
+	// hundred) the console builds at most this often, since each snapshot
+	// reads every object; a change after a quiet spell waits Coalesce only.
+	MinBuildInterval time.Duration
 	// DefaultNamespace is the namespace the forms start in.
 	DefaultNamespace string
 	Log              logr.Logger
@@ -106,6 +111,9 @@ func New(opts Options, deps Deps) (*Server, error) {
 	if opts.Coalesce <= 0 {
 		opts.Coalesce = 100 * time.Millisecond
 	}
+	if opts.MinBuildInterval <= 0 {
+		opts.MinBuildInterval = 300 * time.Millisecond
+	}
 	s := &Server{opts: opts, deps: deps, kind: NewWorkloadKinds(), hub: NewHub(), metrics: NewMetrics()}
 	s.routes = s.apiRoutes()
 	doc, err := openAPIDocument(s.routes)
@@ -128,6 +136,7 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		return err
 	}
 	log := s.opts.Log
+	lastBuild := s.opts.Clock.Now()
 	if err := s.build(ctx); err != nil {
 		return err
 	}
@@ -144,16 +153,26 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 		case <-s.deps.Source.Changes():
 		}
 		// More changes usually follow one (a pod's bind, then its status):
-		// one snapshot for the batch.
+		// one snapshot for the batch, and under churn one per
+		// MinBuildInterval.
+		wait := buildWait(s.opts.Coalesce, s.opts.MinBuildInterval, s.opts.Clock.Since(lastBuild))
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-s.opts.Clock.After(s.opts.Coalesce):
+		case <-s.opts.Clock.After(wait):
 		}
+		lastBuild = s.opts.Clock.Now()
 		if err := s.build(ctx); err != nil {
 			log.Error(err, "Build the console's snapshot")
 		}
 	}
+}
+
+// buildWait is how long the builder waits after a change before it
+// builds: coalesce, and more when the last snapshot began less than
+// minInterval ago.
+func buildWait(coalesce, minInterval, sinceLast time.Duration) time.Duration {
+	return max(coalesce, minInterval-sinceLast)
 }
 
 func (s *Server) build(ctx context.Context) error {

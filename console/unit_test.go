@@ -296,3 +296,22 @@ func TestProxyHeadersOverTLS(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildWait(t *testing.T) {
+	const coalesce, minInterval = 100 * time.Millisecond, 300 * time.Millisecond
+	cases := map[string]struct {
+		sinceLast, want time.Duration
+	}{
+		"a change after a quiet spell waits coalesce only": {sinceLast: time.Minute, want: coalesce},
+		"just past the interval":                           {sinceLast: minInterval, want: coalesce},
+		"under churn, the rest of the interval":            {sinceLast: 50 * time.Millisecond, want: 250 * time.Millisecond},
+		"right after a build":                              {sinceLast: 0, want: minInterval},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := buildWait(coalesce, minInterval, tc.sinceLast); got != tc.want {
+				t.Errorf("buildWait(%s since the last build) = %s, want %s", tc.sinceLast, got, tc.want)
+			}
+		})
+	}
+}

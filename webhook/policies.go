@@ -174,7 +174,15 @@ func podPolicyCEL() PolicyCEL {
 	}
 	forbidden := ptr.To(metav1.StatusReasonForbidden)
 	return PolicyCEL{
-		MatchConditions: []admissionregistrationv1.MatchCondition{notMirrorPod()},
+		MatchConditions: []admissionregistrationv1.MatchCondition{notMirrorPod(), {
+			// Requests no validation can refuse, which every pod makes: the
+			// kubelet's status updates (annotations unchanged) and
+			// kube-scheduler's bindings (no annotations). Skipping them
+			// spares the API server the policy's evaluation on each.
+			Name: "may-be-refused",
+			Expression: "!(request.?subResource.orValue('') == 'status' && " + celAnnotations("object") + " == " + celAnnotations("oldObject") + ") && " +
+				"!(request.?subResource.orValue('') == 'binding' && " + celAnnotations("object") + ".size() == 0)",
+		}},
 		Variables:       vars,
 		Validations: []admissionregistrationv1.Validation{
 			{

@@ -228,6 +228,17 @@ func TestUpdateDoorsAPIServer(t *testing.T) {
 			},
 			refused: "metadata.annotations[partita.dev/devices.main]: Forbidden: is written only by Partita: no one else may add, change or remove it",
 		},
+		"a status update that leaves the annotations as they were": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				return s.alice.CoreV1().Pods(doorNamespace).Patch(ctx, gpuPod.Name, types.MergePatchType,
+					[]byte(`{"status":{"message":"`+suffix+`"}}`), metav1.PatchOptions{}, "status")
+			},
+			check: func(t *testing.T, p *corev1.Pod) {
+				if p.Status.Message == "" {
+					t.Errorf("status message %q, want the one written", p.Status.Message)
+				}
+			},
+		},
 		"a device annotation patched onto a pod without a GPU": {
 			do: func(string) (*corev1.Pod, error) {
 				return s.alice.CoreV1().Pods(doorNamespace).Patch(ctx, plain.Name, types.MergePatchType, []byte(spoof), metav1.PatchOptions{})

@@ -66,4 +66,3 @@ func nodeSelectorOf(p *corev1.Pod) *corev1.NodeSelector {
 	}
 	return p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
 }
-

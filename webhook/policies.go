@@ -183,7 +183,7 @@ func podPolicyCEL() PolicyCEL {
 			Expression: "!(request.?subResource.orValue('') == 'status' && " + celAnnotations("object") + " == " + celAnnotations("oldObject") + ") && " +
 				"!(request.?subResource.orValue('') == 'binding' && " + celAnnotations("object") + ".size() == 0)",
 		}},
-		Variables:       vars,
+		Variables: vars,
 		Validations: []admissionregistrationv1.Validation{
 			{
 				Expression: "variables.isBinding ? (variables.trusted || variables.bindingErrors.size() == 0) : " +

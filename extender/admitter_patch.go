@@ -30,7 +30,7 @@ func releasePatch(orig, released *corev1.Pod) ([]byte, error) {
 		}
 	}
 	spec := map[string]any{}
-	if hasGate(orig) && !hasGate(released) {
+	if v1alpha1.HasAdmissionGate(orig) && !v1alpha1.HasAdmissionGate(released) {
 		spec["schedulingGates"] = []map[string]string{{"$patch": "delete", "name": v1alpha1.SchedulingGateAdmission}}
 	}
 	if a := nodeSelectorOf(released); !equality.Semantic.DeepEqual(nodeSelectorOf(orig), a) {
@@ -49,15 +49,6 @@ func releasePatch(orig, released *corev1.Pod) ([]byte, error) {
 		return nil, fmt.Errorf("encode the release patch: %w", err)
 	}
 	return b, nil
-}
-
-func hasGate(p *corev1.Pod) bool {
-	for _, g := range p.Spec.SchedulingGates {
-		if g.Name == v1alpha1.SchedulingGateAdmission {
-			return true
-		}
-	}
-	return false
 }
 
 func nodeSelectorOf(p *corev1.Pod) *corev1.NodeSelector {

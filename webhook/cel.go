@@ -88,9 +88,9 @@ func celUsesPartitaClaim(c string) string {
 
 // celIsSystemAnnotation: annotation key k is written only by Partita.
 func celIsSystemAnnotation(k string) string {
-	keys := systemAnnotationKeys()
+	keys := v1alpha1.SystemAnnotationKeys()
 	parts := []string{k + " in " + celStrs(keys[:])}
-	for _, p := range systemAnnotationPrefixes() {
+	for _, p := range v1alpha1.SystemAnnotationPrefixes() {
 		parts = append(parts, k+".startsWith("+celStr(p)+")")
 	}
 	return "(" + strings.Join(parts, " || ") + ")"

@@ -92,7 +92,7 @@ func isCanonical(gpuCtr string, voidCtrs ...string) func(*testing.T, *corev1.Pod
 		if e, _ := envOf(c, EnvVisibleDevices); e.ValueFrom == nil || e.ValueFrom.FieldRef.FieldPath != devicesRef(gpuCtr) {
 			t.Errorf("%s = %+v, want it from %s", EnvVisibleDevices, e, devicesRef(gpuCtr))
 		}
-		if !hasAdmissionGate(p) {
+		if !v1alpha1.HasAdmissionGate(p) {
 			t.Errorf("scheduling gates %v lack %s", p.Spec.SchedulingGates, v1alpha1.SchedulingGateAdmission)
 		}
 		if e, _ := envOf(c, EnvMPSPipeDirectory); e.Value != MPSPipeMountPath {

@@ -2,7 +2,6 @@ package webhook
 
 import (
 	"context"
-	"slices"
 	"strconv"
 
 	"gomodules.xyz/jsonpatch/v2"
@@ -152,7 +151,7 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.
 		// the admission gate are Partita's (pod_claims.go).
 		out := gpu.ApplyCanonical(pod, nil, 0)
 		injectEnv(out, nil, a.cluster.IsolationModes(), a.mpsDir)
-		if a.admissionGate && !hasAdmissionGate(out) {
+		if a.admissionGate && !v1alpha1.HasAdmissionGate(out) {
 			out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
 		}
 		return out, nil, nil
@@ -180,9 +179,7 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.
 	if a.schedulerName != "" {
 		out.Spec.SchedulerName = a.schedulerName
 	}
-	if a.admissionGate && !slices.ContainsFunc(out.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-		return g.Name == v1alpha1.SchedulingGateAdmission
-	}) {
+	if a.admissionGate && !v1alpha1.HasAdmissionGate(out) {
 		out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
 	}
 	return out, templates, nil

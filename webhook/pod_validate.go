@@ -161,7 +161,7 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 	}
 	if !a.trusted.Trusts(ar.UserInfo) {
 		errs := changedSystemAnnotations(old.Annotations, pod.Annotations)
-		if hasAdmissionGate(old) && !hasAdmissionGate(pod) {
+		if v1alpha1.HasAdmissionGate(old) && !v1alpha1.HasAdmissionGate(pod) {
 			// Removing the gate would skip the queues, their limits and the
 			// gang's all-or-nothing start.
 			errs = append(errs, field.Forbidden(field.NewPath("spec", "schedulingGates"), gateRemovedText))
@@ -299,10 +299,4 @@ func dialectOf(req *gpu.PodRequest) gpu.Dialect {
 		return ""
 	}
 	return req.Dialect
-}
-
-func hasAdmissionGate(pod *corev1.Pod) bool {
-	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-		return g.Name == v1alpha1.SchedulingGateAdmission
-	})
 }

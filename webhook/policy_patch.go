@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/policy"
 )
 
@@ -39,7 +40,7 @@ func applyDefaults(pod *corev1.Pod, p policy.Patch) (bool, field.ErrorList) {
 			errs = append(errs, field.Invalid(annotationsPath().Key(k), v, "the policy's default annotation key is not valid: "+strings.Join(msgs, "; ")))
 			continue
 		}
-		if IsSystemAnnotation(k) {
+		if v1alpha1.IsSystemAnnotation(k) {
 			errs = append(errs, field.Forbidden(annotationsPath().Key(k), "the policy may not write a system annotation"))
 			continue
 		}

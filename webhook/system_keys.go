@@ -10,15 +10,6 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
-// systemAnnotationKeys and systemAnnotationPrefixes are the annotations only
-// Partita writes (DESIGN §4): a pod must never name its own device.
-func systemAnnotationKeys() [3]string { return v1alpha1.SystemAnnotationKeys() }
-
-func systemAnnotationPrefixes() [3]string { return v1alpha1.SystemAnnotationPrefixes() }
-
-// IsSystemAnnotation reports whether only Partita may write the annotation.
-func IsSystemAnnotation(key string) bool { return v1alpha1.IsSystemAnnotation(key) }
-
 func annotationsPath() *field.Path { return field.NewPath("metadata", "annotations") }
 
 // systemAnnotationErrors refuses every system annotation in annotations, as
@@ -26,7 +17,7 @@ func annotationsPath() *field.Path { return field.NewPath("metadata", "annotatio
 func systemAnnotationErrors(annotations map[string]string) field.ErrorList {
 	var errs field.ErrorList
 	for _, k := range sortedKeys(annotations) {
-		if IsSystemAnnotation(k) {
+		if v1alpha1.IsSystemAnnotation(k) {
 			errs = append(errs, field.Forbidden(annotationsPath().Key(k), systemAnnotationMessage(k)))
 		}
 	}
@@ -44,7 +35,7 @@ func changedSystemAnnotations(old, updated map[string]string) field.ErrorList {
 		}
 	}
 	for _, k := range keys {
-		if !IsSystemAnnotation(k) {
+		if !v1alpha1.IsSystemAnnotation(k) {
 			continue
 		}
 		ov, hadOld := old[k]

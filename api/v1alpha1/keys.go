@@ -109,7 +109,7 @@ func SystemAnnotationPrefixes() [3]string {
 
 // IsSystemAnnotation reports whether only Partita may write the annotation.
 func IsSystemAnnotation(key string) bool {
-	if !strings.HasPrefix(key, "partita.dev/") {
+	if !strings.HasPrefix(key, GroupVersion.Group+"/") {
 		return false
 	}
 	keys := SystemAnnotationKeys()
@@ -122,6 +122,15 @@ func IsSystemAnnotation(key string) bool {
 		}
 	}
 	return false
+}
+
+// HasAdmissionGate reports whether the pod still carries Partita's
+// admission gate (SchedulingGateAdmission): the admission loop has not
+// released it yet.
+func HasAdmissionGate(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
+		return g.Name == SchedulingGateAdmission
+	})
 }
 
 // Node labels as NVIDIA's GPU Feature Discovery writes them; simulated nodes

@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -464,9 +463,7 @@ func readPod(pod *corev1.Pod, mapper Mapper, claims ClaimReader) *podInfo {
 		node:        pod.Spec.NodeName,
 		done:        pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed,
 		terminating: pod.DeletionTimestamp != nil,
-		gated: slices.ContainsFunc(pod.Spec.SchedulingGates, func(g corev1.PodSchedulingGate) bool {
-			return g.Name == v1alpha1.SchedulingGateAdmission
-		}),
+		gated:       v1alpha1.HasAdmissionGate(pod),
 	}
 	if pod.Spec.Priority != nil {
 		p.priority = *pod.Spec.Priority

@@ -73,7 +73,7 @@ func metadataTransform(obj any) (any, error) {
 func policyAnnotations(in map[string]string) map[string]string {
 	var out map[string]string
 	for k, v := range in {
-		if k == corev1.LastAppliedConfigAnnotation || len(v) > policy.MaxAnnotationValueLen || v1alpha1.IsSystemAnnotation(k) {
+		if !policyAnnotation(k, v) {
 			continue
 		}
 		if out == nil {
@@ -82,6 +82,11 @@ func policyAnnotations(in map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// policyAnnotation reports whether an annotation is in the rules' input.
+func policyAnnotation(k, v string) bool {
+	return k != corev1.LastAppliedConfigAnnotation && len(v) <= policy.MaxAnnotationValueLen && !v1alpha1.IsSystemAnnotation(k)
 }
 
 // pruneTemplates returns v with every pod template (an object whose spec
@@ -187,10 +192,10 @@ func stringsAny(m map[string]string) map[string]any {
 // did not change keeps its answer.
 func podFingerprint(p *corev1.Pod) uint64 {
 	h := fnv.New64a()
-	writeMap(h, p.Labels)
+	writeMap(h, p.Labels, nil)
 	// What the rules see of the annotations, so that Partita's own writes
 	// (the admission's, the bind's) do not count as a change.
-	writeMap(h, policyAnnotations(p.Annotations))
+	writeMap(h, p.Annotations, policyAnnotation)
 	if c := metav1.GetControllerOfNoCopy(p); c != nil {
 		_, _ = io.WriteString(h, string(c.UID)+"\x00"+c.Kind+"\x00"+c.APIVersion+"\x00"+c.Name)
 	}
@@ -200,10 +205,14 @@ func podFingerprint(p *corev1.Pod) uint64 {
 	return h.Sum64()
 }
 
-func writeMap(w io.Writer, m map[string]string) {
+// writeMap writes m's entries (those keep accepts, all when nil) in key
+// order.
+func writeMap(w io.Writer, m map[string]string, keep func(k, v string) bool) {
 	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
+	for k, v := range m {
+		if keep == nil || keep(k, v) {
+			keys = append(keys, k)
+		}
 	}
 	slices.Sort(keys)
 	for _, k := range keys {

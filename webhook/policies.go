@@ -276,6 +276,28 @@ func (o ConfigurationOptions) notTrusted() []admissionregistrationv1.MatchCondit
 	return []admissionregistrationv1.MatchCondition{{Name: "not-partita", Expression: "!" + celTrusted(o.Trusted)}}
 }
 
+// trustedWritesPass is the validating policy's matchCondition that spares
+// it the requests of Partita's own identities that none of its
+// validations can refuse: pod updates (the admission loop's release,
+// which removes the gate), status updates and bindings (the extender's,
+// with the devices). Their creates and ephemeral containers are still
+// checked: the rules on privileged GPU containers, host paths and mounts
+// hold for everyone. The webhooks' not-partita condition spares the same
+// identities the validating webhook.
+func (o ConfigurationOptions) trustedWritesPass() []admissionregistrationv1.MatchCondition {
+	if len(o.Trusted.Users) == 0 && len(o.Trusted.Groups) == 0 {
+		return nil
+	}
+	return []admissionregistrationv1.MatchCondition{{Name: "not-a-partita-update", Expression: celNotTrustedUpdate(celTrusted(o.Trusted))}}
+}
+
+// celNotTrustedUpdate is trustedWritesPass's expression for the CEL of
+// who is trusted.
+func celNotTrustedUpdate(trusted string) string {
+	return "!(" + trusted + " && (request.?subResource.orValue('') == 'binding' || " +
+		"(request.operation == 'UPDATE' && request.?subResource.orValue('') != 'ephemeralcontainers')))"
+}
+
 // podPolicyRules are the requests the validating policy sees.
 func podPolicyRules() []admissionregistrationv1.NamedRuleWithOperations {
 	rule := func(op admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
@@ -316,7 +338,7 @@ func ValidatingPolicy(o ConfigurationOptions) *admissionregistrationv1.Validatin
 		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
 			MatchConstraints: o.policyMatch(podPolicyRules()),
-			MatchConditions:  c.MatchConditions,
+			MatchConditions:  append(c.MatchConditions, o.trustedWritesPass()...),
 			Variables:        append(o.paramVariables(), c.Variables...),
 			Validations:      c.Validations,
 		},

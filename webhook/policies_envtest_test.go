@@ -37,6 +37,9 @@ type apiServer struct {
 	cfg   *rest.Config
 	admin kubernetes.Interface
 	alice kubernetes.Interface
+	// extender acts as Partita's extender (testExtender, trusted), with
+	// alice's rights.
+	extender kubernetes.Interface
 }
 
 func startAPIServer(t *testing.T) *apiServer {
@@ -67,7 +70,8 @@ func startAPIServer(t *testing.T) *apiServer {
 		_, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 			ObjectMeta: metav1.ObjectMeta{Name: "alice"},
 			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "alice"},
-			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"}},
+			Subjects: []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "alice"},
+				{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: testExtender}},
 		}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -79,7 +83,13 @@ func startAPIServer(t *testing.T) *apiServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &apiServer{cfg: cfg, admin: admin, alice: alice}
+	extCfg := rest.CopyConfig(cfg)
+	extCfg.Impersonate = rest.ImpersonationConfig{UserName: testExtender, Groups: []string{"system:authenticated"}}
+	extender, err := kubernetes.NewForConfig(extCfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &apiServer{cfg: cfg, admin: admin, alice: alice, extender: extender}
 }
 
 // serveWebhook serves the webhook (modes time-slicing and mps, the
@@ -200,6 +210,12 @@ func TestUpdateDoorsAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Released by the extender in a case of its own, so that the tenant's
+	// cases still find gpuPod gated.
+	toRelease, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, gpuDoorPod("to-release").Obj(), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	debug := func(name string, f func(*corev1.EphemeralContainer)) corev1.EphemeralContainer {
 		ec := corev1.EphemeralContainer{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: name, Image: "busybox",
 			TerminationMessagePolicy: corev1.TerminationMessageReadFile, ImagePullPolicy: corev1.PullIfNotPresent}}
@@ -259,6 +275,34 @@ func TestUpdateDoorsAPIServer(t *testing.T) {
 				return nil, s.alice.CoreV1().Pods(doorNamespace).Bind(ctx, b, metav1.CreateOptions{})
 			},
 			refused: "metadata.annotations[partita.dev/devices.main]: Forbidden: is written only by Partita when it binds the pod: a pod cannot choose its own GPU or node; remove it; only Partita's extender may bind",
+		},
+		// The policy skips the extender's pod updates, which it can never
+		// refuse (not-a-partita-update); they must still pass.
+		"the extender releases the pod": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				return s.extender.CoreV1().Pods(doorNamespace).Patch(ctx, toRelease.Name, types.StrategicMergePatchType,
+					[]byte(`{"metadata":{"annotations":{"`+v1alpha1.AnnotationAdmitted+`":"`+suffix+`"}},"spec":{"schedulingGates":[{"$patch":"delete","name":"`+v1alpha1.SchedulingGateAdmission+`"}]}}`), metav1.PatchOptions{})
+			},
+			check: func(t *testing.T, p *corev1.Pod) {
+				if v1alpha1.HasAdmissionGate(p) || p.Annotations[v1alpha1.AnnotationAdmitted] == "" {
+					t.Errorf("gates %v, annotations %v: want the gate gone and %s set", p.Spec.SchedulingGates, p.Annotations, v1alpha1.AnnotationAdmitted)
+				}
+			},
+		},
+		// ... but not its ephemeral containers: the rules on devices hold
+		// for everyone.
+		"a privileged debug container from the extender": {
+			do: func(suffix string) (*corev1.Pod, error) {
+				cur, err := s.admin.CoreV1().Pods(doorNamespace).Get(ctx, gpuPod.Name, metav1.GetOptions{})
+				if err != nil {
+					return nil, err
+				}
+				cur.Spec.EphemeralContainers = append(cur.Spec.EphemeralContainers, debug("ext-"+suffix, func(ec *corev1.EphemeralContainer) {
+					ec.SecurityContext = &corev1.SecurityContext{Privileged: ptr.To(true)}
+				}))
+				return s.extender.CoreV1().Pods(doorNamespace).UpdateEphemeralContainers(ctx, gpuPod.Name, cur, metav1.UpdateOptions{})
+			},
+			refused: "].securityContext.privileged: Forbidden: a privileged container sees every device",
 		},
 		"a debug container gets void": {
 			do: func(suffix string) (*corev1.Pod, error) { return addEphemeral(plain, debug("debug-"+suffix, nil)) },

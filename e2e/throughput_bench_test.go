@@ -151,13 +151,17 @@ func TestPodThroughput(t *testing.T) {
 		cpuBefore := componentCPU(bc.Dir())
 		profiled := profilePhase(ctx, t, cs, label)
 		begin := time.Now()
-		for g := range ph.groups {
+		// The PodGroups first, by the same workers as the pods: one at a
+		// time, their creates (each through the PodGroup webhook) left the
+		// cluster idle for a second or two of the phase.
+		inParallel(t, workers, ph.groups, func(g int) error {
 			pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("gang-%03d", g), Namespace: ns,
 				Labels: map[string]string{"e2e.partita.dev/phase": label}}, Spec: v1alpha1.PodGroupSpec{MinMember: gangSize}}
 			if err := c.Create(ctx, pg); err != nil {
-				t.Fatalf("create pod group %s: %v", pg.Name, err)
+				return fmt.Errorf("create pod group %s: %w", pg.Name, err)
 			}
-		}
+			return nil
+		})
 		createPods(ctx, t, cs, ph.pods, workers)
 		ph.created = time.Since(begin)
 		ph.bound = waitAllBound(ctx, t, cs, ns, selector, n, 10*time.Minute).Sub(begin)
@@ -365,6 +369,32 @@ func tputPod(ns, name, phase string, milli int64) *corev1.Pod {
 		p.Annotations = map[string]string{v1alpha1.AnnotationGPUFraction: gpu.FormatMilli(milli)}
 	}
 	return p
+}
+
+// inParallel runs do(0) … do(n-1), workers at a time, and fails the test
+// with every error once all have run.
+func inParallel(t *testing.T, workers, n int, do func(i int) error) {
+	t.Helper()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := do(i); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
 }
 
 // createPodsDry creates pods as dry runs with a few workers at once.

@@ -331,8 +331,8 @@ func TestChartWebhookConfigurations(t *testing.T) {
 				}
 				return
 			}
-			if len(objs.vaps) != 1 || len(objs.vapBindings) != 1 || len(objs.maps) != 1 || len(objs.mapBindings) != 1 {
-				t.Fatalf("got %d, %d, %d, %d policies and bindings, want one each", len(objs.vaps), len(objs.vapBindings), len(objs.maps), len(objs.mapBindings))
+			if len(objs.vaps) != 1 || len(objs.vapBindings) != 1 || len(objs.maps) != 2 || len(objs.mapBindings) != 2 {
+				t.Fatalf("got %d, %d, %d, %d validating and mutating policies and bindings, want 1, 1, 2, 2", len(objs.vaps), len(objs.vapBindings), len(objs.maps), len(objs.mapBindings))
 			}
 			for _, c := range []struct {
 				what              string
@@ -343,6 +343,8 @@ func TestChartWebhookConfigurations(t *testing.T) {
 				{"ValidatingAdmissionPolicyBinding", webhook.ValidatingPolicyBinding(o).Name, objs.vapBindings[0].Name, webhook.ValidatingPolicyBinding(o).Spec, objs.vapBindings[0].Spec},
 				{"MutatingAdmissionPolicy", webhook.MutatingPolicy(o).Name, objs.maps[0].Name, webhook.MutatingPolicy(o).Spec, objs.maps[0].Spec},
 				{"MutatingAdmissionPolicyBinding", webhook.MutatingPolicyBinding(o).Name, objs.mapBindings[0].Name, webhook.MutatingPolicyBinding(o).Spec, objs.mapBindings[0].Spec},
+				{"the seal's MutatingAdmissionPolicy", webhook.SealPolicy(o).Name, objs.maps[1].Name, webhook.SealPolicy(o).Spec, objs.maps[1].Spec},
+				{"the seal's MutatingAdmissionPolicyBinding", webhook.SealPolicyBinding(o).Name, objs.mapBindings[1].Name, webhook.SealPolicyBinding(o).Spec, objs.mapBindings[1].Spec},
 			} {
 				if c.gotName != c.wantName {
 					t.Errorf("%s is named %q, want %q", c.what, c.gotName, c.wantName)

@@ -310,6 +310,10 @@ func Register(ctx context.Context, cs kubernetes.Interface, o ConfigurationOptio
 		func() error {
 			return apply(ctx, ar.MutatingAdmissionPolicyBindings(), MutatingPolicyBinding(o), o.Policies)
 		},
+		func() error { return apply(ctx, ar.MutatingAdmissionPolicies(), SealPolicy(o), o.Policies) },
+		func() error {
+			return apply(ctx, ar.MutatingAdmissionPolicyBindings(), SealPolicyBinding(o), o.Policies)
+		},
 		func() error { return apply(ctx, ar.MutatingWebhookConfigurations(), MutatingConfiguration(o), true) },
 		func() error {
 			return apply(ctx, ar.ValidatingWebhookConfigurations(), ValidatingConfiguration(o), true)
@@ -394,8 +398,9 @@ func WaitForRegistration(ctx context.Context, cs kubernetes.Interface, namespace
 
 // WaitForPolicies returns once the API server applies the admission
 // policies, which it also picks up asynchronously: a dry-run pod without a
-// GPU comes back with NVIDIA_VISIBLE_DEVICES=void, and one that sets
-// NVIDIA_VISIBLE_DEVICES=all is refused by the validating policy.
+// GPU comes back with NVIDIA_VISIBLE_DEVICES=void and without the seal it
+// was sent with, and one that sets NVIDIA_VISIBLE_DEVICES=all is refused
+// by the validating policy.
 func WaitForPolicies(ctx context.Context, cs kubernetes.Interface, namespace string, timeout time.Duration) error {
 	probe := func(env []corev1.EnvVar) *corev1.Pod {
 		return &corev1.Pod{
@@ -406,13 +411,19 @@ func WaitForPolicies(ctx context.Context, cs kubernetes.Interface, namespace str
 	dry := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
 	var last error
 	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		got, err := cs.CoreV1().Pods(namespace).Create(ctx, probe(nil), dry)
+		sealed := probe(nil)
+		sealed.Annotations = map[string]string{v1alpha1.AnnotationCanonical: sealOf(sealed)}
+		got, err := cs.CoreV1().Pods(namespace).Create(ctx, sealed, dry)
 		if err != nil {
 			last = fmt.Errorf("a pod without a GPU was refused: %w", err)
 			return false, nil
 		}
 		if env := got.Spec.Containers[0].Env; len(env) != 1 || env[0].Name != EnvVisibleDevices || env[0].Value != VisibleDevicesVoid {
 			last = fmt.Errorf("a pod without a GPU came back with env %v, not %s=%s", env, EnvVisibleDevices, VisibleDevicesVoid)
+			return false, nil
+		}
+		if v, ok := got.Annotations[v1alpha1.AnnotationCanonical]; ok {
+			last = fmt.Errorf("a pod created with %s=%q kept it: the seal policy does not run yet", v1alpha1.AnnotationCanonical, v)
 			return false, nil
 		}
 		_, err = cs.CoreV1().Pods(namespace).Create(ctx, probe([]corev1.EnvVar{{Name: EnvVisibleDevices, Value: "all"}}), dry)

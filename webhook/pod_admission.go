@@ -182,6 +182,11 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.
 	if a.admissionGate && !v1alpha1.HasAdmissionGate(out) {
 		out.Spec.SchedulingGates = append(out.Spec.SchedulingGates, corev1.PodSchedulingGate{Name: v1alpha1.SchedulingGateAdmission})
 	}
+	if a.backend != dra.BackendDRA {
+		// Spares the pod the validating webhook's call (seal.go). In dra
+		// mode that call also checks the claim templates, so it stays.
+		seal(out)
+	}
 	return out, templates, nil
 }
 

@@ -73,6 +73,11 @@ func (a *PodAdmission) validateCreate(ctx context.Context, ar *admissionv1.Admis
 		return Result{Err: err, Dialect: dialectOf(req)}
 	}
 	tolerateDrift(pod, want, req)
+	// The seal is no part of the canonical form, only the mutating
+	// webhook's word to the API server (seal.go): whatever the pod carries
+	// (none, from a webhook before seals, or one a later webhook left
+	// stale) is checked here in full instead.
+	keepSeal(pod, want)
 	if a.backend == dra.BackendDRA {
 		tolerateClaimDrift(pod, want)
 		if err := a.checkClaimTemplates(ctx, pod, req); err != nil {

@@ -3,6 +3,7 @@ package webhook
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -53,6 +54,10 @@ const (
 func PodPolicyName(configuration string) string  { return configuration + "-pods" }
 func VoidPolicyName(configuration string) string { return configuration + "-void" }
 
+// SealPolicyName is the name of the MutatingAdmissionPolicy (and binding)
+// that removes the seal a pod is created with (seal.go).
+func SealPolicyName(configuration string) string { return configuration + "-seal" }
+
 // paramVariables are the variables that depend on the configuration: the
 // MPS directory, whether GPU pods carry the admission gate, and who is
 // trusted.
@@ -76,6 +81,9 @@ type AdmissionCEL struct {
 	PodPolicy PolicyCEL `json:"podPolicy"`
 	// VoidPolicy is the MutatingAdmissionPolicy's.
 	VoidPolicy PolicyCEL `json:"voidPolicy"`
+	// SealPolicy is the MutatingAdmissionPolicy's that removes a seal a
+	// pod is created with.
+	SealPolicy PolicyCEL `json:"sealPolicy"`
 	// MutateWebhook and ValidateWebhook are the pod webhooks'
 	// matchConditions that do not depend on the configuration, with
 	// Policies on and off.
@@ -99,6 +107,7 @@ func Constants() AdmissionCEL {
 	return AdmissionCEL{
 		PodPolicy:               podPolicyCEL(),
 		VoidPolicy:              voidPolicyCEL(),
+		SealPolicy:              sealPolicyCEL(),
 		MutateWebhook:           mutateMatchConditions(),
 		ValidateWebhook:         validateMatchConditions(true),
 		ValidateWebhookNoPolicy: validateMatchConditions(false),
@@ -241,6 +250,24 @@ func voidPolicyCEL() PolicyCEL {
 	}
 }
 
+// sealPolicyCEL is the seal policy's CEL: a JSON patch that removes
+// partita.dev/canonical from a pod created with it, before any mutating
+// webhook runs, so that only Partita's webhook can have written the seal
+// the validating webhook's matchCondition trusts (seal.go).
+func sealPolicyCEL() PolicyCEL {
+	return PolicyCEL{
+		MatchConditions: []admissionregistrationv1.MatchCondition{
+			notMirrorPod(),
+			{Name: "carries-a-seal", Expression: celStr(v1alpha1.AnnotationCanonical) + " in " + celAnnotations("object")},
+		},
+		Mutations: []admissionregistrationv1.Mutation{{
+			PatchType: admissionregistrationv1.PatchTypeJSONPatch,
+			JSONPatch: &admissionregistrationv1.JSONPatch{Expression: "[JSONPatch{op: 'remove', path: " +
+				celStr("/metadata/annotations/"+strings.ReplaceAll(v1alpha1.AnnotationCanonical, "/", "~1")) + "}]"},
+		}},
+	}
+}
+
 // mutateMatchConditions select, with Policies on, the pods the mutating
 // webhook sees: those that ask for GPUs, carry Partita's keys, or use
 // ResourceClaims (which may ask for GPUs of another DRA driver).
@@ -255,15 +282,19 @@ func mutateMatchConditions() []admissionregistrationv1.MatchCondition {
 // every pod write).
 func validateMatchConditions(policies bool) []admissionregistrationv1.MatchCondition {
 	pods := "true"
+	var sealed []admissionregistrationv1.MatchCondition
 	if policies {
 		pods = celTouchesPartita("object") + " || (oldObject != null && " + celTouchesPartita("oldObject") + ")"
+		// Only with the seal policy, which removes a seal the pod was
+		// created with.
+		sealed = append(sealed, sealedCreateMatchCondition())
 	}
-	return []admissionregistrationv1.MatchCondition{{
+	return append([]admissionregistrationv1.MatchCondition{{
 		Name: "gpu-or-partita-keys",
 		Expression: "request.?subResource.orValue('') == 'binding' ? " + celAnnotations("object") + ".exists(k, " + celIsSystemAnnotation("k") + " || k.startsWith(" + celStr(cdiAnnotationPrefix) + ")) : " +
 			"request.?subResource.orValue('') == 'status' ? (" + celAnnotations("object") + " != " + celAnnotations("oldObject") + " || " + celLabels("object") + " != " + celLabels("oldObject") + ") : " +
 			pods,
-	}}
+	}}, sealed...)
 }
 
 // notTrusted is the matchCondition that spares Partita's own identities
@@ -384,6 +415,39 @@ func MutatingPolicy(o ConfigurationOptions) *admissionregistrationv1.MutatingAdm
 			Mutations:          c.Mutations,
 			ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
 		},
+	}
+}
+
+// SealPolicy is the MutatingAdmissionPolicy that removes the seal a pod
+// is created with (seal.go). It runs before the mutating webhooks and is
+// never reinvoked: run again after them, it would remove Partita's own.
+func SealPolicy(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicy {
+	c := sealPolicyCEL()
+	meta := policyMeta(SealPolicyName(o.name()))
+	return &admissionregistrationv1.MutatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		ObjectMeta: meta,
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: o.policyMatch([]admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
+					Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+			}}}),
+			MatchConditions:    c.MatchConditions,
+			Mutations:          c.Mutations,
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+		},
+	}
+}
+
+// SealPolicyBinding binds SealPolicy.
+func SealPolicyBinding(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	meta := policyMeta(SealPolicyName(o.name()))
+	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
+		ObjectMeta: meta,
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: meta.Name},
 	}
 }
 

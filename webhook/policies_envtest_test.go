@@ -2,13 +2,17 @@ package webhook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	admissionv1 "k8s.io/api/admission/v1"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -40,6 +44,40 @@ type apiServer struct {
 	// extender acts as Partita's extender (testExtender, trusted), with
 	// alice's rights.
 	extender kubernetes.Interface
+	// calls counts the webhook's requests by path.
+	calls pathCounter
+	// url and ca reach the webhook serveWebhook serves, whose server also
+	// answers pathLater (laterMutation).
+	url string
+	ca  []byte
+}
+
+// pathCounter counts HTTP requests by path.
+type pathCounter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *pathCounter) wrap(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c.mu.Lock()
+		if c.n == nil {
+			c.n = map[string]int{}
+		}
+		c.n[r.URL.Path]++
+		c.mu.Unlock()
+		if r.URL.Path == pathLater {
+			laterMutation(w, r)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func (c *pathCounter) get(path string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[path]
 }
 
 func startAPIServer(t *testing.T) *apiServer {
@@ -114,7 +152,8 @@ func (s *apiServer) serveWebhook(t *testing.T) (stop func()) {
 	h := newTestServer(t, testOptions{gate: true, modes: []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing, v1alpha1.IsolationMPS},
 		trusted: &Identities{Users: []string{testExtender}}})
 	done := make(chan error, 1)
-	go func() { done <- ServeTLS(ctx, l, h, cw.GetCertificate) }()
+	go func() { done <- ServeTLS(ctx, l, s.calls.wrap(h), cw.GetCertificate) }()
+	s.url, s.ca = "https://"+l.Addr().String(), ca
 	o := ConfigurationOptions{Namespace: partitaNamespace, URL: "https://" + l.Addr().String(), CABundle: ca,
 		ExcludedNamespaces: DefaultExcludedNamespaces(), Policies: true, AdmissionGate: true, Trusted: Identities{Users: []string{testExtender}}}
 	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
@@ -405,4 +444,133 @@ func TestPoliciesTrustGroups(t *testing.T) {
 	}
 	d := doors()["a device annotation without a GPU"]
 	s.tryDoor(t, d, "groups", true)
+}
+
+// TestSealAPIServer: a GPU pod that leaves the mutating webhook as it was
+// sealed costs one webhook call, not two (issue 19), in every dialect and
+// for gang members; a pod that a later mutation changed is validated in
+// full; a seal a tenant writes never spares a pod the validating webhook
+// (the seal policy removes it before the mutating webhook runs, so with
+// the webhook down the forged pod meets the validating webhook, which
+// fails closed).
+func TestSealAPIServer(t *testing.T) {
+	s := startAPIServer(t)
+	stop := s.serveWebhook(t)
+	ctx := t.Context()
+	for name, pod := range map[string]*corev1.Pod{
+		"a fraction":               gpuDoorPod("seal-fraction").Queue("team-a").Obj(),
+		"whole GPUs":               plainPod("seal-whole").Limit("main", "nvidia.com/gpu", "2").Obj(),
+		"a memory slice":           plainPod("seal-memory").Annotation(v1alpha1.AnnotationGPUMemory, "20Gi").Obj(),
+		"a gang member":            gpuDoorPod("seal-gang").Label(v1alpha1.LabelPodGroup, "g1").Annotation(v1alpha1.AnnotationMinMember, "2").Obj(),
+		"two GPU containers":       gpuDoorPod("seal-two").Container("second").Obj(),
+		"HAMi with cores and init": plainPod("seal-hami").Limit("main", "nvidia.com/gpu", "1").Limit("main", "nvidia.com/gpucores", "30").InitContainer("init").Obj(),
+		"a forged seal":            gpuDoorPod("seal-forged").Annotation(v1alpha1.AnnotationCanonical, "v1;q=someone-elses;g=;c=main:1;a=").Obj(),
+	} {
+		t.Run(name, func(t *testing.T) {
+			mutated, validated := s.calls.get(PathMutatePods), s.calls.get(PathValidatePods)
+			got, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, pod, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seal, want := got.Annotations[v1alpha1.AnnotationCanonical], sealOf(got); seal != want {
+				t.Errorf("seal %q, want the pod's own %q", seal, want)
+			}
+			if n := s.calls.get(PathMutatePods) - mutated; n != 1 {
+				t.Errorf("mutating webhook called %d times, want once", n)
+			}
+			if n := s.calls.get(PathValidatePods) - validated; n != 0 {
+				t.Errorf("validating webhook called %d times for a sealed pod, want none (seal %q)", n, got.Annotations[v1alpha1.AnnotationCanonical])
+			}
+		})
+	}
+	t.Run("a mutation after Partita's breaks the seal", func(t *testing.T) {
+		// Another vendor's webhook, ordered after Partita's and reinvoked as
+		// it is, changes the queue label after Partita's reinvocation: the
+		// seal no longer matches, and the validating webhook checks the pod.
+		later := &admissionregistrationv1.MutatingWebhookConfiguration{
+			ObjectMeta: metav1.ObjectMeta{Name: "zz-later"},
+			Webhooks: []admissionregistrationv1.MutatingWebhook{{
+				Name:         "later.e2e.partita.dev",
+				ClientConfig: admissionregistrationv1.WebhookClientConfig{URL: ptr.To(s.url + pathLater), CABundle: s.ca},
+				Rules: []admissionregistrationv1.RuleWithOperations{{Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}}}},
+				ObjectSelector:          &metav1.LabelSelector{MatchLabels: map[string]string{laterLabel: "true"}},
+				SideEffects:             ptr.To(admissionregistrationv1.SideEffectClassNone),
+				AdmissionReviewVersions: []string{"v1"},
+				ReinvocationPolicy:      ptr.To(admissionregistrationv1.IfNeededReinvocationPolicy),
+			}},
+		}
+		if _, err := s.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Create(ctx, later, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = s.admin.AdmissionregistrationV1().MutatingWebhookConfigurations().Delete(context.WithoutCancel(ctx), later.Name, metav1.DeleteOptions{})
+		})
+		pod := gpuDoorPod("later").Label(laterLabel, "true").Obj()
+		// The API server picks the new configuration up asynchronously.
+		var got *corev1.Pod
+		var err error
+		validated := s.calls.get(PathValidatePods)
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			got, err = s.alice.CoreV1().Pods(doorNamespace).Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			if s.calls.get(pathLater) > 0 {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		if got.Labels[v1alpha1.LabelQueue] != laterQueue {
+			t.Fatalf("queue %q: the later webhook did not run after Partita's reinvocation (calls: %d)", got.Labels[v1alpha1.LabelQueue], s.calls.get(pathLater))
+		}
+		if n := s.calls.get(PathValidatePods) - validated; n != 1 {
+			t.Errorf("validating webhook called %d times for a pod whose seal %q is stale, want once", n, got.Annotations[v1alpha1.AnnotationCanonical])
+		}
+	})
+	stop()
+	// Written by hand exactly as the webhook writes it, seal included: the
+	// seal policy removes the seal, and the validating webhook, down, fails
+	// closed.
+	forged := gpuDoorPod("forged-seal").Queue("team-a").Limit("main", v1alpha1.ResourceGPUMilli, "500").
+		EnvFrom("main", EnvVisibleDevices, devicesRef("main")).SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()
+	forged.Annotations[v1alpha1.AnnotationGPUCount] = "1"
+	forged.Annotations[v1alpha1.AnnotationCanonical] = sealOf(forged)
+	_, err := s.alice.CoreV1().Pods(doorNamespace).Create(ctx, forged, metav1.CreateOptions{})
+	if err == nil || !strings.Contains(err.Error(), failedCalling) {
+		t.Fatalf("a forged canonical pod with its seal, webhook down: %v, want a refusal with %q", err, failedCalling)
+	}
+}
+
+// pathLater is where laterMutation answers; laterLabel selects the pods it
+// sees.
+const (
+	pathLater  = "/later"
+	laterLabel = "e2e.partita.dev/later"
+	laterQueue = "elsewhere"
+)
+
+// laterMutation is another vendor's mutating webhook, called after
+// Partita's: the first time it marks the pod and spoils Partita's seal,
+// so that Partita's webhook is called again and writes the seal anew; the
+// second time it moves the pod to laterQueue.
+func laterMutation(w http.ResponseWriter, r *http.Request) {
+	var review admissionv1.AdmissionReview
+	if err := json.NewDecoder(r.Body).Decode(&review); err != nil || review.Request == nil {
+		http.Error(w, "bad review", http.StatusBadRequest)
+		return
+	}
+	var pod corev1.Pod
+	if err := json.Unmarshal(review.Request.Object.Raw, &pod); err != nil {
+		http.Error(w, "bad pod", http.StatusBadRequest)
+		return
+	}
+	patch := `[{"op":"add","path":"/metadata/annotations/e2e.partita.dev~1later","value":"seen"},` +
+		`{"op":"add","path":"/metadata/annotations/partita.dev~1canonical","value":"spoiled"}]`
+	if _, seen := pod.Annotations["e2e.partita.dev/later"]; seen {
+		patch = `[{"op":"add","path":"/metadata/labels/partita.dev~1queue","value":"` + laterQueue + `"}]`
+	}
+	review.Response = &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true, Patch: []byte(patch), PatchType: ptr.To(admissionv1.PatchTypeJSONPatch)}
+	review.Request = nil
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(&review)
 }

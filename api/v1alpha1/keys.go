@@ -26,6 +26,14 @@ const (
 	// AnnotationMinMember sets a gang's size for pods grouped by LabelPodGroup
 	// without a PodGroup object.
 	AnnotationMinMember = "partita.dev/min-member"
+	// AnnotationCanonical is the webhook's summary of a GPU pod it put in
+	// canonical form: its queue, pod group, each container's
+	// partita.dev/gpu-milli and the request's annotations, as the webhook
+	// wrote them. While the pod still agrees with it, the API server does
+	// not call the validating webhook on the pod's creation (one admission
+	// round trip a pod); one the pod is created with is removed before the
+	// webhook sees the pod (docs/design.md, section 11).
+	AnnotationCanonical = "partita.dev/canonical"
 
 	// LabelQueue names the leaf Queue a pod belongs to.
 	LabelQueue = "partita.dev/queue"

@@ -63,7 +63,7 @@ rules:
   verbs: [create]
 - apiGroups: [admissionregistration.k8s.io]
   resources: [validatingadmissionpolicies, validatingadmissionpolicybindings, mutatingadmissionpolicies, mutatingadmissionpolicybindings]
-  resourceNames: [partita-pods, partita-void]
+  resourceNames: [partita-pods, partita-void, partita-seal]
   verbs: [get, update, delete]
 ---
 apiVersion: rbac.authorization.k8s.io/v1

@@ -100,21 +100,18 @@ func waitServiceAccount(ctx context.Context, t *testing.T, cs kubernetes.Interfa
 
 var gpuNodes = map[string]string{v1alpha1.LabelGPUNode: "true"}
 
-// createPods creates pods with a few workers at once, as a burst.
-func createPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, pods []*corev1.Pod, workers int) {
+// inParallel runs do(0) … do(n-1), workers at a time, and fails the test
+// with every error once all have run.
+func inParallel(t *testing.T, workers, n int, do func(i int) error) {
 	t.Helper()
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	errs := make(chan error, len(pods))
+	errs := make(chan error, n)
 	for range workers {
 		wg.Go(func() {
-			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(pods) {
-					return
-				}
-				if _, err := cs.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
-					errs <- fmt.Errorf("create pod %s: %w", pods[i].Name, err)
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				if err := do(i); err != nil {
+					errs <- err
 				}
 			}
 		})
@@ -127,6 +124,17 @@ func createPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, pods
 	if t.Failed() {
 		t.FailNow()
 	}
+}
+
+// createPods creates pods with a few workers at once, as a burst.
+func createPods(ctx context.Context, t *testing.T, cs kubernetes.Interface, pods []*corev1.Pod, workers int) {
+	t.Helper()
+	inParallel(t, workers, len(pods), func(i int) error {
+		if _, err := cs.CoreV1().Pods(pods[i].Namespace).Create(ctx, pods[i], metav1.CreateOptions{}); err != nil {
+			return fmt.Errorf("create pod %s: %w", pods[i].Name, err)
+		}
+		return nil
+	})
 }
 
 // burst returns n pods of milli each, named prefix-000...

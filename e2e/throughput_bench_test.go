@@ -371,32 +371,6 @@ func tputPod(ns, name, phase string, milli int64) *corev1.Pod {
 	return p
 }
 
-// inParallel runs do(0) … do(n-1), workers at a time, and fails the test
-// with every error once all have run.
-func inParallel(t *testing.T, workers, n int, do func(i int) error) {
-	t.Helper()
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	for range workers {
-		wg.Go(func() {
-			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
-				if err := do(i); err != nil {
-					errs <- err
-				}
-			}
-		})
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if t.Failed() {
-		t.FailNow()
-	}
-}
-
 // createPodsDry creates pods as dry runs with a few workers at once.
 func createPodsDry(ctx context.Context, t *testing.T, cs kubernetes.Interface, pods []*corev1.Pod, workers int) {
 	t.Helper()

@@ -331,16 +331,9 @@ func celNotTrustedUpdate(trusted string) string {
 
 // podPolicyRules are the requests the validating policy sees.
 func podPolicyRules() []admissionregistrationv1.NamedRuleWithOperations {
-	rule := func(op admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
-		return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{op},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: resources,
-				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-		}}
-	}
 	return []admissionregistrationv1.NamedRuleWithOperations{
-		rule(admissionregistrationv1.Create, "pods", "pods/binding"),
-		rule(admissionregistrationv1.Update, "pods", "pods/status", "pods/ephemeralcontainers"),
+		podRule(admissionregistrationv1.Create, "pods", "pods/binding"),
+		podRule(admissionregistrationv1.Update, "pods", "pods/status", "pods/ephemeralcontainers"),
 	}
 }
 
@@ -393,67 +386,58 @@ func ValidatingPolicyBinding(o ConfigurationOptions) *admissionregistrationv1.Va
 // NVIDIA_VISIBLE_DEVICES=void into pods that ask for no GPU, reinvoked
 // when a later webhook adds a container (a sidecar injector).
 func MutatingPolicy(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicy {
-	c := voidPolicyCEL()
-	meta := policyMeta(VoidPolicyName(o.name()))
-	rule := func(op admissionregistrationv1.OperationType, resource string) admissionregistrationv1.NamedRuleWithOperations {
-		return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-			Operations: []admissionregistrationv1.OperationType{op},
-			Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{resource},
-				Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-		}}
-	}
-	return &admissionregistrationv1.MutatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
-		ObjectMeta: meta,
-		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: o.policyMatch([]admissionregistrationv1.NamedRuleWithOperations{
-				rule(admissionregistrationv1.Create, "pods"), rule(admissionregistrationv1.Update, "pods/ephemeralcontainers"),
-			}),
-			MatchConditions:    c.MatchConditions,
-			Variables:          c.Variables,
-			Mutations:          c.Mutations,
-			ReinvocationPolicy: admissionregistrationv1.IfNeededReinvocationPolicy,
-		},
-	}
+	return o.mutatingPolicy(VoidPolicyName(o.name()), voidPolicyCEL(), admissionregistrationv1.IfNeededReinvocationPolicy,
+		podRule(admissionregistrationv1.Create, "pods"), podRule(admissionregistrationv1.Update, "pods/ephemeralcontainers"))
+}
+
+// MutatingPolicyBinding binds MutatingPolicy.
+func MutatingPolicyBinding(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	return mutatingPolicyBinding(VoidPolicyName(o.name()))
 }
 
 // SealPolicy is the MutatingAdmissionPolicy that removes the seal a pod
 // is created with (seal.go). It runs before the mutating webhooks and is
 // never reinvoked: run again after them, it would remove Partita's own.
 func SealPolicy(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicy {
-	c := sealPolicyCEL()
-	meta := policyMeta(SealPolicyName(o.name()))
-	return &admissionregistrationv1.MutatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
-		ObjectMeta: meta,
-		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
-			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
-			MatchConstraints: o.policyMatch([]admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
-				Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
-				Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"},
-					Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
-			}}}),
-			MatchConditions:    c.MatchConditions,
-			Mutations:          c.Mutations,
-			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
-		},
-	}
+	return o.mutatingPolicy(SealPolicyName(o.name()), sealPolicyCEL(), admissionregistrationv1.NeverReinvocationPolicy,
+		podRule(admissionregistrationv1.Create, "pods"))
 }
 
 // SealPolicyBinding binds SealPolicy.
 func SealPolicyBinding(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
-	meta := policyMeta(SealPolicyName(o.name()))
-	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
-		ObjectMeta: meta,
-		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: meta.Name},
+	return mutatingPolicyBinding(SealPolicyName(o.name()))
+}
+
+// podRule is one operation on pod (sub)resources.
+func podRule(op admissionregistrationv1.OperationType, resources ...string) admissionregistrationv1.NamedRuleWithOperations {
+	return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{op},
+		Rule: admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: resources,
+			Scope: ptr.To(admissionregistrationv1.NamespacedScope)},
+	}}
+}
+
+// mutatingPolicy is a MutatingAdmissionPolicy of Partita's, failing
+// closed, on the managed namespaces' pods.
+func (o ConfigurationOptions) mutatingPolicy(name string, c PolicyCEL, reinvocation admissionregistrationv1.ReinvocationPolicyType,
+	rules ...admissionregistrationv1.NamedRuleWithOperations) *admissionregistrationv1.MutatingAdmissionPolicy {
+	return &admissionregistrationv1.MutatingAdmissionPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicy"},
+		ObjectMeta: policyMeta(name),
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			FailurePolicy:      ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints:   o.policyMatch(rules),
+			MatchConditions:    c.MatchConditions,
+			Variables:          c.Variables,
+			Mutations:          c.Mutations,
+			ReinvocationPolicy: reinvocation,
+		},
 	}
 }
 
-// MutatingPolicyBinding binds MutatingPolicy.
-func MutatingPolicyBinding(o ConfigurationOptions) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
-	meta := policyMeta(VoidPolicyName(o.name()))
+// mutatingPolicyBinding binds the MutatingAdmissionPolicy name.
+func mutatingPolicyBinding(name string) *admissionregistrationv1.MutatingAdmissionPolicyBinding {
+	meta := policyMeta(name)
 	return &admissionregistrationv1.MutatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "MutatingAdmissionPolicyBinding"},
 		ObjectMeta: meta,

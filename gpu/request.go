@@ -242,9 +242,9 @@ func (r *PodRequest) CanonicalLabels() map[string]string {
 	return out
 }
 
-// canonicalRequestAnnotations are the annotations ApplyCanonical owns: it
+// CanonicalRequestAnnotations are the annotations ApplyCanonical owns: it
 // writes those CanonicalAnnotations names and removes the others.
-func canonicalRequestAnnotations() [5]string {
+func CanonicalRequestAnnotations() [5]string {
 	return [...]string{
 		v1alpha1.AnnotationGPUFraction,
 		v1alpha1.AnnotationGPUMemory,
@@ -269,7 +269,7 @@ func ApplyCanonical(pod *corev1.Pod, req *PodRequest, referenceDeviceMemoryMiB i
 	if out.Annotations == nil {
 		out.Annotations = map[string]string{}
 	}
-	for _, k := range canonicalRequestAnnotations() {
+	for _, k := range CanonicalRequestAnnotations() {
 		delete(out.Annotations, k)
 	}
 	for k, v := range req.CanonicalAnnotations() {

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
 )
 
 // One admission round trip a GPU pod (issue 19). The mutating webhook
@@ -32,21 +33,27 @@ import (
 const sealVersion = "v1"
 
 // sealedAnnotations are the annotations a seal covers, in its order: the
-// request's canonical annotations and a gang's size.
-func sealedAnnotations() [6]string {
-	return [...]string{
-		v1alpha1.AnnotationGPUFraction, v1alpha1.AnnotationGPUMemory, v1alpha1.AnnotationGPUCount,
-		v1alpha1.AnnotationGPUCores, v1alpha1.AnnotationPlacement, v1alpha1.AnnotationMinMember,
-	}
+// request's canonical annotations (gpu.CanonicalRequestAnnotations) and a
+// gang's size.
+func sealedAnnotations() []string {
+	keys := gpu.CanonicalRequestAnnotations()
+	return append(keys[:], v1alpha1.AnnotationMinMember)
 }
 
 // sealOf is the seal of pod as it stands: "v1;q=<queue>;g=<pod group>;
-// c=<container>:<gpu-milli>,...;a=<key>=<value>,...", containers then init
-// containers, those with a gpu-milli limit only. celSealMatches computes
-// the same in the API server.
+// s=<scheduler>;p=<preemption policy>;c=<container>:<gpu-milli>,...;
+// a=<key>=<value>,...", containers then init containers, those with a
+// gpu-milli limit only. celSealMatches computes the same in the API
+// server. The scheduler name and preemption policy are the webhook's too
+// (WithSchedulerName, WithPreemptionNever), and nothing else checks them.
 func sealOf(pod *corev1.Pod) string {
 	var b strings.Builder
-	b.WriteString(sealVersion + ";q=" + pod.Labels[v1alpha1.LabelQueue] + ";g=" + pod.Labels[v1alpha1.LabelPodGroup] + ";c=")
+	preemption := ""
+	if pod.Spec.PreemptionPolicy != nil {
+		preemption = string(*pod.Spec.PreemptionPolicy)
+	}
+	b.WriteString(sealVersion + ";q=" + pod.Labels[v1alpha1.LabelQueue] + ";g=" + pod.Labels[v1alpha1.LabelPodGroup] +
+		";s=" + pod.Spec.SchedulerName + ";p=" + preemption + ";c=")
 	first := true
 	for _, list := range [][]corev1.Container{pod.Spec.Containers, pod.Spec.InitContainers} {
 		for _, c := range list {
@@ -109,10 +116,11 @@ func celSeal(o string) string {
 		".filter(c, " + celStr(string(v1alpha1.ResourceGPUMilli)) + " in " + celLimits("c") + ")" +
 		".map(c, [" + celLimits("c") + "[" + celStr(string(v1alpha1.ResourceGPUMilli)) + "]].map(m, c.name + ':' + " + milli + ")[0])" +
 		".join(',')"
-	keys := sealedAnnotations()
-	anns := celStrs(keys[:]) + ".filter(k, k in " + celAnnotations(o) + ").map(k, k + '=' + " + celAnnotations(o) + "[k]).join(',')"
+	anns := celStrs(sealedAnnotations()) + ".filter(k, k in " + celAnnotations(o) + ").map(k, k + '=' + " + celAnnotations(o) + "[k]).join(',')"
 	return celStr(sealVersion+";q=") + " + " + celLabels(o) + celMapKey(v1alpha1.LabelQueue) + ".orValue('') + " +
 		celStr(";g=") + " + " + celLabels(o) + celMapKey(v1alpha1.LabelPodGroup) + ".orValue('') + " +
+		celStr(";s=") + " + " + o + ".spec.?schedulerName.orValue('') + " +
+		celStr(";p=") + " + " + o + ".spec.?preemptionPolicy.orValue('') + " +
 		celStr(";c=") + " + " + ctrs + " + " + celStr(";a=") + " + " + anns
 }
 
@@ -120,9 +128,12 @@ func celSeal(o string) string {
 // CEL identifier.
 func celMapKey(key string) string { return "[" + "?" + celStr(key) + "]" }
 
-// celSealMatches: o carries a seal, and it is o's.
+// celSealMatches: o carries a seal, and it is o's. The seal is computed
+// only for a pod that carries one: the matchCondition runs on every pod
+// write the validating webhook could see, plain pods' creates included.
 func celSealMatches(o string) string {
-	return celAnnotations(o) + celMapKey(v1alpha1.AnnotationCanonical) + ".orValue('') == " + celSeal(o)
+	key := celStr(v1alpha1.AnnotationCanonical)
+	return "(" + key + " in " + celAnnotations(o) + " && " + celAnnotations(o) + "[" + key + "] == " + celSeal(o) + ")"
 }
 
 // sealedCreateMatchCondition skips the validating webhook for the creation

@@ -263,6 +263,11 @@ type cycle struct {
 	// notedWaits are wait messages joined with their room notes.
 	notedWaits map[[2]string]string
 	roomsFree  bool
+	// holds are the devices withheld for workloads that wait for
+	// evictions (holdFor).
+	holds []hold
+	// holdLines caches holdNote's lines by constraint signature.
+	holdLines map[string][]holdLine
 	// lifted are the rooms open to the workload being tried (lift), and
 	// liftOpen whether their devices are unwithheld now (openLifted).
 	lifted        []*room
@@ -648,6 +653,9 @@ func (c *cycle) backoff(k WorkloadKey) time.Time {
 func (c *cycle) wait(w *Workload, reason, msg string) {
 	if q := c.queues[w.Queue]; q != nil {
 		q.waiting++
+	}
+	if reason == v1alpha1.ReasonWaitingForCapacity && len(c.holds) > 0 {
+		msg += c.holdNote(w)
 	}
 	if reason == v1alpha1.ReasonWaitingForCapacity && len(c.rooms) > 0 {
 		if note := c.roomNote(w); note != "" {

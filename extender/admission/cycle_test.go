@@ -420,6 +420,33 @@ func TestCycle(t *testing.T) {
 			}},
 			want: outcome{Waiting: map[string]string{"ns/high": "WaitingForCapacity: waiting for 1 evicted or deleted pods to terminate to make room"}},
 		},
+		"room an eviction frees is kept from workloads tried after the preemptor": {
+			world: world{nodes: nodes2x2[:1], gpuNodes: gpus2x2[:1], queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Obj(),
+				gated("high", "a", 2).Priority(100).Obj(),
+				gated("mid", "a", 1).Priority(50).Obj(),
+			}},
+			want: outcome{
+				Waiting: map[string]string{
+					"ns/high": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/low",
+					"ns/mid": "WaitingForCapacity: pod needs 1 GPU; no node has room now: node n-0: no healthy GPU with room; pod needs a whole GPU (container main)" +
+						"; GPUs 0, 1 of node n-0 are kept for ns/high, which waits for pods being evicted or deleted to make room",
+				},
+				Evicted: []string{"ns/low (preempt)"},
+			},
+		},
+		"room being freed is kept from workloads tried after the one waiting for it": {
+			world: world{nodes: nodes2x2[:1], gpuNodes: gpus2x2[:1], queues: []*v1alpha1.Queue{queueA}, pods: []*corev1.Pod{
+				running("low", "a", "n-0", 1, t0).Priority(0).Terminating(t0.Add(time.Hour)).Obj(),
+				gated("high", "a", 2).Priority(100).Obj(),
+				gated("mid", "a", 1).Priority(50).Obj(),
+			}},
+			want: outcome{Waiting: map[string]string{
+				"ns/high": "WaitingForCapacity: waiting for 1 evicted or deleted pods to terminate to make room",
+				"ns/mid": "WaitingForCapacity: pod needs 1 GPU; no node has room now: node n-0: no healthy GPU with room; pod needs a whole GPU (container main)" +
+					"; GPUs 0, 1 of node n-0 are kept for ns/high, which waits for pods being evicted or deleted to make room",
+			}},
+		},
 		"taints, selectors and cordons keep pods off nodes": {
 			world: world{
 				nodes: []*corev1.Node{
@@ -620,6 +647,18 @@ func TestElastic(t *testing.T) {
 	crowded, crowdedMap := rayCluster("rc", "a", 2, []string{"n-0", "n-1"}, t0, 1)
 	full, fullMap := rayCluster("rc", "a", 3, []string{"n-0", "n-1", "n-2", "n-3"}, t0, 1)
 	headOnly, headOnlyMap := rayCluster("rc", "a", 1, []string{"n-0"}, t0, 0)
+	// Mid-eviction: of the two elastic workers evicted for b-gang,
+	// worker-1 is still terminating on n-2 and worker-2 is gone from n-3;
+	// the RayCluster's controller made worker-3 and worker-4 to replace them.
+	evicting, evictingMap := rayCluster("rc", "a", 5, []string{"n-0", "n-1", "n-2"}, t0, 1)
+	evicting[2].DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Hour)}
+	evicting = slices.Delete(evicting, 3, 4)
+	// The same with both still terminating, and a third elastic worker
+	// running: the minimum's count must not take a terminating one for an
+	// extra.
+	draining, drainingMap := rayCluster("rc", "a", 4, []string{"n-0", "n-1", "n-2", "n-3", "n-4"}, t0, 1)
+	draining[3].DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Hour)}
+	draining[4].DeletionTimestamp = &metav1.Time{Time: t0.Add(time.Hour)}
 	bGang, bPodGroup := gang("b-gang", "b", 2, 2, 1)
 
 	cases := map[string]struct {
@@ -656,6 +695,30 @@ func TestElastic(t *testing.T) {
 				pods: append(full, bGang...), podGroups: []*v1alpha1.PodGroup{bPodGroup}},
 			opts: Options{Now: t0.Add(2 * time.Second), PreemptMinRuntime: time.Minute},
 			want: outcome{Waiting: map[string]string{"ns/b-gang": "WaitingForCapacity: gang needs 2 × 1 GPU; at most 0 fit now"}},
+		},
+		"room freed for a minimum is not taken by elastic members meanwhile": {
+			world: world{nodes: nodes4, gpuNodes: gpus4, queues: queues, mapped: evictingMap,
+				pods: append(evicting, bGang...), podGroups: []*v1alpha1.PodGroup{bPodGroup}},
+			want: outcome{Waiting: map[string]string{
+				"ns/b-gang": "WaitingForCapacity: waiting for 1 evicted or deleted pods to terminate to make room",
+				"ns/workload/raycluster-rc": "WaitingForCapacity: RayCluster ns/rc runs its minimum of 2; " +
+					"its 2 elastic member(s) beyond it wait for room that no workload's minimum wants" +
+					"; GPU 0 of node n-3 is kept for ns/b-gang, which waits for pods being evicted or deleted to make room",
+			}},
+		},
+		"terminating members are not counted as running elastic ones": {
+			world: world{nodes: nodes5, gpuNodes: gpus5, queues: queues, mapped: drainingMap,
+				pods: append(draining, append(bGang,
+					gated("b-1", "b", 1).Created(t0.Add(time.Hour)).Obj(),
+					gated("b-2", "b", 1).Created(t0.Add(2*time.Hour)).Obj())...), podGroups: []*v1alpha1.PodGroup{bPodGroup}},
+			want: outcome{
+				Waiting: map[string]string{
+					"ns/b-gang": "WaitingForCapacity: waiting for 2 evicted or deleted pods to terminate to make room",
+					"ns/b-1":    "WaitingForCapacity: evicting 1 workload(s) to make room: RayCluster ns/rc (elastic member rc-worker-1)",
+					"ns/b-2":    "WaitingForCapacity: pod needs 1 GPU; no node has room now: node n-0: no healthy GPU with room; pod needs a whole GPU (container main)",
+				},
+				Evicted: []string{"ns/workload/raycluster-rc rc-worker-1 (reclaim)"},
+			},
 		},
 		"elastic members never evict": {
 			world: world{nodes: nodes2, gpuNodes: gpus2, queues: queues, mapped: headOnlyMap,

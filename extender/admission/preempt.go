@@ -74,15 +74,22 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 			}
 		}
 	}
-	fits := func() bool {
+	// room places w's members and takes them off again: the devices they
+	// would take, and whether they fit.
+	room := func() ([]roomDevices, bool) {
 		placed, err := c.place(w, members, false)
+		devs := roomOf(placed)
 		for _, p := range placed {
 			c.snap.Forget(p.Member.Pod.UID)
 			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
 				claims.Forget(p.Member.Pod)
 			}
 		}
-		return err == nil
+		return devs, err == nil
+	}
+	fits := func() bool {
+		_, ok := room()
+		return ok
 	}
 	// Each search places the gang again, so a cycle bounds them; the
 	// look at terminating pods below is one of them.
@@ -95,9 +102,13 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	terminating := c.terminatingMembers()
 	release(terminating)
 	defer restore(terminating)
-	if len(terminating) > 0 && fits() {
-		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
-		return true
+	if len(terminating) > 0 {
+		if devs, ok := room(); ok {
+			restore(terminating)
+			c.holdFor(w, devs)
+			c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
+			return true
+		}
 	}
 	// Elastic members beyond their gang's minimum go first, one by one.
 	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
@@ -151,6 +162,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		}
 		release(chosen[i].members)
 	}
+	devs, _ := room()
 	names := make([]string, len(chosen))
 	for i, v := range chosen {
 		restore(v.members)
@@ -161,8 +173,90 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		}
 		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
 	}
+	restore(terminating)
+	c.holdFor(w, devs)
 	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
 	return true
+}
+
+// holdFor withholds, for the rest of the cycle, the devices a workload
+// waits to be freed for (by its evictions, or by pods already
+// terminating): what is free of them now, and what frees while the victims
+// go, is not taken by a workload tried later in the cycle, which would
+// then have to be evicted in turn (an elastic member admitted into the
+// room an eviction freed for a minimum, as pods went one at a time).
+// Devices already withheld (a head of line's room) stay as they are.
+func (c *cycle) holdFor(w *Workload, devs []roomDevices) {
+	h := hold{w: w}
+	for _, d := range devs {
+		kept := roomDevices{node: d.node}
+		for i, u := range d.uuids {
+			if c.snap.Withhold(d.node, []string{u}) {
+				kept.uuids = append(kept.uuids, u)
+				if i < len(d.indexes) {
+					kept.indexes = append(kept.indexes, d.indexes[i])
+				}
+			}
+		}
+		if len(kept.uuids) > 0 {
+			h.devices = append(h.devices, kept)
+		}
+	}
+	if len(h.devices) > 0 {
+		c.holds = append(c.holds, h)
+		c.holdLines = nil
+	}
+}
+
+// hold is what holdFor withheld for w.
+type hold struct {
+	w       *Workload
+	devices []roomDevices
+}
+
+// holdNote tells a workload waiting for capacity which of the devices its
+// first member could use are held for another workload waiting for
+// evictions; "" when none is. The lines are worked out once per
+// constraint signature and set of holds: thousands of workloads may wait.
+func (c *cycle) holdNote(w *Workload) string {
+	if len(w.Pending) == 0 {
+		return ""
+	}
+	m := w.Pending[0]
+	sig := constraintSig(m)
+	lines, ok := c.holdLines[sig]
+	if !ok {
+		cands := c.staticCandidates(sig, m)
+		for _, h := range c.holds {
+			var on []roomDevices
+			for _, d := range h.devices {
+				if _, found := slices.BinarySearch(cands, d.node); found && c.snap.RoomMilli(d.node, d.uuids) > 0 {
+					on = append(on, d)
+				}
+			}
+			if len(on) > 0 {
+				lines = append(lines, holdLine{w: h.w, text: fmt.Sprintf("%s kept for %s, which waits for pods being evicted or deleted to make room", describeRoom(on), h.w.Key)})
+			}
+		}
+		if c.holdLines == nil {
+			c.holdLines = map[string][]holdLine{}
+		}
+		c.holdLines[sig] = lines
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		if l.w != w {
+			b.WriteString("; ")
+			b.WriteString(l.text)
+		}
+	}
+	return b.String()
+}
+
+// holdLine is one hold as holdNote words it.
+type holdLine struct {
+	w    *Workload
+	text string
 }
 
 // victims lists the workloads that may be evicted for w, the first to go

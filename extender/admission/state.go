@@ -164,15 +164,25 @@ func (w *Workload) Name() string {
 // most recently admitted first: those that may be evicted one by one
 // without breaking the gang.
 func (w *Workload) Extras() []*Member {
-	n := len(w.Active) + int(w.Succeeded) - int(w.MinMember)
-	if !w.Elastic || n <= 0 {
+	if !w.Elastic {
 		return nil
 	}
+	// Members being deleted count neither as extras nor towards the
+	// minimum: they are going.
 	var out []*Member
+	staying := int(w.Succeeded)
 	for _, m := range w.Active {
-		if m.Elastic && m.Pod.DeletionTimestamp == nil {
+		if m.Pod.DeletionTimestamp != nil {
+			continue
+		}
+		staying++
+		if m.Elastic {
 			out = append(out, m)
 		}
+	}
+	n := staying - int(w.MinMember)
+	if n <= 0 {
+		return nil
 	}
 	slices.SortFunc(out, func(a, b *Member) int {
 		return cmp.Or(b.Admitted.Compare(a.Admitted), b.Pod.CreationTimestamp.Compare(a.Pod.CreationTimestamp.Time), cmp.Compare(b.Pod.Name, a.Pod.Name))

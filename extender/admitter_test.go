@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/client-go/tools/events"
@@ -83,6 +84,56 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	}
 	if a, ok := ledger.Allocation(pod.UID); ok {
 		t.Errorf("the hold outlived InflightTTL: %+v", a)
+	}
+}
+
+// TestAdmitterHoldsFractionsWhereItPlacedThem: a single fractional pod is
+// held on the device the cycle packed it onto, like a memory slice, so
+// that the extender's filter offers kube-scheduler that node alone (it
+// then skips scoring, and the extender's prioritize), and a pod admitted
+// in the same cycle is not bound onto room the cycle counted for another.
+func TestAdmitterHoldsFractionsWhereItPlacedThem(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	nodes := []v1alpha1.GPUNode{*gpuNode("n1", 1).Obj(), *gpuNode("n2", 1).Obj()}
+	queue := pt.MakeQueue("a").Obj()
+	// n1's device is half taken: binpacking puts the half there.
+	busy := bound(t, fractionPod("busy", "0.5", "500").Queue("a").Annotation(v1alpha1.AnnotationAdmitted, clk.Now().Format(admittedLayout)), "n1", 0)
+	half := fractionPod("half", "0.5", "500").Queue("a").SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now()).Obj()
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(busy, half.DeepCopy(), queue.DeepCopy()).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
+	ledger := gpu.BuildLedger(nodes, []corev1.Pod{*busy}, gpu.WithClock(clk))
+	opts := DefaultAdmitterOptions()
+	a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, opts, nil, clk)
+	cache := a.Cache()
+	for _, n := range []string{"n1", "n2"} {
+		cache.UpsertNode(pt.MakeNode(n).Obj())
+	}
+	cache.UpsertQueue(queue)
+	cache.UpsertPod(busy)
+	cache.UpsertPod(half)
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, ok := ledger.Allocation(half.UID)
+	if !ok || held.Node != "n1" {
+		t.Fatalf("ledger holds %+v, %v; want half held on n1, where the cycle packed it", held, ok)
+	}
+	var got corev1.Pod
+	if err := c.Get(ctx, client.ObjectKeyFromObject(half), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Spec.SchedulingGates) != 0 || got.Spec.Affinity != nil || got.Annotations[v1alpha1.AnnotationReservation] == "" {
+		t.Fatalf("released pod: gates %v, affinity %+v, reservation %q; want ungated, not pinned, with its reservation",
+			got.Spec.SchedulingGates, got.Spec.Affinity, got.Annotations[v1alpha1.AnnotationReservation])
+	}
+	e := New(ledger, c, &fakeBinder{})
+	res, err := e.Filter(ctx, &extenderv1.ExtenderArgs{Pod: &got, NodeNames: &[]string{"n1", "n2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"n1"}, *res.NodeNames); diff != "" {
+		t.Errorf("filter passed (-want +got):\n%s\nfailed: %v", diff, res.FailedAndUnresolvableNodes)
 	}
 }
 

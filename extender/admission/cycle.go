@@ -112,11 +112,15 @@ type Admission struct {
 	// Pin is set for gangs: members are pinned to their nodes and the
 	// devices reserved; single pods are only ungated.
 	Pin bool
-	// Hold is set for single pods that ask for GPU memory: the devices
-	// simulated for them are held in the ledger for a while, so that the
-	// extender binds them where they were charged (a memory slice holds a
-	// larger share of a smaller device). No node affinity is written: once
-	// the hold lapses the pod may go anywhere, and is charged what it holds.
+	// Hold is set for single pods placed on the ledger (not through
+	// claims) that ask for GPU memory or that carry no constraint the cycle
+	// does not weigh (placedAsScheduled): the devices simulated for them
+	// are held in the ledger for a while, so that the extender binds them
+	// where they were charged (a memory slice holds a larger share of a
+	// smaller device) and where the cycle counted them, and its filter
+	// offers kube-scheduler that one node, which then skips scoring and the
+	// extender's prioritize. No node affinity is written: once the hold
+	// lapses the pod may go anywhere, and is charged what it holds.
 	Hold bool
 }
 
@@ -639,7 +643,14 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 	gang := w.Key.IsGang()
 	// A gang's claim members are pinned to the nodes the simulation of
 	// their claims found (Options.Claims); without one they go unpinned.
-	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: !gang && w.deviceCharged})
+	// A single pod's claims hold its devices: the ledger has none to hold.
+	// A memory slice is held wherever it goes (its charge depends on the
+	// device); another single pod only when the cycle weighed everything
+	// kube-scheduler would (placedAsScheduled).
+	hold := !gang && !slices.ContainsFunc(placed, func(ma MemberAdmission) bool {
+		return ma.Member.Claims != nil || (!ma.Member.memory && !placedAsScheduled(ma.Member.Pod))
+	})
+	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: hold})
 	return true
 }
 

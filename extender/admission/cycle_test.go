@@ -947,3 +947,43 @@ func TestQueueCPUAndMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestPlacedAsScheduled: a single pod is held where the cycle placed it
+// only when kube-scheduler would weigh nothing the cycle does not.
+func TestPlacedAsScheduled(t *testing.T) {
+	with := func(f func(*corev1.PodSpec)) *corev1.Pod {
+		p := gated("p", "a", 1).Obj()
+		f(&p.Spec)
+		return p
+	}
+	term := corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname}
+	cases := map[string]struct {
+		pod  *corev1.Pod
+		want bool
+	}{
+		"plain":                  {pod: gated("p", "a", 1).Obj(), want: true},
+		"required node affinity": {pod: gated("p", "a", 1).NodeSelector("model", "h100").Obj(), want: true},
+		"pod anti-affinity": {pod: with(func(s *corev1.PodSpec) {
+			s.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}}
+		})},
+		"preferred pod affinity": {pod: with(func(s *corev1.PodSpec) {
+			s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: term}}}}
+		})},
+		"preferred node affinity": {pod: with(func(s *corev1.PodSpec) {
+			s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 1}}}}
+		})},
+		"topology spread": {pod: with(func(s *corev1.PodSpec) {
+			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway}}
+		})},
+		"host port": {pod: with(func(s *corev1.PodSpec) {
+			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		})},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := placedAsScheduled(tc.pod); got != tc.want {
+				t.Errorf("placedAsScheduled = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -440,6 +440,38 @@ func (c *cycle) staticCandidates(sig string, m *Member) []string {
 	return out
 }
 
+// placedAsScheduled reports whether the cycle's placement of pod weighs
+// all that kube-scheduler would: its required node affinity, taints and
+// CPU and memory room, and nothing that depends on other pods or on
+// preferences. Pod affinity and anti-affinity, topology spread constraints,
+// host ports and preferred node affinity are left to kube-scheduler (a
+// required one could refuse the node the cycle chose; a preferred one
+// would be ignored once the pod has one node to go to).
+func placedAsScheduled(pod *corev1.Pod) bool {
+	spec := &pod.Spec
+	if len(spec.TopologySpreadConstraints) > 0 {
+		return false
+	}
+	if a := spec.Affinity; a != nil {
+		if a.PodAffinity != nil || a.PodAntiAffinity != nil {
+			return false
+		}
+		if a.NodeAffinity != nil && len(a.NodeAffinity.PreferredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return false
+		}
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			for _, p := range cs[i].Ports {
+				if p.HostPort != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // schedulingTaint selects the taints that keep pods off a node at
 // scheduling, as kube-scheduler's TaintToleration filter does.
 func schedulingTaint(t *corev1.Taint) bool {

@@ -132,6 +132,8 @@ func TestCycleTrust(t *testing.T) {
 				pods: []*corev1.Pod{gated("p", "", 1).Obj()}},
 			want:          outcome{Admitted: map[string][]string{"ns/p": {"p@n-0"}}},
 			wantAllocated: map[string]int64{v1alpha1.DefaultQueueName: 1000},
+			// Every single pod is held where the cycle placed it.
+			wantHold: []string{"ns/p"},
 		},
 		"what the default queue borrows is reclaimed": {
 			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{defaultQueue, queueB}, defaultQueue: v1alpha1.DefaultQueueName,
@@ -151,6 +153,16 @@ func TestCycleTrust(t *testing.T) {
 			want: outcome{Waiting: map[string]string{
 				"ns/p": "WaitingForQuota: queue default, the cluster's default queue for pods that name none, does not exist: create it (the chart and `partita dev up` do), or name an existing leaf queue",
 			}},
+		},
+		"a single pod kube-scheduler may place elsewhere is not held": {
+			world: world{nodes: nodes1, gpuNodes: gpus1, queues: []*v1alpha1.Queue{queueA},
+				pods: []*corev1.Pod{func() *corev1.Pod {
+					p := gated("spread", "a", 1).Obj()
+					p.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule}}
+					return p
+				}()}},
+			want:          outcome{Admitted: map[string][]string{"ns/spread": {"spread@n-0"}}},
+			wantAllocated: map[string]int64{"a": 1000},
 		},
 		"a memory slice is charged its share of the device it gets": {
 			world: world{nodes: mixed, gpuNodes: mixedGPUs, queues: []*v1alpha1.Queue{oneGPU},

@@ -91,11 +91,20 @@ func (e *Extender) Filter(ctx context.Context, args *extenderv1.ExtenderArgs) (*
 	}
 	passed := make([]string, 0, len(names))
 	counts := map[string]int{}
-	for i, v := range verdicts {
+	for _, v := range verdicts {
 		counts[v.reason]++
+	}
+	// A pod whose devices are held on a node that passes goes there: the
+	// other candidates' reasons, all ReservedElsewhere, would only be
+	// encoded here and decoded and dropped by kube-scheduler (hundreds per
+	// pod on a large cluster). Only a pod that fails everywhere needs them.
+	held := counts[ReasonFits] == 1 && counts[ReasonReservedElsewhere] == len(names)-1
+	for i, v := range verdicts {
 		switch {
 		case v.reason == ReasonFits:
 			passed = append(passed, names[i])
+			continue
+		case held:
 			continue
 		case v.unresolvable():
 			res.FailedAndUnresolvableNodes[names[i]] = v.message

@@ -104,6 +104,8 @@ func TestFilter(t *testing.T) {
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names("n1", "cpu-only"),
 				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
+		// kube-scheduler schedules it there: the other nodes' reasons would
+		// be dropped unread.
 		"a pod pinned by partita.dev/node stays there": {
 			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()},
 			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
@@ -111,7 +113,27 @@ func TestFilter(t *testing.T) {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names("n2"),
-				FailedNodes:                extenderv1.FailedNodesMap{},
+				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
+		},
+		"a pinned pod whose node is no candidate is told why on each": {
+			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj(), gpuNode("n3", 2).Obj()},
+			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
+				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n3")}
+			},
+			want: &extenderv1.ExtenderFilterResult{NodeNames: names(), FailedNodes: extenderv1.FailedNodesMap{},
+				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{
+					"n1": "the pod's GPUs are reserved on node n2", "n3": "the pod's GPUs are reserved on node n2"}},
+		},
+		"a pinned pod whose node is full is told why on each": {
+			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj()},
+			held:  []*corev1.Pod{bound(t, wholePod("other", 1, "1000"), "n2", 0)},
+			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
+				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
+			},
+			want: &extenderv1.ExtenderFilterResult{NodeNames: names(),
+				FailedNodes:                extenderv1.FailedNodesMap{"n2": "no healthy GPU with room; pod needs 0.5 (container main)"},
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"n1": "the pod's GPUs are reserved on node n2"}},
 		},
 		"a reservation holds on a full node": {
@@ -123,8 +145,7 @@ func TestFilter(t *testing.T) {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names("n2"),
-				FailedNodes:                extenderv1.FailedNodesMap{},
-				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"n1": "the pod's GPUs are reserved on node n2"}},
+				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"whole nodes in, whole nodes out": {
 			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()},

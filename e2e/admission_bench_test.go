@@ -25,7 +25,7 @@ func TestGangAdmissionThroughput(t *testing.T) {
 		t.Skip("set PARTITA_E2E_BENCH=1 to run the end-to-end admission benchmark")
 	}
 	const nodes, gpus, gangs, size = 200, 8, 100, 8
-	ctx := testContext(t, 30*time.Minute)
+	ctx := benchContext(t, 30*time.Minute)
 	_, cs, c := benchCluster(ctx, t, clusterName+"-gangs", nodes, gpus)
 	ensureGPUPriorityClass(ctx, t, cs)
 	ns := createNamespace(ctx, t, cs)

@@ -33,7 +33,7 @@ func TestConsoleMapAt500Nodes(t *testing.T) {
 		t.Skip("set PARTITA_E2E_BENCH=1 to run the console benchmark")
 	}
 	const nodes, gpus, fill, probes = 500, 8, 2000, 30
-	ctx := testContext(t, 35*time.Minute)
+	ctx := benchContext(t, 35*time.Minute)
 	start := time.Now()
 	bc, cs, _ := benchCluster(ctx, t, clusterName+"-console", nodes, gpus)
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))

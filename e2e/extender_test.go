@@ -661,7 +661,7 @@ func TestExtenderThroughput(t *testing.T) {
 		t.Skip("set PARTITA_E2E_BENCH=1 to run the end-to-end extender benchmark")
 	}
 	const nodes, gpus, n = 500, 8, 2000
-	ctx := testContext(t, 35*time.Minute)
+	ctx := benchContext(t, 35*time.Minute)
 	start := time.Now()
 	bc, cs, _ := benchCluster(ctx, t, clusterName+"-bench", nodes, gpus)
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))

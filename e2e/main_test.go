@@ -59,6 +59,13 @@ func run(m *testing.M) int {
 		return 1
 	}
 	clusterName = fmt.Sprintf("e2e-%d", os.Getpid())
+	if benchOnly() {
+		// The benchmarks bring up clusters of their own; an idle shared
+		// cluster beside them (its controllers, addons and console) would
+		// take CPU from what they measure.
+		fmt.Fprintln(os.Stderr, "e2e: PARTITA_E2E_BENCH=only: no shared dev cluster; only the benchmarks run")
+		return m.Run()
+	}
 	opts := devcluster.DefaultOptions()
 	opts.Name = clusterName
 	cluster, err = devcluster.New(opts)
@@ -143,7 +150,21 @@ func partita(ctx context.Context, args ...string) (string, error) {
 // testContext returns a context that ends with the test or after d.
 func testContext(t *testing.T, d time.Duration) context.Context {
 	t.Helper()
+	if clientset == nil {
+		t.Skip("PARTITA_E2E_BENCH=only: the shared dev cluster this test runs on is not up")
+	}
+	return benchContext(t, d)
+}
+
+// benchContext is testContext for the benchmarks, which bring up clusters
+// of their own and so also run with PARTITA_E2E_BENCH=only.
+func benchContext(t *testing.T, d time.Duration) context.Context {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// benchOnly: PARTITA_E2E_BENCH=only runs the benchmarks without the shared
+// dev cluster (every other test skips).
+func benchOnly() bool { return os.Getenv("PARTITA_E2E_BENCH") == "only" }

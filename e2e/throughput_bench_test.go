@@ -69,7 +69,7 @@ func TestPodThroughput(t *testing.T) {
 	if n > nodes*gpus {
 		t.Fatalf("%d one-GPU gang pods do not fit %d nodes × %d GPUs", n, nodes, gpus)
 	}
-	ctx := testContext(t, 40*time.Minute)
+	ctx := benchContext(t, 40*time.Minute)
 	start := time.Now()
 	bc, cs, c := benchCluster(ctx, t, clusterName+"-tput", nodes, gpus)
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))

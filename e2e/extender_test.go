@@ -32,6 +32,7 @@ import (
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/internal/envtestutil"
 )
 
 // The extender's end-to-end tests run the real kube-scheduler, which calls
@@ -808,7 +809,7 @@ func benchCluster(ctx context.Context, t *testing.T, name string, nodes, gpus in
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := client.New(cfg, client.Options{Scheme: crClient(t).Scheme()})
+	c, err := client.New(cfg, client.Options{Scheme: envtestutil.Scheme()})
 	if err != nil {
 		t.Fatal(err)
 	}

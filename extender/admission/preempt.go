@@ -74,22 +74,22 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 			}
 		}
 	}
-	// room places w's members and takes them off again: the devices they
-	// would take, and whether they fit.
-	room := func() ([]roomDevices, bool) {
+	// fits places w's members and takes them off again; room keeps the
+	// devices of the last placement that fitted, which every search below
+	// leaves the snapshot in: what w waits for (holdFor).
+	var room []roomDevices
+	fits := func() bool {
 		placed, err := c.place(w, members, false)
-		devs := roomOf(placed)
+		if err == nil {
+			room = roomOf(placed)
+		}
 		for _, p := range placed {
 			c.snap.Forget(p.Member.Pod.UID)
 			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
 				claims.Forget(p.Member.Pod)
 			}
 		}
-		return devs, err == nil
-	}
-	fits := func() bool {
-		_, ok := room()
-		return ok
+		return err == nil
 	}
 	// Each search places the gang again, so a cycle bounds them; the
 	// look at terminating pods below is one of them.
@@ -102,13 +102,11 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	terminating := c.terminatingMembers()
 	release(terminating)
 	defer restore(terminating)
-	if len(terminating) > 0 {
-		if devs, ok := room(); ok {
-			restore(terminating)
-			c.holdFor(w, devs)
-			c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
-			return true
-		}
+	if len(terminating) > 0 && fits() {
+		restore(terminating)
+		c.holdFor(w, room)
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
+		return true
 	}
 	// Elastic members beyond their gang's minimum go first, one by one.
 	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
@@ -162,7 +160,6 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		}
 		release(chosen[i].members)
 	}
-	devs, _ := room()
 	names := make([]string, len(chosen))
 	for i, v := range chosen {
 		restore(v.members)
@@ -174,7 +171,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
 	}
 	restore(terminating)
-	c.holdFor(w, devs)
+	c.holdFor(w, room)
 	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
 	return true
 }

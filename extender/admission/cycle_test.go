@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -977,6 +978,24 @@ func TestPlacedAsScheduled(t *testing.T) {
 		})},
 		"host port": {pod: with(func(s *corev1.PodSpec) {
 			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
+		})},
+		"persistent volume claim": {pod: with(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
+		})},
+		"generic ephemeral volume": {pod: with(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
+		})},
+		"an emptyDir": {want: true, pod: with(func(s *corev1.PodSpec) {
+			s.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+		})},
+		"the canonical GPU limit": {want: true, pod: with(func(s *corev1.PodSpec) {
+			s.Containers[0].Resources.Limits = corev1.ResourceList{v1alpha1.ResourceGPUMilli: resource.MustParse("500")}
+		})},
+		"another extended resource": {pod: with(func(s *corev1.PodSpec) {
+			s.Containers[0].Resources.Limits = corev1.ResourceList{v1alpha1.ResourceGPUMilli: resource.MustParse("500"), "rdma/ib": resource.MustParse("1")}
+		})},
+		"CPU and memory requests": {want: true, pod: with(func(s *corev1.PodSpec) {
+			s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}
 		})},
 	}
 	for name, tc := range cases {

@@ -441,16 +441,23 @@ func (c *cycle) staticCandidates(sig string, m *Member) []string {
 }
 
 // placedAsScheduled reports whether the cycle's placement of pod weighs
-// all that kube-scheduler would: its required node affinity, taints and
-// CPU and memory room, and nothing that depends on other pods or on
-// preferences. Pod affinity and anti-affinity, topology spread constraints,
-// host ports and preferred node affinity are left to kube-scheduler (a
-// required one could refuse the node the cycle chose; a preferred one
-// would be ignored once the pod has one node to go to).
+// all that kube-scheduler would: its required node affinity, taints, GPUs
+// and CPU and memory room, and nothing that depends on other pods, on
+// volumes, on other resources or on preferences. Pod affinity and
+// anti-affinity, topology spread constraints, host ports, persistent and
+// ephemeral volumes (a volume's node affinity), other extended resources
+// and preferred node affinity are left to kube-scheduler (a required one
+// could refuse the node the cycle chose; a preferred one would be ignored
+// once the pod has one node to go to).
 func placedAsScheduled(pod *corev1.Pod) bool {
 	spec := &pod.Spec
 	if len(spec.TopologySpreadConstraints) > 0 {
 		return false
+	}
+	for i := range spec.Volumes {
+		if spec.Volumes[i].PersistentVolumeClaim != nil || spec.Volumes[i].Ephemeral != nil {
+			return false
+		}
 	}
 	if a := spec.Affinity; a != nil {
 		if a.PodAffinity != nil || a.PodAntiAffinity != nil {
@@ -467,9 +474,25 @@ func placedAsScheduled(pod *corev1.Pod) bool {
 					return false
 				}
 			}
+			for name := range cs[i].Resources.Requests {
+				if !weighedResource(name) {
+					return false
+				}
+			}
+			for name := range cs[i].Resources.Limits {
+				if !weighedResource(name) {
+					return false
+				}
+			}
 		}
 	}
 	return true
+}
+
+// weighedResource: the cycle places a pod by this resource (CPU and
+// memory room, GPUs on the ledger).
+func weighedResource(name corev1.ResourceName) bool {
+	return name == corev1.ResourceCPU || name == corev1.ResourceMemory || slices.Contains(gpu.ResourceNames(), name)
 }
 
 // schedulingTaint selects the taints that keep pods off a node at

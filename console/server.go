@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,10 @@ type Server struct {
 
 	snap    atomic.Pointer[Snapshot]
 	version atomic.Uint64
+	// buildLock serialises the builds; lastBuild, which it guards, is
+	// when the last one began.
+	buildLock sync.Mutex
+	lastBuild time.Time
 
 	routes  []route
 	openapi []byte
@@ -124,27 +129,67 @@ func New(opts Options, deps Deps) (*Server, error) {
 	return s, nil
 }
 
-// Snapshot is the latest snapshot, nil before the first.
+// Snapshot is the latest snapshot, nil before the first. It may be older
+// than the informers when no page is open: see current.
 func (s *Server) Snapshot() *Snapshot { return s.snap.Load() }
 
+// current is the snapshot for a reader that is not a page's stream (an API
+// call, the history's sampler): the latest, rebuilt first when changes
+// came since it began, unless it began less than MinBuildInterval ago, so
+// that a reader sees the cluster at most that late and many readers
+// under churn cost at most one build per interval.
+func (s *Server) current(ctx context.Context) *Snapshot {
+	if err := s.refresh(ctx, s.opts.MinBuildInterval); err != nil {
+		s.opts.Log.Error(err, "Build the console's snapshot")
+	}
+	return s.Snapshot()
+}
+
+// refresh builds a snapshot when changes came since the last one began,
+// and that began at least minAge ago.
+func (s *Server) refresh(ctx context.Context, minAge time.Duration) error {
+	if !s.deps.Source.Pending() {
+		return nil
+	}
+	s.buildLock.Lock()
+	defer s.buildLock.Unlock()
+	// Another reader may have built while this one waited for the lock.
+	if !s.deps.Source.Pending() || (s.snap.Load() != nil && s.opts.Clock.Since(s.lastBuild) < minAge) {
+		return nil
+	}
+	return s.buildLocked(ctx)
+}
+
+// sinceLastBuild is how long ago the last build began.
+func (s *Server) sinceLastBuild() time.Duration {
+	s.buildLock.Lock()
+	defer s.buildLock.Unlock()
+	return s.opts.Clock.Since(s.lastBuild)
+}
+
 // Run starts the informers, then builds a snapshot after each batch of
-// changes (and samples the history) until ctx ends. It returns once the
-// informers fail, or nil when ctx ends; ready is closed after the first
-// snapshot.
+// changes while a page is open (and samples the history) until ctx ends.
+// With no page open it builds only when read (current): a snapshot reads
+// every object, which under churn (pods scheduled by the hundred) costs
+// the console more than everything else it does, and nobody would see
+// it. It returns once the informers fail, or nil when ctx ends; ready is
+// closed after the first snapshot.
 func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 	if err := s.deps.Source.Start(ctx); err != nil {
 		return err
 	}
 	log := s.opts.Log
-	lastBuild := s.opts.Clock.Now()
-	if err := s.build(ctx); err != nil {
+	s.buildLock.Lock()
+	err := s.buildLocked(ctx)
+	s.buildLock.Unlock()
+	if err != nil {
 		return err
 	}
 	if ready != nil {
 		close(ready)
 	}
 	if s.deps.History != nil {
-		go s.deps.History.Run(ctx, s.Snapshot, s.opts.Clock.Now)
+		go s.deps.History.Run(ctx, func() *Snapshot { return s.current(ctx) }, s.opts.Clock.Now)
 	}
 	for {
 		select {
@@ -152,17 +197,21 @@ func (s *Server) Run(ctx context.Context, ready chan<- struct{}) error {
 			return nil
 		case <-s.deps.Source.Changes():
 		}
+		if s.hub.Subscribers() == 0 {
+			// The change stays pending in the Source until a page opens
+			// (its stream starts from current) or something reads.
+			continue
+		}
 		// More changes usually follow one (a pod's bind, then its status):
 		// one snapshot for the batch, and under churn one per
 		// MinBuildInterval.
-		wait := buildWait(s.opts.Coalesce, s.opts.MinBuildInterval, s.opts.Clock.Since(lastBuild))
+		wait := buildWait(s.opts.Coalesce, s.opts.MinBuildInterval, s.sinceLastBuild())
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.opts.Clock.After(wait):
 		}
-		lastBuild = s.opts.Clock.Now()
-		if err := s.build(ctx); err != nil {
+		if err := s.refresh(ctx, 0); err != nil {
 			log.Error(err, "Build the console's snapshot")
 		}
 	}
@@ -175,7 +224,10 @@ func buildWait(coalesce, minInterval, sinceLast time.Duration) time.Duration {
 	return max(coalesce, minInterval-sinceLast)
 }
 
-func (s *Server) build(ctx context.Context) error {
+// buildLocked builds a snapshot of the informers and publishes it; the
+// caller holds buildLock.
+func (s *Server) buildLocked(ctx context.Context) error {
+	s.lastBuild = s.opts.Clock.Now()
 	changedAt := s.deps.Source.Take()
 	l, err := s.deps.Source.Lists(ctx)
 	if err != nil {
@@ -333,7 +385,7 @@ func (s *Server) apiHandler(rt route) http.Handler {
 			writeError(w, r, err)
 			return
 		}
-		snap := s.Snapshot()
+		snap := s.current(r.Context())
 		if snap == nil {
 			writeError(w, r, errorf(http.StatusServiceUnavailable, "ServiceUnavailable", "the console is still reading the cluster; try again in a moment"))
 			return

@@ -306,6 +306,24 @@ func (s *Source) mark() {
 	}
 }
 
+// Pending reports whether changes came since the last Take.
+func (s *Source) Pending() bool {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	return !s.changedAt.IsZero()
+}
+
+// Wake wakes the builder again when changes are pending (Changes).
+func (s *Source) Wake() {
+	if !s.Pending() {
+		return
+	}
+	select {
+	case s.changes <- struct{}{}:
+	default:
+	}
+}
+
 // Changes receives a value after changes; Take then says since when.
 func (s *Source) Changes() <-chan struct{} { return s.changes }
 

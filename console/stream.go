@@ -76,6 +76,9 @@ func handleEvents(c *call) (any, error) {
 
 	updates, stop := c.s.hub.Subscribe()
 	defer stop()
+	// Changes that came while no page was open wait in the Source: the
+	// builder has a page to build for now.
+	c.s.deps.Source.Wake()
 	c.s.metrics.stream(1)
 	defer c.s.metrics.stream(-1)
 	send := func(event string, data any) error {

@@ -777,7 +777,9 @@ func TestExtenderThroughput(t *testing.T) {
 // benchCluster brings up a cluster of its own for a benchmark, with client
 // limits raised, and waits until every GPUNode is published; it is torn
 // down when the test ends unless PARTITA_E2E_KEEP is set.
-func benchCluster(ctx context.Context, t *testing.T, name string, nodes, gpus int) (*devcluster.Cluster, kubernetes.Interface, client.Client) {
+// benchCluster brings up the dev cluster name of nodes × gpus for a
+// benchmark; devUpArgs go to each dev up.
+func benchCluster(ctx context.Context, t *testing.T, name string, nodes, gpus int, devUpArgs ...string) (*devcluster.Cluster, kubernetes.Interface, client.Client) {
 	t.Helper()
 	if os.Getenv("PARTITA_E2E_KEEP") == "" {
 		t.Cleanup(func() { _, _ = partita(context.WithoutCancel(ctx), "dev", "down", "--name", name) })
@@ -785,7 +787,7 @@ func benchCluster(ctx context.Context, t *testing.T, name string, nodes, gpus in
 	// The agent publishes hundreds of nodes at its client QPS, longer than
 	// dev up waits for it to be ready; dev up again starts what is missing.
 	for attempt := 1; ; attempt++ {
-		out, err := partita(ctx, "dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus))
+		out, err := partita(ctx, append([]string{"dev", "up", "--name", name, "--nodes", fmt.Sprint(nodes), "--gpus-per-node", fmt.Sprint(gpus)}, devUpArgs...)...)
 		if err == nil {
 			break
 		}

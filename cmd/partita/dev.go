@@ -23,6 +23,8 @@ type devFlags struct {
 	// gpuBackend is --gpu-backend as given; empty keeps the cluster's
 	// (extender for a new one).
 	gpuBackend string
+	// webhookFlags are --webhook-flag's: more flags for the host webhook.
+	webhookFlags []string
 }
 
 func (f *devFlags) register(cmd *cobra.Command) {
@@ -68,7 +70,10 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 		opts.SchedulerConfig = devSchedulerConfig()
 		opts.Prepare = devPrepare
 	}
-	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode); err != nil {
+	if len(f.webhookFlags) > 0 && opts.Mode != devcluster.ModeHost {
+		return nil, fmt.Errorf("--webhook-flag: the webhook runs on the host in mode host only; in mode %s set the chart's values", opts.Mode)
+	}
+	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode, f.webhookFlags...); err != nil {
 		return nil, err
 	}
 	return devcluster.New(opts)
@@ -97,6 +102,8 @@ func addNodeFlags(cmd *cobra.Command, f *devFlags) {
 	cmd.Flags().StringVar(&f.opts.GPUModel, "gpu-model", f.opts.GPUModel, "simulated GPU model: "+strings.Join(devcluster.ModelNames(), ", "))
 	cmd.Flags().StringSliceVar(&f.opts.Disable, "disable", nil, "cluster components not to start (kube-scheduler, kube-controller-manager); for trying failure modes")
 	_ = cmd.Flags().MarkHidden("disable")
+	cmd.Flags().StringArrayVar(&f.webhookFlags, "webhook-flag", nil, "a flag for the webhook (mode host), added to its command line when it starts; e.g. --webhook-flag=--admission-gate=false to measure what the admission loop costs")
+	_ = cmd.Flags().MarkHidden("webhook-flag")
 }
 
 func newDevUpCommand(f *devFlags) *cobra.Command {

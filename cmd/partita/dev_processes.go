@@ -32,7 +32,10 @@ const extenderSA = devcluster.ChartRelease + "-extender"
 // webhook writes claims; the real node (mode host) gets an agent of its own
 // that is the node's DRA kubelet plugin, registered in the real kubelet's
 // plugin directories and writing CDI specs where its containerd reads them.
-func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool) ([]devcluster.HostProcess, error) {
+//
+// webhookFlags go at the end of the webhook's command line (dev up's
+// hidden --webhook-flag, for measuring what an option costs).
+func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, webhookFlags ...string) ([]devcluster.HostProcess, error) {
 	selector := v1alpha1.LabelGPUNode + "=true"
 	realNodeAgent := backend == dra.BackendDRA && realNode && mode == devcluster.ModeHost
 	if mode == devcluster.ModeChart || realNodeAgent {
@@ -94,6 +97,7 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool) 
 		agent.Args = append(agent.Args, "--gpu-backend", string(dra.BackendDRA))
 		wh.Args = append(wh.Args, "--gpu-backend", string(dra.BackendDRA))
 	}
+	wh.Args = append(wh.Args, webhookFlags...)
 	if mode == devcluster.ModeChart {
 		return []devcluster.HostProcess{agent, devConsole}, nil
 	}

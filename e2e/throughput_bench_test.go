@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -139,6 +140,9 @@ func TestPodThroughput(t *testing.T) {
 		reviews  string
 		// apiWebhook is the API server's time in webhook calls.
 		apiWebhook string
+		// requests are the API server's requests per pod until the last
+		// bind, by verb and resource.
+		requests string
 	}
 	phases := []*phase{{name: "plain"}, {name: "half-GPU"}, {name: "gang 8×1 GPU"}}
 	for i := range n {
@@ -153,9 +157,10 @@ func TestPodThroughput(t *testing.T) {
 	for _, ph := range phases {
 		label := ph.pods[0].Labels["e2e.partita.dev/phase"]
 		selector := "e2e.partita.dev/phase=" + label
-		counter := countWrites(ctx, t, cs, wc, ns, selector)
+		counter := countWrites(ctx, t, cs, wc, ns, selector, n)
 		reviewsBefore := webhookReviews(ctx, t, bc)
 		apiBefore := apiserverWebhookTimes(ctx, cs)
+		requestsBefore := apiserverRequests(ctx, cs)
 		cpuBefore := componentCPU(bc.Dir())
 		profiled := profilePhase(ctx, t, cs, label)
 		begin := time.Now()
@@ -172,9 +177,10 @@ func TestPodThroughput(t *testing.T) {
 		})
 		createPods(ctx, t, cs, ph.pods, workers)
 		ph.created = time.Since(begin)
-		ph.bound = waitAllBound(ctx, t, cs, ns, selector, n, 10*time.Minute).Sub(begin)
+		ph.bound = counter.waitAllBound(t, 10*time.Minute).Sub(begin)
 		ph.rate = float64(n) / ph.bound.Seconds()
 		ph.cpu = cpuSince(bc.Dir(), cpuBefore)
+		ph.requests = requestsSince(apiserverRequests(ctx, cs), requestsBefore, n)
 		profiled()
 		// Writes that follow the binding (the node's status updates, the
 		// agent's GPUNode status) count too.
@@ -193,6 +199,7 @@ func TestPodThroughput(t *testing.T) {
 			ph.name, n, ph.created.Round(time.Millisecond), float64(n)/ph.created.Seconds(), ph.bound.Round(time.Millisecond), ph.rate)
 		t.Logf("%s: CPU used until the last bind: %s", ph.name, ph.cpu)
 		t.Logf("%s: API writes per pod: %s", ph.name, formatWrites(ph.writes, n))
+		t.Logf("%s: API requests per pod until the last bind, by verb and resource: %s", ph.name, ph.requests)
 		t.Logf("%s: extender so far: %s", ph.name, ph.extender)
 		t.Logf("%s: webhook calls per pod: %s", ph.name, ph.reviews)
 		t.Logf("%s: the API server's webhook calls, mean time each: %s", ph.name, ph.apiWebhook)
@@ -491,6 +498,46 @@ type writeCounter struct {
 	stopped  atomic.Bool
 	watchers []watch.Interface
 	wg       sync.WaitGroup
+
+	// bound are the phase's pods seen bound; allBound is closed, and
+	// boundAt set, when they are want.
+	bound    map[string]bool
+	want     int
+	allBound chan struct{}
+	boundAt  time.Time
+}
+
+// seeBound notes a pod seen bound.
+func (w *writeCounter) seeBound(name string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.bound[name] {
+		return
+	}
+	w.bound[name] = true
+	if len(w.bound) == w.want {
+		w.boundAt = time.Now()
+		close(w.allBound)
+	}
+}
+
+// waitAllBound waits until the watch has seen every pod of the phase bound
+// and returns when it saw the last. A watch rather than polls: listing the
+// phase's pods every 50 ms (as JSON) used a fifth of a core of the API
+// server's and as much of the test's, for as long as a phase lasted.
+func (w *writeCounter) waitAllBound(t *testing.T, d time.Duration) time.Time {
+	t.Helper()
+	select {
+	case <-w.allBound:
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.boundAt
+	case <-time.After(d):
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		t.Fatalf("%d of %d pods seen bound after %s", len(w.bound), w.want, d)
+		return time.Time{}
+	}
 }
 
 func (w *writeCounter) add(kind string) {
@@ -526,9 +573,9 @@ func (w *writeCounter) stop() map[string]int {
 // stored write, classified by what it changed), the Events in the
 // namespace (by involved kind and reason), the namespace's PodGroups and
 // every Queue and GPUNode.
-func countWrites(ctx context.Context, t *testing.T, cs kubernetes.Interface, wc client.WithWatch, ns, selector string) *writeCounter {
+func countWrites(ctx context.Context, t *testing.T, cs kubernetes.Interface, wc client.WithWatch, ns, selector string, want int) *writeCounter {
 	t.Helper()
-	w := &writeCounter{counts: map[string]int{}, samples: map[string]string{}}
+	w := &writeCounter{counts: map[string]int{}, samples: map[string]string{}, bound: map[string]bool{}, want: want, allBound: make(chan struct{})}
 	// Each watch resumes from the last version it saw when the API server
 	// closes it (it drops watchers that fall behind, which a busy box
 	// makes likely), so that no write goes uncounted.
@@ -540,6 +587,9 @@ func countWrites(ctx context.Context, t *testing.T, cs kubernetes.Interface, wc 
 		w.watchers = append(w.watchers, wi)
 		w.wg.Go(func() {
 			for ev := range wi.ResultChan() {
+				if p, ok := ev.Object.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+					w.seeBound(p.Name)
+				}
 				if w.stopped.Load() {
 					continue
 				}
@@ -702,6 +752,57 @@ func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[str
 		out[k] = e
 	}
 	return out
+}
+
+// apiserverRequests reads the API server's request counts
+// (apiserver_request_total) by verb and resource; nil when /metrics cannot
+// be read.
+func apiserverRequests(ctx context.Context, cs kubernetes.Interface) map[string]float64 {
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
+	if err != nil {
+		return nil
+	}
+	fams, err := parseMetrics(b)
+	if err != nil {
+		return nil
+	}
+	out := map[string]float64{}
+	for _, m := range fams["apiserver_request_total"].GetMetric() {
+		res := metricLabel(m, "resource")
+		if res == "" {
+			continue // /metrics, /healthz and the like
+		}
+		if sub := metricLabel(m, "subresource"); sub != "" {
+			res += "/" + sub
+		}
+		out[metricLabel(m, "verb")+" "+res] += m.GetCounter().GetValue()
+	}
+	return out
+}
+
+// requestsSince lists the requests per pod between two readings, most
+// first, leaving out those under 0.02 a pod.
+func requestsSince(now, before map[string]float64, pods int) string {
+	type req struct {
+		key string
+		n   float64
+	}
+	var reqs []req
+	var total float64
+	for k, v := range now {
+		if d := (v - before[k]) / float64(pods); d > 0 {
+			total += d
+			if d >= 0.02 {
+				reqs = append(reqs, req{k, d})
+			}
+		}
+	}
+	slices.SortFunc(reqs, func(a, b req) int { return cmp.Or(cmp.Compare(b.n, a.n), strings.Compare(a.key, b.key)) })
+	parts := make([]string, len(reqs))
+	for i, r := range reqs {
+		parts[i] = fmt.Sprintf("%s %.2f", r.key, r.n)
+	}
+	return fmt.Sprintf("%.2f (%s)", total, strings.Join(parts, ", "))
 }
 
 func webhookTimesSince(now, before map[string][2]float64) string {

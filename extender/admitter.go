@@ -61,6 +61,10 @@ const patchWorkers = 16
 type AdmitterOptions struct {
 	// Placement is the device placement of pods that choose none.
 	Placement gpu.Placement
+	// Released, when set, is given each pod the loop releases for the
+	// extender to bind, as the API server returned it
+	// (WithReleasedPods).
+	Released *ReleasedPods
 	// ScheduleTimeout is the default of PodGroup scheduleTimeoutSeconds.
 	ScheduleTimeout time.Duration
 	// PreemptMinRuntime protects young workloads from eviction.
@@ -514,6 +518,9 @@ func (a *Admitter) release(ctx context.Context, m admission.MemberAdmission, adm
 	// already taken (by its own bind) would fail for every pod of its shape.
 	pod.ManagedFields = nil
 	a.cache.UpsertPod(pod)
+	if !claims {
+		a.opts.Released.Put(pod)
+	}
 	return nil
 }
 

@@ -41,6 +41,7 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}).Build()
 	ledger := gpu.BuildLedger([]v1alpha1.GPUNode{*l4, *h200}, nil, gpu.WithClock(clk))
 	opts := DefaultAdmitterOptions()
+	opts.Released = NewReleasedPods(clk, time.Minute)
 	a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, opts, nil, clk)
 	cache := a.Cache()
 	cache.UpsertNode(pt.MakeNode("l4").Label("model", "l4").Allocatable(corev1.ResourceCPU, "64").Obj())
@@ -60,6 +61,10 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	}
 	if len(got.Spec.SchedulingGates) != 0 || got.Spec.Affinity != nil {
 		t.Errorf("released pod: gates %v, affinity %+v; want ungated and not pinned", got.Spec.SchedulingGates, got.Spec.Affinity)
+	}
+	// Bind finds the release while its informer still shows the gate.
+	if r := opts.Released.Take(client.ObjectKeyFromObject(pod), pod.UID); r == nil || r.ResourceVersion != got.ResourceVersion || len(r.Spec.SchedulingGates) != 0 {
+		t.Errorf("released pods hold %+v, want the pod as the release wrote it (resourceVersion %s)", r, got.ResourceVersion)
 	}
 	// The hold travels on the pod: a ledger that sees it (another
 	// replica's, or this one's after a restart) holds the same device.

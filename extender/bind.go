@@ -159,13 +159,16 @@ func (e *Extender) Bind(ctx context.Context, args *extenderv1.ExtenderBindingArg
 	if len(pod.Spec.SchedulingGates) > 0 {
 		// kube-scheduler binds only a pod it saw ungated: a gate here is
 		// most likely this informer not yet showing the admission loop's
-		// ungating. The API server says; a refusal would send the pod
-		// through another scheduling cycle after a backoff, with a
-		// FailedScheduling event and condition.
-		fresh := &corev1.Pod{}
-		if err := e.live.Get(ctx, key, fresh); err == nil && (args.PodUID == "" || fresh.UID == args.PodUID) {
+		// ungating. The release's answer says, or the API server; a
+		// refusal would send the pod through another scheduling cycle
+		// after a backoff, with a FailedScheduling event and condition.
+		if r := e.released.Take(key, pod.UID); r != nil && len(r.Spec.SchedulingGates) == 0 {
+			pod = r
+		} else if fresh := (&corev1.Pod{}); e.live.Get(ctx, key, fresh) == nil && (args.PodUID == "" || fresh.UID == args.PodUID) {
 			pod = fresh
 		}
+	} else {
+		e.released.Forget(key)
 	}
 	refuse := func(reason string) error {
 		result = BindRefused
@@ -294,6 +297,9 @@ func (e *Extender) getPod(ctx context.Context, key client.ObjectKey, uid types.U
 	}
 	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
+	}
+	if r := e.released.Take(key, uid); r != nil {
+		return r, nil
 	}
 	if err := e.live.Get(ctx, key, pod); err != nil {
 		return nil, err

@@ -53,6 +53,10 @@ func TestBind(t *testing.T) {
 		applied   bool
 		liveFails bool
 		live      []*corev1.Pod // in the API server, when the cache (pods) lags
+		released  []*corev1.Pod // released by the admission loop (ReleasedPods)
+		notCached bool          // pods are in the API but not yet in the cache
+		// wantReleased are the released pods kept after the bind.
+		wantReleased int
 
 		wantErr      func(error) bool
 		wantBindings []map[string]string // annotations of each Binding
@@ -187,6 +191,41 @@ func TestBind(t *testing.T) {
 			wantHeld:     halfOn("n1", 0),
 			wantPending:  1,
 		},
+		"a pod the cache still shows gated binds as the loop released it, without reading the API server": {
+			pods:         []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
+			released:     []*corev1.Pod{half.Obj()},
+			liveFails:    true,
+			args:         bindArgs("p", "n1"),
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+		},
+		"a pod the cache does not have yet binds as the loop released it": {
+			pods:         []*corev1.Pod{half.Obj()},
+			notCached:    true,
+			released:     []*corev1.Pod{half.Obj()},
+			liveFails:    true,
+			args:         bindArgs("p", "n1"),
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+		},
+		"a released pod of another UID is not used": {
+			pods:      []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
+			released:  []*corev1.Pod{half.Clone().UID("uid-earlier").Obj()},
+			liveFails: true,
+			args:      bindArgs("p", "n1"),
+			wantErr:   refused("still held by the scheduling gates " + v1alpha1.SchedulingGateAdmission),
+		},
+		"a released pod the cache shows ungated is forgotten": {
+			pods:         []*corev1.Pod{half.Obj()},
+			released:     []*corev1.Pod{half.Obj(), fractionPod("other", "0.5", "500").Obj()},
+			args:         bindArgs("p", "n1"),
+			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
+			wantHeld:     halfOn("n1", 0),
+			wantPending:  1,
+			wantReleased: 1,
+		},
 		"a pod gated in the cache and unreadable from the API server is refused": {
 			pods:      []*corev1.Pod{half.Clone().SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj()},
 			liveFails: true,
@@ -282,8 +321,20 @@ func TestBind(t *testing.T) {
 			if tc.live != nil {
 				opts = append(opts, WithLiveReader(fakeClient(tc.live...)))
 			}
-			e := New(l, c, binder, opts...)
+			released := NewReleasedPods(testingclock.NewFakePassiveClock(time.Now()), time.Minute)
+			for _, p := range tc.released {
+				released.Put(p)
+			}
+			opts = append(opts, WithReleasedPods(released))
+			var cache client.Reader = c
+			if tc.notCached {
+				cache = fakeClient()
+			}
+			e := New(l, cache, binder, opts...)
 			err := e.Bind(ctx, tc.args)
+			if got := len(released.pods); got != tc.wantReleased {
+				t.Errorf("%d released pods kept after the bind, want %d", got, tc.wantReleased)
+			}
 			if tc.wantErr == nil && err != nil {
 				t.Fatalf("Bind: %v", err)
 			}

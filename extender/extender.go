@@ -66,6 +66,9 @@ type Extender struct {
 	// parallelNodes is the candidate count from which filter and prioritize
 	// check nodes in parallel.
 	parallelNodes int
+	// released are the admission loop's releases that bind reads while
+	// the pod informer lags them (nil: none).
+	released *ReleasedPods
 
 	// nodeLocks serialise binds per node: a node's binds share one stripe.
 	nodeLocks [nodeLockStripes]sync.Mutex
@@ -93,6 +96,11 @@ type Option func(*Extender)
 // WithLiveReader reads pods from the API server when bind must know what a
 // failed Binding did; by default the informer cache is asked.
 func WithLiveReader(r client.Reader) Option { return func(e *Extender) { e.live = r } }
+
+// WithReleasedPods gives bind the pods the admission loop released
+// (AdmitterOptions.Released), which it reads while its informer still shows
+// them gated instead of asking the API server.
+func WithReleasedPods(r *ReleasedPods) Option { return func(e *Extender) { e.released = r } }
 
 // WithNodeReader reads Nodes from r for bind's checks; by default the pod
 // reader is asked.

@@ -249,8 +249,11 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 			return false
 		}
 	}
+	// The loop's releases, for bind while the pod informer lags them.
+	released := extender.NewReleasedPods(clock.RealClock{}, time.Minute)
 	ext := extender.New(ledger, mgr.GetClient(), extender.ClientsetBinder{Client: cs},
 		extender.WithLiveReader(mgr.GetAPIReader()),
+		extender.WithReleasedPods(released),
 		extender.WithSynced(feed.Synced),
 		extender.WithLeader(isLeader),
 		extender.WithPlacement(placement),
@@ -274,7 +277,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		return fmt.Errorf("add agent heartbeat monitor: %w", err)
 	}
 	if f.admission {
-		adm, err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement)
+		adm, err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement, released)
 		if err != nil {
 			return err
 		}
@@ -387,7 +390,7 @@ func (allReplicas) NeedLeaderElection() bool          { return false }
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of
 // --policy-namespace).
-func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement) (*extender.Admitter, error) {
+func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement, released *extender.ReleasedPods) (*extender.Admitter, error) {
 	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
 	if err != nil {
 		return nil, err
@@ -408,6 +411,7 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	}
 	opts := f.admitter
 	opts.Placement = placement
+	opts.Released = released
 	// Conditions and statuses get a client (and a rate limiter) of their
 	// own, so that pins and ungating never queue behind them.
 	statusClient, err := client.New(rest.CopyConfig(mgr.GetConfig()), client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper()})

@@ -130,11 +130,16 @@ func (c *cluster) token(t *testing.T, ns, sa string) string {
 // startShared runs the console as the chart does: shared mode, with the
 // admin's credentials standing in for its ServiceAccount's, bearer tokens
 // reviewed by the API server, every write impersonated.
-func (c *cluster) startShared(t *testing.T) *console.Instance {
+// Each edit changes the configuration first.
+func (c *cluster) startShared(t *testing.T, edits ...func(*console.Config)) *console.Instance {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	inst, err := console.Start(ctx, console.Config{Mode: console.ModeShared, Rest: c.cfg, Scheme: envtestutil.Scheme(),
-		Addr: "127.0.0.1:0", Log: testr.New(t), AccessTTL: time.Millisecond})
+	cfg := console.Config{Mode: console.ModeShared, Rest: c.cfg, Scheme: envtestutil.Scheme(),
+		Addr: "127.0.0.1:0", Log: testr.New(t), AccessTTL: time.Millisecond}
+	for _, edit := range edits {
+		edit(&cfg)
+	}
+	inst, err := console.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,6 +203,27 @@ func call(t *testing.T, base, method, path, token string, body any, headers ...s
 		t.Fatal(err)
 	}
 	return answer{resp.StatusCode, b}
+}
+
+// openNodesStream opens /api/v1/events for the nodes topic since version,
+// as token, for 30 s at most, and returns a scanner of its lines.
+func openNodesStream(t *testing.T, base, token string, version uint64) *bufio.Scanner {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(base, "/")+fmt.Sprintf("/api/v1/events?topics=nodes&since=%d", version), nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := httpClient().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+		t.Fatalf("events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	return sc
 }
 
 func wantStatus(t *testing.T, a answer, status int, what string) {
@@ -410,21 +436,8 @@ func TestAPIShared(t *testing.T) {
 	t.Run("admin's stream shows a new pod on its GPU", func(t *testing.T) {
 		var m console.MapView
 		call(t, base, "GET", "/api/v1/map", admin, nil).decode(t, &m)
-		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-		defer cancel()
-		req, _ := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(base, "/")+fmt.Sprintf("/api/v1/events?topics=nodes&since=%d", m.Version), nil)
-		req.Header.Set("Authorization", "Bearer "+admin)
-		resp, err := httpClient().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer func() { _ = resp.Body.Close() }()
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-			t.Fatalf("events: %s %s", resp.Status, resp.Header.Get("Content-Type"))
-		}
+		sc := openNodesStream(t, base, admin, m.Version)
 		c.bound(t, "team-a", "late", "0.5", 2)
-		sc := bufio.NewScanner(resp.Body)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		var seen []string
 		for sc.Scan() {
 			line := sc.Text()

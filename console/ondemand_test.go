@@ -1,20 +1,14 @@
 package console_test
 
 import (
-	"bufio"
-	"context"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-
 	"github.com/partita-dev/partita/console"
-	"github.com/partita-dev/partita/internal/envtestutil"
 )
 
 // TestSnapshotsWaitForSomeoneToLook: a console nobody looks at builds no
@@ -23,19 +17,8 @@ import (
 // before it opened included.
 func TestSnapshotsWaitForSomeoneToLook(t *testing.T) {
 	c := setup(t)
-	ctx, cancel := context.WithCancel(t.Context())
 	// No history samples during the test: they read the snapshot too.
-	inst, err := console.Start(ctx, console.Config{Mode: console.ModeShared, Rest: c.cfg, Scheme: envtestutil.Scheme(),
-		Addr: "127.0.0.1:0", Log: testr.New(t), AccessTTL: time.Millisecond, SampleInterval: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := inst.Wait(); err != nil {
-			t.Errorf("console: %v", err)
-		}
-	})
+	inst := c.startShared(t, func(cfg *console.Config) { cfg.SampleInterval = time.Hour })
 	base, admin := inst.URL, c.token(t, "default", "admin")
 	builds := func() int {
 		t.Helper()
@@ -88,20 +71,7 @@ func TestSnapshotsWaitForSomeoneToLook(t *testing.T) {
 	// its stream may serve the snapshot just built; the stream brings the
 	// change.
 	c.bound(t, "team-a", "early", "0.25", 2)
-	streamCtx, stop := context.WithTimeout(t.Context(), 30*time.Second)
-	defer stop()
-	req, _ := http.NewRequestWithContext(streamCtx, "GET", strings.TrimSuffix(base, "/")+fmt.Sprintf("/api/v1/events?topics=nodes&since=%d", m.Version), nil)
-	req.Header.Set("Authorization", "Bearer "+admin)
-	resp, err := httpClient().Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("events: %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	sc := openNodesStream(t, base, admin, m.Version)
 	var seen []string
 	want := map[string]int{"early": 2}
 	for sc.Scan() && len(want) > 0 {

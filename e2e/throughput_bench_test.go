@@ -731,16 +731,25 @@ func formatWrites(m map[string]int, pods int) string {
 	return fmt.Sprintf("%.2f (%s)", float64(total)/float64(pods), strings.Join(parts, ", "))
 }
 
-// apiserverWebhookTimes reads the API server's admission webhook latency
-// sums and counts (apiserver_admission_webhook_admission_duration_seconds),
-// by webhook name and type; nil when /metrics cannot be read.
-func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[string][2]float64 {
+// apiserverMetrics reads the API server's /metrics; nil when it cannot.
+func apiserverMetrics(ctx context.Context, cs kubernetes.Interface) map[string]*dto.MetricFamily {
 	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
 	if err != nil {
 		return nil
 	}
 	fams, err := parseMetrics(b)
 	if err != nil {
+		return nil
+	}
+	return fams
+}
+
+// apiserverWebhookTimes reads the API server's admission webhook latency
+// sums and counts (apiserver_admission_webhook_admission_duration_seconds),
+// by webhook name and type; nil when /metrics cannot be read.
+func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[string][2]float64 {
+	fams := apiserverMetrics(ctx, cs)
+	if fams == nil {
 		return nil
 	}
 	out := map[string][2]float64{}
@@ -758,12 +767,8 @@ func apiserverWebhookTimes(ctx context.Context, cs kubernetes.Interface) map[str
 // (apiserver_request_total) by verb and resource; nil when /metrics cannot
 // be read.
 func apiserverRequests(ctx context.Context, cs kubernetes.Interface) map[string]float64 {
-	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(ctx)
-	if err != nil {
-		return nil
-	}
-	fams, err := parseMetrics(b)
-	if err != nil {
+	fams := apiserverMetrics(ctx, cs)
+	if fams == nil {
 		return nil
 	}
 	out := map[string]float64{}

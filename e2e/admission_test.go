@@ -244,6 +244,49 @@ func TestGangStartsWholeOnceItFits(t *testing.T) {
 	checkClusterLedger(ctx, t)
 }
 
+// TestGangWithAWorkerANodeRuns: a gang whose members each want a node of
+// their own (required pod anti-affinity on the hostname, as multi-node
+// training jobs write it) runs whole. Packed onto one node and pinned
+// there, the second member would be refused by kube-scheduler and wait out
+// the schedule timeout, again and again.
+func TestGangWithAWorkerANodeRuns(t *testing.T) {
+	ctx := testContext(t, 5*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/spread": ns}
+	for i := range 2 {
+		addGPUNode(ctx, t, fmt.Sprintf("%s-spread-%d", ns, i), 8, sel)
+	}
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}}
+	if err := crClient(t).Create(ctx, pg); err != nil {
+		t.Fatalf("create pod group: %v", err)
+	}
+	pods := make([]*corev1.Pod, 2)
+	for i := range pods {
+		p := extGPUPod(ns, fmt.Sprintf("train-%d", i), 1000, 4, sel)
+		p.Labels[v1alpha1.LabelPodGroup] = "train"
+		p.Labels["job"] = "train"
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"job": "train"}}}}}}
+		pods[i] = p
+	}
+	createPods(ctx, t, clientset, pods, 2)
+	got := waitPods(ctx, t, ns, 60*time.Second, "both members bound", func(ps []corev1.Pod) (bool, string) {
+		b, p := countBound(ps)
+		return b == 2, fmt.Sprintf("%d bound, %d pending", b, p)
+	})
+	if got[0].Spec.NodeName == got[1].Spec.NodeName {
+		t.Errorf("both members on node %s, want one a node", got[0].Spec.NodeName)
+	}
+	for _, p := range got {
+		if len(devicesOf(&p)) != 4 {
+			t.Errorf("pod %s on %s holds devices %v, want 4", p.Name, p.Spec.NodeName, devicesOf(&p))
+		}
+	}
+	checkClusterLedger(ctx, t)
+}
+
 // TestQueueAtItsLimitHoldsTheNextPod: the next pod of a queue at its limit
 // waits, says why, and goes once room under the limit is freed.
 func TestQueueAtItsLimitHoldsTheNextPod(t *testing.T) {

@@ -641,6 +641,15 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		a.memory.pending -= mem
 	}
 	gang := w.Key.IsGang()
+	// A gang whose members tie pods to one another in ways the cycle does
+	// not weigh (pinnable) goes unpinned: kube-scheduler places its
+	// members, with the extender's filter, after the cycle found room for
+	// all of them. A gang with memory slices stays pinned: a slice's
+	// charge depends on the device.
+	if gang && !slices.ContainsFunc(placed, func(ma MemberAdmission) bool { return ma.Member.memory }) &&
+		slices.ContainsFunc(placed, func(ma MemberAdmission) bool { return !pinnable(ma.Member.Pod) }) {
+		unpinned = true
+	}
 	// A gang's claim members are pinned to the nodes the simulation of
 	// their claims found (Options.Claims); without one they go unpinned.
 	// A single pod's claims hold its devices: the ledger has none to hold.

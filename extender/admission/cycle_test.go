@@ -958,43 +958,52 @@ func TestPlacedAsScheduled(t *testing.T) {
 		return p
 	}
 	term := corev1.PodAffinityTerm{TopologyKey: corev1.LabelHostname}
+	// want: a single pod is held where the cycle placed it; pinnable: a
+	// gang member is pinned there.
 	cases := map[string]struct {
-		pod  *corev1.Pod
-		want bool
+		pod      *corev1.Pod
+		want     bool
+		pinnable bool
 	}{
-		"plain":                  {pod: gated("p", "a", 1).Obj(), want: true},
-		"required node affinity": {pod: gated("p", "a", 1).NodeSelector("model", "h100").Obj(), want: true},
+		"plain":                  {pinnable: true, pod: gated("p", "a", 1).Obj(), want: true},
+		"required node affinity": {pinnable: true, pod: gated("p", "a", 1).NodeSelector("model", "h100").Obj(), want: true},
 		"pod anti-affinity": {pod: with(func(s *corev1.PodSpec) {
 			s.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}}
 		})},
-		"preferred pod affinity": {pod: with(func(s *corev1.PodSpec) {
+		"preferred pod affinity": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.WeightedPodAffinityTerm{{Weight: 1, PodAffinityTerm: term}}}}
 		})},
-		"preferred node affinity": {pod: with(func(s *corev1.PodSpec) {
+		"preferred node affinity": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{PreferredDuringSchedulingIgnoredDuringExecution: []corev1.PreferredSchedulingTerm{{Weight: 1}}}}
 		})},
-		"topology spread": {pod: with(func(s *corev1.PodSpec) {
+		"topology spread": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.ScheduleAnyway}}
+		})},
+		"required pod affinity": {pod: with(func(s *corev1.PodSpec) {
+			s.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{term}}}
+		})},
+		"topology spread that must hold": {pod: with(func(s *corev1.PodSpec) {
+			s.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: corev1.LabelHostname, WhenUnsatisfiable: corev1.DoNotSchedule}}
 		})},
 		"host port": {pod: with(func(s *corev1.PodSpec) {
 			s.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 80, HostPort: 8080}}
 		})},
-		"persistent volume claim": {pod: with(func(s *corev1.PodSpec) {
+		"persistent volume claim": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{{Name: "data", VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: "data"}}}}
 		})},
-		"generic ephemeral volume": {pod: with(func(s *corev1.PodSpec) {
+		"generic ephemeral volume": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{Ephemeral: &corev1.EphemeralVolumeSource{}}}}
 		})},
-		"an emptyDir": {want: true, pod: with(func(s *corev1.PodSpec) {
+		"an emptyDir": {pinnable: true, want: true, pod: with(func(s *corev1.PodSpec) {
 			s.Volumes = []corev1.Volume{{Name: "tmp", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 		})},
-		"the canonical GPU limit": {want: true, pod: with(func(s *corev1.PodSpec) {
+		"the canonical GPU limit": {pinnable: true, want: true, pod: with(func(s *corev1.PodSpec) {
 			s.Containers[0].Resources.Limits = corev1.ResourceList{v1alpha1.ResourceGPUMilli: resource.MustParse("500")}
 		})},
-		"another extended resource": {pod: with(func(s *corev1.PodSpec) {
+		"another extended resource": {pinnable: true, pod: with(func(s *corev1.PodSpec) {
 			s.Containers[0].Resources.Limits = corev1.ResourceList{v1alpha1.ResourceGPUMilli: resource.MustParse("500"), "rdma/ib": resource.MustParse("1")}
 		})},
-		"CPU and memory requests": {want: true, pod: with(func(s *corev1.PodSpec) {
+		"CPU and memory requests": {pinnable: true, want: true, pod: with(func(s *corev1.PodSpec) {
 			s.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("8Gi")}
 		})},
 	}
@@ -1002,6 +1011,59 @@ func TestPlacedAsScheduled(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if got := placedAsScheduled(tc.pod); got != tc.want {
 				t.Errorf("placedAsScheduled = %v, want %v", got, tc.want)
+			}
+			if got := pinnable(tc.pod); got != tc.pinnable {
+				t.Errorf("pinnable = %v, want %v", got, tc.pinnable)
+			}
+		})
+	}
+}
+
+// TestGangsArePinnedUnlessMembersTieToEachOther: a gang's members are
+// pinned to the nodes the cycle packed them onto, unless one has a
+// constraint between pods the cycle does not weigh (here "one worker a
+// node"), which the packing would break and kube-scheduler then refuse:
+// that gang is admitted unpinned, for kube-scheduler to place. A gang
+// with memory slices stays pinned (a slice's charge depends on its device).
+func TestGangsArePinnedUnlessMembersTieToEachOther(t *testing.T) {
+	nodes, gpus := gpuNodes("n", 2, 8)
+	oneANode := func(p *corev1.Pod) *corev1.Pod {
+		p.Labels["job"] = "train"
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
+			TopologyKey: corev1.LabelHostname, LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"job": "train"}}}}}}
+		return p
+	}
+	cases := map[string]struct {
+		member  func(i int) *corev1.Pod
+		wantPin bool
+	}{
+		"plain members are pinned": {
+			member:  func(i int) *corev1.Pod { return gated(fmt.Sprintf("train-%d", i), "a", 4).PodGroup("train").Obj() },
+			wantPin: true,
+		},
+		"members that want a node each go unpinned": {
+			member: func(i int) *corev1.Pod {
+				return oneANode(gated(fmt.Sprintf("train-%d", i), "a", 4).PodGroup("train").Obj())
+			},
+		},
+		"memory slices that want a node each stay pinned": {
+			member: func(i int) *corev1.Pod {
+				return oneANode(MakePod(fmt.Sprintf("train-%d", i), "ns").Queue("a").GPUMemory("20Gi").PodGroup("train").
+					SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(t0).Obj())
+			},
+			wantPin: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			w := world{nodes: nodes, gpuNodes: gpus, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()},
+				pods: []*corev1.Pod{tc.member(0), tc.member(1)}, podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(2).Obj()}}
+			_, res := runWorld(t, w, Options{})
+			if len(res.Admissions) != 1 || len(res.Admissions[0].Members) != 2 {
+				t.Fatalf("admissions %+v, waiting %+v; want the gang admitted whole", res.Admissions, res.Waiting)
+			}
+			if got := res.Admissions[0].Pin; got != tc.wantPin {
+				t.Errorf("Pin = %v, want %v", got, tc.wantPin)
 			}
 		})
 	}

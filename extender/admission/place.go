@@ -489,6 +489,40 @@ func placedAsScheduled(pod *corev1.Pod) bool {
 	return true
 }
 
+// pinnable reports whether a gang member may be pinned to the node the
+// cycle chose: it has none of the constraints between pods that the cycle
+// does not weigh and that can make kube-scheduler refuse that node, where
+// the member would wait out the schedule timeout, be placed the same way
+// again, and never run. Those are required pod affinity or anti-affinity,
+// a DoNotSchedule topology spread and host ports: binpacking puts members
+// side by side, which "one worker a node" forbids.
+func pinnable(pod *corev1.Pod) bool {
+	spec := &pod.Spec
+	for _, c := range spec.TopologySpreadConstraints {
+		if c.WhenUnsatisfiable != corev1.ScheduleAnyway {
+			return false
+		}
+	}
+	if a := spec.Affinity; a != nil {
+		if a.PodAffinity != nil && len(a.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return false
+		}
+		if a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+			return false
+		}
+	}
+	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
+		for i := range cs {
+			for _, p := range cs[i].Ports {
+				if p.HostPort != 0 {
+					return false
+				}
+			}
+		}
+	}
+	return true
+}
+
 // weighedResource: the cycle places a pod by this resource (CPU and
 // memory room, GPUs on the ledger).
 func weighedResource(name corev1.ResourceName) bool {

@@ -467,13 +467,11 @@ func placedAsScheduled(pod *corev1.Pod) bool {
 			return false
 		}
 	}
+	if hasHostPort(spec) {
+		return false
+	}
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
-			for _, p := range cs[i].Ports {
-				if p.HostPort != 0 {
-					return false
-				}
-			}
 			for name := range cs[i].Resources.Requests {
 				if !weighedResource(name) {
 					return false
@@ -511,16 +509,21 @@ func pinnable(pod *corev1.Pod) bool {
 			return false
 		}
 	}
+	return !hasHostPort(spec)
+}
+
+// hasHostPort reports whether a container of spec asks for a host port.
+func hasHostPort(spec *corev1.PodSpec) bool {
 	for _, cs := range [][]corev1.Container{spec.InitContainers, spec.Containers} {
 		for i := range cs {
 			for _, p := range cs[i].Ports {
 				if p.HostPort != 0 {
-					return false
+					return true
 				}
 			}
 		}
 	}
-	return true
+	return false
 }
 
 // weighedResource: the cycle places a pod by this resource (CPU and

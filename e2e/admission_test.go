@@ -180,22 +180,32 @@ func waitEvent(ctx context.Context, t *testing.T, ns, pod, reason, want string) 
 	return got
 }
 
+// gangOnItsNodes makes a namespace with nodes of its own for a gang test:
+// nodes GPU nodes of gpus devices labelled with the returned selector
+// (named after kind), and the PodGroup "train" of minMember. The pods go
+// before the nodes when the test ends.
+func gangOnItsNodes(ctx context.Context, t *testing.T, kind string, nodes, gpus int, minMember int32) (string, map[string]string, *v1alpha1.PodGroup) {
+	t.Helper()
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/" + kind: ns}
+	for i := range nodes {
+		addGPUNode(ctx, t, fmt.Sprintf("%s-%s-%d", ns, kind, i), gpus, sel)
+	}
+	// Cleanups run last first: the pods go before their nodes.
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: minMember}}
+	if err := crClient(t).Create(ctx, pg); err != nil {
+		t.Fatalf("create pod group: %v", err)
+	}
+	return ns, sel, pg
+}
+
 // TestGangStartsWholeOnceItFits: a gang of 4 × 1 GPU on 3 nodes × 1 GPU
 // never starts partly, and starts whole within seconds of a 4th node.
 func TestGangStartsWholeOnceItFits(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
-	ns := extNamespace(ctx, t, clientset)
-	ensureGPUPriorityClass(ctx, t, clientset)
-	sel := map[string]string{"e2e.partita.dev/gang": ns}
-	for i := range 3 {
-		addGPUNode(ctx, t, fmt.Sprintf("%s-gang-%d", ns, i), 1, sel)
-	}
-	// Cleanups run last first: the pods go before their nodes.
-	t.Cleanup(func() { deletePods(ctx, t, ns) })
-	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 4}}
-	if err := crClient(t).Create(ctx, pg); err != nil {
-		t.Fatalf("create pod group: %v", err)
-	}
+	ns, sel, pg := gangOnItsNodes(ctx, t, "gang", 3, 1, 4)
 	createPods(ctx, t, clientset, gangPods(ns, "train", 4, sel), 4)
 
 	poll(t, 60*time.Second, "the PodGroup saying how much of the gang fits", func() (bool, string) {
@@ -251,17 +261,7 @@ func TestGangStartsWholeOnceItFits(t *testing.T) {
 // the schedule timeout, again and again.
 func TestGangWithAWorkerANodeRuns(t *testing.T) {
 	ctx := testContext(t, 5*time.Minute)
-	ns := extNamespace(ctx, t, clientset)
-	ensureGPUPriorityClass(ctx, t, clientset)
-	sel := map[string]string{"e2e.partita.dev/spread": ns}
-	for i := range 2 {
-		addGPUNode(ctx, t, fmt.Sprintf("%s-spread-%d", ns, i), 8, sel)
-	}
-	t.Cleanup(func() { deletePods(ctx, t, ns) })
-	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns}, Spec: v1alpha1.PodGroupSpec{MinMember: 2}}
-	if err := crClient(t).Create(ctx, pg); err != nil {
-		t.Fatalf("create pod group: %v", err)
-	}
+	ns, sel, _ := gangOnItsNodes(ctx, t, "spread", 2, 8, 2)
 	pods := make([]*corev1.Pod, 2)
 	for i := range pods {
 		p := extGPUPod(ns, fmt.Sprintf("train-%d", i), 1000, 4, sel)

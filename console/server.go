@@ -231,6 +231,9 @@ func (s *Server) buildLocked(ctx context.Context) error {
 	changedAt := s.deps.Source.Take()
 	l, err := s.deps.Source.Lists(ctx)
 	if err != nil {
+		// The changes stay pending for the next build: a reader whose
+		// request was cancelled must not leave the snapshot stale.
+		s.deps.Source.Untake(changedAt)
 		return err
 	}
 	now := s.opts.Clock.Now()

@@ -337,6 +337,19 @@ func (s *Source) Take() time.Time {
 	return t
 }
 
+// Untake puts back changes Take returned (at, when the first came) that
+// were not built after all.
+func (s *Source) Untake(at time.Time) {
+	if at.IsZero() {
+		return
+	}
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if s.changedAt.IsZero() || at.Before(s.changedAt) {
+		s.changedAt = at
+	}
+}
+
 // Lists reads every watched object from the informers. The objects are the
 // informers' own (no copy): the snapshot treats them as read-only.
 func (s *Source) Lists(ctx context.Context) (Lists, error) {

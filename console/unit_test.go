@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
@@ -313,5 +314,32 @@ func TestBuildWait(t *testing.T) {
 				t.Errorf("buildWait(%s since the last build) = %s, want %s", tc.sinceLast, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestUntakeKeepsChangesPending: changes a build took but did not build
+// (its read failed, say a reader's request was cancelled) stay pending,
+// dated by the first of them.
+func TestUntakeKeepsChangesPending(t *testing.T) {
+	clk := testingclock.NewFakePassiveClock(time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC))
+	s := &Source{opts: SourceOptions{Clock: clk}, changes: make(chan struct{}, 1)}
+	s.mark()
+	first := clk.Now()
+	taken := s.Take()
+	if s.Pending() {
+		t.Fatal("pending after Take")
+	}
+	clk.SetTime(first.Add(time.Second))
+	s.mark()
+	s.Untake(taken)
+	if !s.Pending() {
+		t.Fatal("not pending after Untake")
+	}
+	if got := s.Take(); !got.Equal(first) {
+		t.Errorf("Take after Untake = %s, want the first change's %s", got, first)
+	}
+	s.Untake(time.Time{})
+	if s.Pending() {
+		t.Error("Untake of nothing made a change pending")
 	}
 }

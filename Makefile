@@ -27,7 +27,7 @@ CHART := helm/partita
 # Benchmarks run briefly in `make test`; `make bench` runs them in full.
 BENCH_SHORT ?= -bench=. -benchtime=3x -run='^$$'
 
-.PHONY: all build image images real-node-deps cluster-bins chromium console-vendor demo test test-unit test-e2e test-real-node test-real-node-dra bench generate chart-sync verify-generated lint clean
+.PHONY: all build image images real-node-deps cluster-bins demo-bins real-node-bins addon-bins chromium console-vendor demo test test-unit test-e2e test-real-node test-real-node-dra bench generate chart-sync verify-generated lint clean
 
 all: build
 
@@ -43,8 +43,21 @@ image:
 	@command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 || { echo "make image: no Docker engine here (docker missing or not running); the image needs one"; exit 1; }
 	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE) .
 
+# The cluster binaries (e2e/clusterbins/build.sh says what each group holds
+# and how long it takes the first time): demo-bins is what `make demo` runs,
+# real-node-bins adds the real node's, addon-bins the workload controllers,
+# cluster-bins all of them (what `make test` needs).
 cluster-bins:
-	bash e2e/clusterbins/build.sh >/dev/null
+	bash e2e/clusterbins/build.sh all >/dev/null
+
+demo-bins:
+	bash e2e/clusterbins/build.sh demo >/dev/null
+
+real-node-bins:
+	bash e2e/clusterbins/build.sh real-node >/dev/null
+
+addon-bins:
+	bash e2e/clusterbins/build.sh addons >/dev/null
 
 # Debian's chromium, for the console's browser tests (no-op when present).
 chromium:
@@ -60,7 +73,7 @@ console-vendor:
 # workload (localhost/partita/sample:dev), and kube-scheduler, CoreDNS and
 # the pause image from the cluster binaries, as tarballs in bin/images/
 # that `partita dev up --real-node` loads. Unchanged images are kept.
-images: build cluster-bins
+images: build real-node-bins
 	mkdir -p bin/images/programs
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/images/programs/ ./hack/images/sample ./hack/images/pause
 	go run ./hack/images --partita $(BIN) --programs bin/images/programs --cluster-bin $(CLUSTER_BIN) --out bin/images
@@ -111,7 +124,7 @@ lint: $(GOLANGCI_LINT)
 
 # The story on the dev cluster; it prints the URL of the cluster's console,
 # which keeps running with the cluster (until `bin/partita dev down`).
-demo: build cluster-bins
+demo: build demo-bins
 	$(BIN) dev demo
 
 # Unit and envtest integration tests, short benchmarks, then end-to-end tests on
@@ -129,12 +142,12 @@ test-e2e: build cluster-bins chromium images real-node-deps
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -p 1 -v -timeout 45m ./e2e/...
 
 # Only the chart on the real node (e2e/realnode/).
-test-real-node: build cluster-bins images real-node-deps
+test-real-node: build real-node-bins images real-node-deps
 	PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
 
 # The chart with gpuBackend dra on the real node: the DRA kubelet plugin,
 # CDI specs read by the real containerd (e2e/realnode/dra_test.go).
-test-real-node-dra: build cluster-bins images real-node-deps
+test-real-node-dra: build real-node-bins images real-node-deps
 	PARTITA_E2E_GPU_BACKEND=dra PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
 
 bench:

@@ -29,7 +29,7 @@ type devFlags struct {
 
 func (f *devFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.opts.Name, "name", f.opts.Name, "name of the dev cluster")
-	cmd.PersistentFlags().StringVar(&f.opts.BinDir, "bin-dir", f.opts.BinDir, "directory with the cluster binaries (built by 'make cluster-bins')")
+	cmd.PersistentFlags().StringVar(&f.opts.BinDir, "bin-dir", f.opts.BinDir, "directory with the cluster binaries (built by 'make demo-bins'; 'make cluster-bins' adds the real node's and the addons')")
 	cmd.PersistentFlags().StringVar(&f.opts.WorkDir, "work-dir", f.opts.WorkDir, "kwokctl work directory for the cluster's files and logs")
 }
 
@@ -123,7 +123,7 @@ Both are kept by later runs of up and end with 'partita dev down'.
 
 --addons runs workload controllers beside the control plane: the real
 controllers of ` + strings.Join(devcluster.AddonNames(), ", ") + `, built from their releases by
-'make cluster-bins', with their CRDs (and webhooks, served on loopback with a
+'make addon-bins' (about 2 minutes each the first time), with their CRDs (and webhooks, served on loopback with a
 self-signed certificate). Addons can be added to a running cluster.
 
 --feature-gates and --runtime-config go to kube-apiserver,

@@ -3,9 +3,20 @@
 # module proxy, into a versioned cache outside the repository. Does nothing for a
 # binary that is already there, so a warm run takes a second.
 #
+#   build.sh [GROUP...]   what to build (default: all)
+#     demo        what `make demo` and a plain `partita dev up` run: etcd,
+#                 kube-apiserver, kube-controller-manager, kube-scheduler,
+#                 kubectl, kwok, kwokctl and helm (which renders the chart's
+#                 RBAC for Partita's host processes); envtest needs the same
+#     real-node   the real node (`partita dev up --real-node`, `make images`):
+#                 kubelet, kube-proxy, containerd, crictl and CoreDNS
+#     addons      the JobSet, LeaderWorkerSet and KubeRay controllers
+#                 (`partita dev up --addons`) and Kubeflow's training CRDs
+#     all         every group: what `make test` needs
+#
 #   PARTITA_CACHE   cache root (default ~/.cache/partita)
-#   ADDONS          workload controllers to build as well, of: jobset lws kuberay
-#                   (default all three; "none" builds none), into
+#   ADDONS          of the addons group, the controllers to build, of: jobset
+#                   lws kuberay (default all three; "none" builds none), into
 #                   $PARTITA_CACHE/bin/addons/<name>-<version>/ with their CRDs
 #
 # Prints the bin directory on its last line.
@@ -26,6 +37,22 @@ scratch=$cache/build
 mkdir -p "$bin" "$scratch"
 
 log() { printf 'cluster-bins: %s\n' "$*" >&2; }
+
+want_demo="" want_real_node="" want_addons=""
+[ $# -eq 0 ] && set -- all
+for g in "$@"; do
+  case $g in
+    demo) want_demo=1 ;;
+    real-node) want_demo=1 want_real_node=1 ;;
+    addons) want_addons=1 ;;
+    all) want_demo=1 want_real_node=1 want_addons=1 ;;
+    *) echo "cluster-bins: unknown group $g (want demo, real-node, addons or all)" >&2; exit 2 ;;
+  esac
+done
+
+# step NAME: times a build step and says how long it took.
+step_start=0
+step_done() { log "built $1 in $((SECONDS - step_start))s"; }
 
 # Staging modules that k8s.io/kubernetes replaces with ./staging/...; each is
 # pinned to the matching v0.x release so the build resolves from the proxy.
@@ -54,12 +81,14 @@ if [ "$(cat "$bin/.recipe" 2>/dev/null)" != "$recipe" ]; then
   rm -f "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/kube-scheduler "$bin"/kubectl "$bin"/kubelet "$bin"/kube-proxy
 fi
 
-# The control plane, kubectl, and what a real node runs (kubelet, kube-proxy),
-# in one build so they share compiled packages.
-k8s_cmds=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy)
-if need "${k8s_cmds[@]}"; then
-  log "building ${k8s_cmds[*]} $K8S_VERSION (about 10 minutes on 2 cores the first time)"
-  dir=$scratch/kubernetes-$K8S_VERSION
+# Kubernetes' commands, built from one module of our own so that the control
+# plane and the node share compiled packages; each group builds only its own.
+k8s_build() { # k8s_build ABOUT CMD...
+  local about=$1; shift
+  need "$@" || return 0
+  log "building $* $K8S_VERSION ($about)"
+  step_start=$SECONDS
+  local dir=$scratch/kubernetes-$K8S_VERSION
   mkdir -p "$dir"
   {
     echo "module partita.dev/clusterbins/kubernetes"
@@ -72,58 +101,78 @@ if need "${k8s_cmds[@]}"; then
   } >"$dir/go.mod"
   {
     printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in "${k8s_cmds[@]}"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
+    for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
     printf ')\n'
   } >"$dir/tools.go"
-  pkgs=()
-  for c in "${k8s_cmds[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
+  local pkgs=() c
+  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
   (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
    cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_ldflags" -o "$bin/" "${pkgs[@]}")
   echo "$recipe" >"$bin/.recipe"
-fi
+  step_done "$*"
+}
 
+if [ -n "$want_demo" ]; then
+k8s_build "about 8 minutes on 2 cores the first time" kube-apiserver kube-controller-manager kube-scheduler kubectl
 if need etcd; then
-  log "building etcd $ETCD_VERSION"
+  log "building etcd $ETCD_VERSION (about 1 minute the first time)"
+  step_start=$SECONDS
   dir=$scratch/etcd-$ETCD_VERSION
   mkdir -p "$dir"
   printf 'module partita.dev/clusterbins/etcd\n\ngo 1.26\n\nrequire go.etcd.io/etcd/server/v3 %s\n' "$ETCD_VERSION" >"$dir/go.mod"
   printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$dir/tools.go"
   (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
    cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
+  step_done etcd
 fi
 
 if need kwok kwokctl; then
-  log "installing kwok and kwokctl $KWOK_VERSION"
+  log "building kwok and kwokctl $KWOK_VERSION (about 1 minute the first time)"
+  step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
+  step_done "kwok and kwokctl"
 fi
 
 if need helm; then
-  log "installing helm $HELM_VERSION"
+  log "building helm $HELM_VERSION (about 2 minutes the first time)"
+  step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+  step_done helm
 fi
+fi # demo
+
+if [ -n "$want_real_node" ]; then
+k8s_build "about 3 minutes on 2 cores after the control plane" kubelet kube-proxy
 
 # What the dev cluster's real node runs beside kubelet (partita dev up
 # --real-node): containerd v2 (Kubernetes 1.36 dropped containerd 1.x), crictl
 # for people debugging it, and CoreDNS for in-cluster names. runc and the CNI
 # plugins come from Debian (hack/real-node-deps.sh).
 if need containerd containerd-shim-runc-v2 ctr; then
-  log "installing containerd $CONTAINERD_VERSION"
+  log "building containerd $CONTAINERD_VERSION (about 2 minutes the first time)"
+  step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath -tags no_btrfs \
     "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
     "github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2@$CONTAINERD_VERSION" \
     "github.com/containerd/containerd/v2/cmd/ctr@$CONTAINERD_VERSION"
+  step_done containerd
 fi
 
 if need crictl; then
-  log "installing crictl $CRICTL_VERSION"
+  log "building crictl $CRICTL_VERSION (under a minute the first time)"
+  step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath -ldflags "-X sigs.k8s.io/cri-tools/pkg/version.Version=$CRICTL_VERSION" \
     "sigs.k8s.io/cri-tools/cmd/crictl@$CRICTL_VERSION"
+  step_done crictl
 fi
 
 if need coredns; then
-  log "installing coredns $COREDNS_VERSION"
+  log "building coredns $COREDNS_VERSION (about 2 minutes the first time)"
+  step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "github.com/coredns/coredns@$COREDNS_VERSION"
+  step_done coredns
 fi
+fi # real-node
 
 # Workload controllers for `partita dev up --addons` and the e2e tests of the
 # workload map (docs/workloads.md): JobSet, LeaderWorkerSet and KubeRay's
@@ -137,6 +186,7 @@ LWS_VERSION=${LWS_VERSION:-v0.8.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
 addons=${ADDONS:-jobset lws kuberay}
 [ "$addons" = none ] && addons=""
+[ -n "$want_addons" ] || addons=""
 modcache=$(go env GOMODCACHE)
 
 # addon NAME VERSION MODULE PACKAGE CRD_DIR [WEBHOOK_MANIFEST]
@@ -144,7 +194,7 @@ addon() {
   local name=$1 version=$2 module=$3 pkg=$4 crds=$5 webhooks=${6:-}
   local dir=$cache/bin/addons/$name-$version
   if [ -x "$dir/bin/$name" ] && [ -f "$dir/.done" ]; then return; fi
-  log "building the $name controller $version ($pkg)"
+  log "building the $name controller $version ($pkg, about 2 minutes the first time)"
   local t0=$SECONDS
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/crds"
   # A module of our own that requires the release (as for etcd): `go install

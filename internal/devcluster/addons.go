@@ -128,7 +128,7 @@ func (c *Cluster) checkAddons() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("addon controllers not built in %s: %s; build them with 'make cluster-bins' (or 'ADDONS=\"%s\" bash e2e/clusterbins/build.sh')",
+		return fmt.Errorf("addon controllers not built in %s: %s; build them with 'make addon-bins' (about 2 minutes each the first time; 'make cluster-bins' builds every group the tests use), or only these with 'ADDONS=\"%s\" bash e2e/clusterbins/build.sh addons'",
 			c.opts.AddonsDir, strings.Join(missing, ", "), strings.Join(missing, " "))
 	}
 	return nil
@@ -195,7 +195,7 @@ func (c *Cluster) startAddons(ctx context.Context, cfg *rest.Config) error {
 func (c *Cluster) installAddonCRDs(ctx context.Context, cfg *rest.Config, a Addon) error {
 	files, err := filepath.Glob(filepath.Join(c.AddonDir(a), "crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
-		return fmt.Errorf("addon %s: no CRDs in %s; build it again with 'make cluster-bins'", a.Name, filepath.Join(c.AddonDir(a), "crds"))
+		return fmt.Errorf("addon %s: no CRDs in %s; build it again with 'make addon-bins' (or 'make cluster-bins')", a.Name, filepath.Join(c.AddonDir(a), "crds"))
 	}
 	var names []string
 	for _, f := range files {

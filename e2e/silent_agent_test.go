@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/partita-dev/partita/admission"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -137,7 +139,7 @@ func TestSilentAgentHoldsNewPods(t *testing.T) {
 	poll(t, 30*time.Second, "an AgentReporting event on GPUNode "+node, func() (bool, string) {
 		evs, err := eventsAbout(ctx, node)
 		for _, e := range evs {
-			if strings.HasPrefix(e, extender.ReasonAgentReporting+":") {
+			if strings.HasPrefix(e, admission.ReasonAgentReporting+":") {
 				return true, ""
 			}
 		}

@@ -38,7 +38,7 @@ func benchExtender(b *testing.B) (*Extender, []string) {
 	all := make([]string, benchNodes)
 	for i := range all {
 		all[i] = fmt.Sprintf("node-%05d", i)
-		l.UpsertNode(pt.MakeGPUNode(all[i]).Devices(benchDevices, h100, h100MiB).Obj())
+		l.UpsertNode(pt.MakeGPUNode(all[i]).Devices(benchDevices, pt.H100, pt.H100MiB).Obj())
 	}
 	kinds := []*pt.PodWrapper{
 		pt.MakePod("k", "ns").GPUCount(1),
@@ -107,7 +107,7 @@ func threadCPU(b *testing.B) time.Duration {
 // included.
 func BenchmarkFilterPrioritize500(b *testing.B) {
 	e, candidates := benchExtender(b)
-	pod := fractionPod("bench", "0.25", "250").Obj()
+	pod := pt.FractionPod("bench", "0.25", "250").Obj()
 	ctx := logr.NewContext(b.Context(), logr.Discard())
 
 	b.Run("verbs", func(b *testing.B) {

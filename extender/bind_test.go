@@ -30,14 +30,14 @@ func bindArgs(name, node string) *extenderv1.ExtenderBindingArgs {
 func halfOn(node string, i int32) *gpu.PodAllocation {
 	return &gpu.PodAllocation{Namespace: "ns", Name: "p", UID: "uid-ns-p", Node: node, Containers: []gpu.ContainerAllocation{{
 		Container: "main", DeviceUUIDs: []string{pt.DeviceUUID(node, i)}, DeviceIndexes: []int32{i},
-		Milli: 500, MemoryMiB: h100MiB / 2, SMPercent: 50}}}
+		Milli: 500, MemoryMiB: pt.H100MiB / 2, SMPercent: 50}}}
 }
 
 func TestBind(t *testing.T) {
-	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()}
-	half := fractionPod("p", "0.5", "500")
-	onGPU0 := bound(t, fractionPod("a", "0.5", "500"), "n1", 0)
-	n1Full := []*corev1.Pod{bound(t, wholePod("a", 1, "1000"), "n1", 0), bound(t, wholePod("b", 1, "1000"), "n1", 1)}
+	nodes := []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj()}
+	half := pt.FractionPod("p", "0.5", "500")
+	onGPU0 := pt.Bound(pt.FractionPod("a", "0.5", "500"), "n1", 0)
+	n1Full := []*corev1.Pod{pt.Bound(pt.WholePod("a", 1, "1000"), "n1", 0), pt.Bound(pt.WholePod("b", 1, "1000"), "n1", 1)}
 	isConflict := func(err error) bool { return errors.As(err, new(*ConflictError)) }
 	refused := func(reason string) func(error) bool {
 		return func(err error) bool { return IsRefused(err) && strings.Contains(err.Error(), reason) }
@@ -89,14 +89,14 @@ func TestBind(t *testing.T) {
 			wantPending:  1,
 		},
 		"a retry of a bind that went through does nothing": {
-			pods:     []*corev1.Pod{bound(t, half, "n1", 1)},
-			held:     []*corev1.Pod{bound(t, half, "n1", 1)},
+			pods:     []*corev1.Pod{pt.Bound(half, "n1", 1)},
+			held:     []*corev1.Pod{pt.Bound(half, "n1", 1)},
 			args:     bindArgs("p", "n1"),
 			wantHeld: halfOn("n1", 1),
 		},
 		"a pod bound to another node is an error": {
-			pods:     []*corev1.Pod{bound(t, half, "n2", 0)},
-			held:     []*corev1.Pod{bound(t, half, "n2", 0)},
+			pods:     []*corev1.Pod{pt.Bound(half, "n2", 0)},
+			held:     []*corev1.Pod{pt.Bound(half, "n2", 0)},
 			args:     bindArgs("p", "n1"),
 			wantErr:  func(err error) bool { return err != nil && !isConflict(err) },
 			wantHeld: halfOn("n2", 0),
@@ -219,7 +219,7 @@ func TestBind(t *testing.T) {
 		},
 		"a released pod the cache shows ungated is forgotten": {
 			pods:         []*corev1.Pod{half.Obj()},
-			released:     []*corev1.Pod{half.Obj(), fractionPod("other", "0.5", "500").Obj()},
+			released:     []*corev1.Pod{half.Obj(), pt.FractionPod("other", "0.5", "500").Obj()},
 			args:         bindArgs("p", "n1"),
 			wantBindings: []map[string]string{gpu.AllocationAnnotations(halfOn("n1", 0))},
 			wantHeld:     halfOn("n1", 0),
@@ -295,7 +295,7 @@ func TestBind(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := pt.Context(t)
 			c := fakeClient(tc.pods...)
 			if tc.nodes != nil {
 				objs := []client.Object{}
@@ -307,7 +307,7 @@ func TestBind(t *testing.T) {
 				}
 				c = fakeClientWith(objs...)
 			}
-			l := newLedger(nodes, tc.held...)
+			l := pt.Ledger(nodes, tc.held...)
 			if tc.reserve != nil {
 				if err := l.Assume(tc.reserve); err != nil {
 					t.Fatal(err)
@@ -372,13 +372,13 @@ func TestBind(t *testing.T) {
 // exactly 8 get devices, no device holds more than 1000 milli, and the pods
 // show exactly what the ledger holds.
 func TestBindConcurrently(t *testing.T) {
-	ctx := testCtx(t)
+	ctx := pt.Context(t)
 	var pods []*corev1.Pod
 	for i := range 12 {
-		pods = append(pods, fractionPod(fmt.Sprintf("q%02d", i), "0.25", "250").Obj())
+		pods = append(pods, pt.FractionPod(fmt.Sprintf("q%02d", i), "0.25", "250").Obj())
 	}
 	c := fakeClient(pods...)
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
 	e := New(l, c, &fakeBinder{c: c})
 	var wg sync.WaitGroup
 	errs := make([]error, len(pods))
@@ -405,7 +405,7 @@ func TestBindConcurrently(t *testing.T) {
 	if err := c.List(ctx, &list); err != nil {
 		t.Fatal(err)
 	}
-	rebuilt := gpu.BuildLedger([]v1alpha1.GPUNode{*gpuNode("n1", 2).Obj()}, list.Items)
+	rebuilt := gpu.BuildLedger([]v1alpha1.GPUNode{*pt.H100Node("n1", 2).Obj()}, list.Items)
 	if errs := rebuilt.CheckInvariants(); len(errs) > 0 {
 		t.Errorf("invariants of the pods as bound: %v", errs)
 	}
@@ -417,7 +417,7 @@ func TestBindConcurrently(t *testing.T) {
 }
 
 func TestExpire(t *testing.T) {
-	half := fractionPod("p", "0.5", "500")
+	half := pt.FractionPod("p", "0.5", "500")
 	cases := map[string]struct {
 		// inCache is the pod as the informer shows it at expiry.
 		inCache  *corev1.Pod
@@ -427,7 +427,7 @@ func TestExpire(t *testing.T) {
 		wantLeft int
 	}{
 		"a pod that shows its devices is done": {
-			inCache: bound(t, half, "n1", 0), inAPI: bound(t, half, "n1", 0),
+			inCache: pt.Bound(half, "n1", 0), inAPI: pt.Bound(half, "n1", 0),
 			wantHeld: true,
 		},
 		"an unbound pod keeps its devices until the TTL": {
@@ -438,7 +438,7 @@ func TestExpire(t *testing.T) {
 			inCache: half.Obj(), inAPI: half.Obj(), advance: 61 * time.Second,
 		},
 		"a pod the informer lags behind is left to the informer": {
-			inCache: half.Obj(), inAPI: bound(t, half, "n1", 0), advance: 61 * time.Second,
+			inCache: half.Obj(), inAPI: pt.Bound(half, "n1", 0), advance: 61 * time.Second,
 			wantHeld: true,
 		},
 		"a deleted pod loses its devices after the TTL": {
@@ -447,7 +447,7 @@ func TestExpire(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			ctx := testCtx(t)
+			ctx := pt.Context(t)
 			clk := testingclock.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
 			var cached, api []*corev1.Pod
 			if tc.inCache != nil {
@@ -456,7 +456,7 @@ func TestExpire(t *testing.T) {
 			if tc.inAPI != nil {
 				api = append(api, tc.inAPI)
 			}
-			l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+			l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
 			e := New(l, fakeClient(cached...), &fakeBinder{}, WithLiveReader(fakeClient(api...)), WithClock(clk))
 			a := halfOn("n1", 0)
 			if err := l.Assume(a); err != nil {
@@ -477,10 +477,10 @@ func TestExpire(t *testing.T) {
 
 // TestStartExpires runs the expiry loop on a fake clock.
 func TestStartExpires(t *testing.T) {
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(pt.Context(t))
 	clk := testingclock.NewFakeClock(time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC))
-	c := fakeClient(fractionPod("p", "0.5", "500").Obj())
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	c := fakeClient(pt.FractionPod("p", "0.5", "500").Obj())
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
 	e := New(l, c, &fakeBinder{}, WithClock(clk), WithAssumeTTL(10*time.Second))
 	a := halfOn("n1", 0)
 	if err := l.Assume(a); err != nil {

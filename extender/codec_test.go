@@ -8,6 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
 // checkDecodeAgrees fails when the fast decoder gives something other than
@@ -59,7 +61,7 @@ func checkEncodeAgrees(t *testing.T, names []string, msg string) {
 }
 
 func TestDecodeExtenderArgs(t *testing.T) {
-	pod := fractionPod("p", "0.5", "500").Obj()
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	kubeScheduler, err := json.Marshal(&extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("gpu-node-0", "gpu-node-1")})
 	if err != nil {
 		t.Fatal(err)

@@ -15,12 +15,18 @@
 //     victims really frees a slice that fits, and never breaks a gang.
 //
 // The ledger is a gpu.Ledger fed by informers on GPUNodes and pods
-// (informers.go), rebuilt from the API objects alone on every start. The
+// (package gpu/ledgerfeed), rebuilt from the API objects alone on every
+// start. The
 // HTTP server (server.go) runs on every replica; only the elected leader
 // binds, others answer bind with an error so that kube-scheduler retries.
 // Metrics are in metrics.go, the kube-scheduler configuration that wires the
 // extender in schedconfig.go.
 //
-// extender imports gpu and api/v1alpha1; its fairshare subpackage must not
-// import it back. Nothing but cmd/partita imports extender.
+// The admission loop that releases pods for kube-scheduler to place is a
+// program of its own (package admission). The two share only the ledger
+// and the pods the loop has just released (ReleasedPods, which the loop
+// fills through its admission.ReleasedPodSink); cmd/partita wires them.
+//
+// extender imports gpu and api/v1alpha1, never the admission loop. Nothing
+// but cmd/partita imports extender.
 package extender

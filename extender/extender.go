@@ -132,7 +132,7 @@ func WithAssumeTTL(d time.Duration) Option { return func(e *Extender) { e.assume
 func WithParallelNodes(n int) Option { return func(e *Extender) { e.parallelNodes = n } }
 
 // New returns an Extender over ledger, which informers keep current (see
-// LedgerFeed). pods reads pods, normally from the same informer cache;
+// package gpu/ledgerfeed). pods reads pods, normally from the same informer cache;
 // binder creates Bindings.
 func New(ledger *gpu.Ledger, pods client.Reader, binder Binder, opts ...Option) *Extender {
 	e := &Extender{

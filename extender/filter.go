@@ -36,8 +36,8 @@ const (
 	// can take it.
 	ReasonInvalidRequest = "InvalidRequest"
 	// ReasonAgentSilent: the node's agent has stopped reporting (see
-	// HeartbeatMonitor); nothing new goes there until it does.
-	ReasonAgentSilent = "AgentSilent"
+	// admission.HeartbeatMonitor); nothing new goes there until it does.
+	ReasonAgentSilent = gpu.ReasonAgentSilent
 	// ReasonDRAManaged: every GPU of the node is published by another DRA
 	// driver (GPUNode.status.devices[].draDriver), whose claims allocate
 	// them; Partita offers no gpu-milli there.

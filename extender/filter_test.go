@@ -22,10 +22,10 @@ func names(n ...string) *[]string {
 }
 
 func TestFilter(t *testing.T) {
-	sixTenths := fractionPod("six", "0.6", "600")
+	sixTenths := pt.FractionPod("six", "0.6", "600")
 	n1Full := []*corev1.Pod{
-		bound(t, fractionPod("a", "0.6", "600"), "n1", 0),
-		bound(t, fractionPod("b", "0.6", "600"), "n1", 1),
+		pt.Bound(pt.FractionPod("a", "0.6", "600"), "n1", 0),
+		pt.Bound(pt.FractionPod("b", "0.6", "600"), "n1", 1),
 	}
 	cases := map[string]struct {
 		nodes   []*v1alpha1.GPUNode
@@ -36,13 +36,13 @@ func TestFilter(t *testing.T) {
 		want    *extenderv1.ExtenderFilterResult
 	}{
 		"a half fits an empty node": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
-			pod:   fractionPod("p", "0.5", "500").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
+			pod:   pt.FractionPod("p", "0.5", "500").Obj(),
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names("n1"),
 				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"a third 0.6 names the largest free slice": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
 			held:  n1Full,
 			pod:   sixTenths.Obj(),
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names(),
@@ -50,23 +50,23 @@ func TestFilter(t *testing.T) {
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"more GPUs than the node has can never fit": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
-			pod:   wholePod("p", 3, "3000").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
+			pod:   pt.WholePod("p", 3, "3000").Obj(),
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names(),
 				FailedNodes:                extenderv1.FailedNodesMap{},
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"n1": "2 GPUs free; pod needs 3 whole GPUs (container main); it can never fit this node"}},
 		},
 		"unhealthy devices never count": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).UnhealthyDevice(0).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).UnhealthyDevice(0).Obj()},
 			held:  n1Full[1:],
-			pod:   fractionPod("p", "0.5", "500").Obj(),
+			pod:   pt.FractionPod("p", "0.5", "500").Obj(),
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names(),
 				FailedNodes:                extenderv1.FailedNodesMap{"n1": "largest free slice 0.4 on GPU 1; pod needs 0.5 (container main)"},
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"a node whose GPUs another DRA driver publishes is never offered": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).DRADriver("gpu.nvidia.com", 0, 1).Obj()},
-			pod:   fractionPod("p", "0.5", "500").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).DRADriver("gpu.nvidia.com", 0, 1).Obj()},
+			pod:   pt.FractionPod("p", "0.5", "500").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
@@ -76,8 +76,8 @@ func TestFilter(t *testing.T) {
 					"n2": "GPUs managed by DRA driver gpu.nvidia.com; Partita offers no partita.dev/gpu-milli there (ask for them with a ResourceClaim of that driver's DeviceClass)"}},
 		},
 		"a node without GPUNode has no inventory": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
-			pod:   fractionPod("p", "0.5", "500").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
+			pod:   pt.FractionPod("p", "0.5", "500").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "cpu-only")}
 			},
@@ -87,7 +87,7 @@ func TestFilter(t *testing.T) {
 					"cpu-only": "no GPU inventory: the node has no GPUNode (is Partita's agent running there?)"}},
 		},
 		"an invalid request fits nowhere": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
 			pod:   pt.MakePod("p", "ns").GPUFraction("1.5").Obj(),
 			want: &extenderv1.ExtenderFilterResult{NodeNames: names(),
 				FailedNodes: extenderv1.FailedNodesMap{},
@@ -95,7 +95,7 @@ func TestFilter(t *testing.T) {
 					"n1": `invalid GPU request: metadata.annotations[partita.dev/gpu-fraction]: Invalid value: "1.5": must be a decimal in (0, 1]; ask for whole GPUs with partita.dev/gpu-count`}},
 		},
 		"a pod without GPUs passes everywhere": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()},
 			held:  n1Full,
 			pod:   pt.MakePod("p", "ns").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
@@ -107,8 +107,8 @@ func TestFilter(t *testing.T) {
 		// kube-scheduler schedules it there: the other nodes' reasons would
 		// be dropped unread.
 		"a pod pinned by partita.dev/node stays there": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()},
-			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj()},
+			pod:   pt.FractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
@@ -116,8 +116,8 @@ func TestFilter(t *testing.T) {
 				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"a pinned pod whose node is no candidate is told why on each": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj(), gpuNode("n3", 2).Obj()},
-			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj(), pt.H100Node("n3", 2).Obj()},
+			pod:   pt.FractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n3")}
 			},
@@ -126,9 +126,9 @@ func TestFilter(t *testing.T) {
 					"n1": "the pod's GPUs are reserved on node n2", "n3": "the pod's GPUs are reserved on node n2"}},
 		},
 		"a pinned pod whose node is full is told why on each": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj()},
-			held:  []*corev1.Pod{bound(t, wholePod("other", 1, "1000"), "n2", 0)},
-			pod:   fractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 1).Obj()},
+			held:  []*corev1.Pod{pt.Bound(pt.WholePod("other", 1, "1000"), "n2", 0)},
+			pod:   pt.FractionPod("p", "0.5", "500").Annotation(v1alpha1.AnnotationNode, "n2").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
@@ -137,10 +137,10 @@ func TestFilter(t *testing.T) {
 				FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{"n1": "the pod's GPUs are reserved on node n2"}},
 		},
 		"a reservation holds on a full node": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 1).Obj()},
 			reserve: &gpu.PodAllocation{Namespace: "ns", Name: "p", UID: "uid-ns-p", Node: "n2", Containers: []gpu.ContainerAllocation{
 				{Container: "main", DeviceUUIDs: []string{pt.DeviceUUID("n2", 0)}, DeviceIndexes: []int32{0}, Milli: 1000}}},
-			pod: wholePod("p", 1, "1000").Obj(),
+			pod: pt.WholePod("p", 1, "1000").Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
 				return &extenderv1.ExtenderArgs{Pod: p, NodeNames: names("n1", "n2")}
 			},
@@ -148,7 +148,7 @@ func TestFilter(t *testing.T) {
 				FailedNodes: extenderv1.FailedNodesMap{}, FailedAndUnresolvableNodes: extenderv1.FailedNodesMap{}},
 		},
 		"whole nodes in, whole nodes out": {
-			nodes: []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()},
+			nodes: []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj()},
 			held:  n1Full,
 			pod:   sixTenths.Obj(),
 			args: func(p *corev1.Pod) *extenderv1.ExtenderArgs {
@@ -163,7 +163,7 @@ func TestFilter(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			l := newLedger(tc.nodes, tc.held...)
+			l := pt.Ledger(tc.nodes, tc.held...)
 			if tc.reserve != nil {
 				if err := l.Assume(tc.reserve); err != nil {
 					t.Fatal(err)
@@ -175,7 +175,7 @@ func TestFilter(t *testing.T) {
 			}
 			for _, parallel := range []int{1 << 20, 1} {
 				e := New(l, fakeClient(), &fakeBinder{}, WithParallelNodes(parallel))
-				got, err := e.Filter(testCtx(t), args)
+				got, err := e.Filter(pt.Context(t), args)
 				if err != nil {
 					t.Fatalf("Filter: %v", err)
 				}
@@ -188,8 +188,8 @@ func TestFilter(t *testing.T) {
 }
 
 func TestFilterRefuses(t *testing.T) {
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
-	pod := fractionPod("p", "0.5", "500").Obj()
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	cases := map[string]struct {
 		synced  bool
 		args    *extenderv1.ExtenderArgs
@@ -203,11 +203,11 @@ func TestFilterRefuses(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			e := New(l, fakeClient(), &fakeBinder{}, WithSynced(func() bool { return tc.synced }))
-			_, err := e.Filter(testCtx(t), tc.args)
+			_, err := e.Filter(pt.Context(t), tc.args)
 			if !tc.wantErr(err) {
 				t.Errorf("Filter error = %v", err)
 			}
-			_, err = e.Prioritize(testCtx(t), tc.args)
+			_, err = e.Prioritize(pt.Context(t), tc.args)
 			if !tc.wantErr(err) {
 				t.Errorf("Prioritize error = %v", err)
 			}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/go-logr/logr"
 
+	pt "github.com/partita-dev/partita/internal/partitatest"
+
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 )
 
@@ -20,7 +22,7 @@ import (
 // Input: verb selects the path (filter, prioritize, bind, preempt, modulo 4);
 // body is the request body as sent.
 func FuzzServer(f *testing.F) {
-	pod := fractionPod("p", "0.5", "500").Obj()
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	seed := func(verb uint8, v any) {
 		b, err := json.Marshal(v)
 		if err != nil {
@@ -32,7 +34,7 @@ func FuzzServer(f *testing.F) {
 	seed(1, &extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")})
 	seed(2, bindArgs("p", "n1"))
 	seed(3, &extenderv1.ExtenderPreemptionArgs{Pod: pod, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{"n1": metaVictimsOf("x")}})
-	seed(0, &extenderv1.ExtenderArgs{Pod: fractionPod("q", "7", "500").Obj(), NodeNames: names("n1")})
+	seed(0, &extenderv1.ExtenderArgs{Pod: pt.FractionPod("q", "7", "500").Obj(), NodeNames: names("n1")})
 	for _, s := range []string{"", "{}", "null", "[]", `{"Pod":null}`, `{"Pod":{"spec":{"containers":[{}]}},"Nodes":{"items":[{}]}}`,
 		`{"Pod":{"metadata":{"annotations":{"partita.dev/gpu-memory":"1e400"}}},"NodeNames":["n1"]}`, "\xff{", `{"Node":"n1","PodName":"p","PodNamespace":"ns","PodUID":"uid-ns-p"}`} {
 		for v := range uint8(4) {

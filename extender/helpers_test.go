@@ -5,10 +5,7 @@ import (
 	"errors"
 	"maps"
 	"sync"
-	"testing"
 
-	"github.com/go-logr/logr"
-	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,63 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/gpu"
-	pt "github.com/partita-dev/partita/internal/partitatest"
 )
-
-const (
-	h100    = "NVIDIA H100 80GB HBM3"
-	h100MiB = 81920
-)
-
-// testCtx is a context whose logger writes to the test at V(5).
-func testCtx(t *testing.T) context.Context {
-	t.Helper()
-	return logr.NewContext(t.Context(), testr.NewWithOptions(t, testr.Options{Verbosity: 5}))
-}
-
-// fractionPod is a canonical pod asking for frac of one GPU, as the webhook
-// writes it.
-func fractionPod(name, frac, milli string) *pt.PodWrapper {
-	return pt.MakePod(name, "ns").GPUFraction(frac).GPUCount(1).Resource("", v1alpha1.ResourceGPUMilli, milli)
-}
-
-// wholePod is a canonical pod asking for n whole GPUs.
-func wholePod(name string, n int, milli string) *pt.PodWrapper {
-	return pt.MakePod(name, "ns").GPUCount(n).Resource("", v1alpha1.ResourceGPUMilli, milli)
-}
-
-// gpuNode is a node with n healthy H100s.
-func gpuNode(name string, n int) *pt.GPUNodeWrapper {
-	return pt.MakeGPUNode(name).Devices(n, h100, h100MiB)
-}
-
-// bound returns pod bound to node holding the given devices in container
-// "main", as the API server shows it after a Binding.
-func bound(t *testing.T, w *pt.PodWrapper, node string, indexes ...int32) *corev1.Pod {
-	t.Helper()
-	pod := w.Clone().Node(node).Obj()
-	req, errs := gpu.ParsePod(pod)
-	if len(errs) > 0 || req == nil {
-		t.Fatalf("parse %s: %v", pod.Name, errs)
-	}
-	c := req.Containers[0]
-	ca := gpu.ContainerAllocation{Container: c.Name, Milli: c.Milli}
-	for _, i := range indexes {
-		ca.DeviceUUIDs = append(ca.DeviceUUIDs, pt.DeviceUUID(node, i))
-		ca.DeviceIndexes = append(ca.DeviceIndexes, i)
-	}
-	if !c.Whole() {
-		ca.MemoryMiB = c.Milli * h100MiB / gpu.MilliPerGPU
-		ca.SMPercent = int32((c.Milli + 9) / 10)
-	}
-	a := &gpu.PodAllocation{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID, Node: node, Containers: []gpu.ContainerAllocation{ca}}
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
-	}
-	maps.Copy(pod.Annotations, gpu.AllocationAnnotations(a))
-	return pod
-}
 
 func testScheme() *runtime.Scheme {
 	s := runtime.NewScheme()
@@ -158,18 +99,6 @@ type failingReader struct{ client.Reader }
 
 func (failingReader) Get(context.Context, client.ObjectKey, client.Object, ...client.GetOption) error {
 	return errors.New("connection refused")
-}
-
-// newLedger returns a ledger of nodes and pods.
-func newLedger(nodes []*v1alpha1.GPUNode, pods ...*corev1.Pod) *gpu.Ledger {
-	l := gpu.NewLedger()
-	for _, n := range nodes {
-		l.UpsertNode(n)
-	}
-	for _, p := range pods {
-		l.UpsertPod(p)
-	}
-	return l
 }
 
 func clientKey(namespace, name string) client.ObjectKey {

@@ -11,15 +11,16 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
 // TestMetrics drives each verb once and reads the metrics back.
 func TestMetrics(t *testing.T) {
-	ctx := testCtx(t)
-	full := []*corev1.Pod{bound(t, wholePod("a", 1, "1000"), "n1", 0), bound(t, wholePod("b", 1, "1000"), "n1", 1)}
-	half, late := fractionPod("p", "0.5", "500").Obj(), fractionPod("late", "0.5", "500").Obj()
+	ctx := pt.Context(t)
+	full := []*corev1.Pod{pt.Bound(pt.WholePod("a", 1, "1000"), "n1", 0), pt.Bound(pt.WholePod("b", 1, "1000"), "n1", 1)}
+	half, late := pt.FractionPod("p", "0.5", "500").Obj(), pt.FractionPod("late", "0.5", "500").Obj()
 	c := fakeClient(append(full, half, late)...)
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj()}, full...)
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj()}, full...)
 	reg := prometheus.NewRegistry()
 	binder := &fakeBinder{c: c}
 	e := New(l, c, binder, WithMetrics(NewMetrics(reg, l, func() bool { return true })))

@@ -22,15 +22,15 @@ func metaVictimsOf(uids ...string) *extenderv1.MetaVictims {
 func TestPreempt(t *testing.T) {
 	// n1: GPU 0 held whole by w, GPU 1 by halves h1 and h2. n2: GPU 0 held
 	// whole by g, a gang member.
-	w := bound(t, wholePod("w", 1, "1000"), "n1", 0)
-	h1 := bound(t, fractionPod("h1", "0.5", "500"), "n1", 1)
-	h2 := bound(t, fractionPod("h2", "0.5", "500"), "n1", 1)
-	g := bound(t, wholePod("g", 1, "1000").PodGroup("train"), "n2", 0)
+	w := pt.Bound(pt.WholePod("w", 1, "1000"), "n1", 0)
+	h1 := pt.Bound(pt.FractionPod("h1", "0.5", "500"), "n1", 1)
+	h2 := pt.Bound(pt.FractionPod("h2", "0.5", "500"), "n1", 1)
+	g := pt.Bound(pt.WholePod("g", 1, "1000").PodGroup("train"), "n2", 0)
 	cpuGang := pt.MakePod("launcher", "ns").Label(v1alpha1.LabelPodGroup, "train").Node("n2").Obj()
 	// n3: GPU 0 held whole by m, a single pod the admission loop admitted.
-	m := bound(t, wholePod("m", 1, "1000").Annotation(v1alpha1.AnnotationAdmitted, "2026-12-01T00:00:00.000Z"), "n3", 0)
-	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 1).Obj(), gpuNode("n3", 1).Obj()}
-	whole := wholePod("p", 1, "1000")
+	m := pt.Bound(pt.WholePod("m", 1, "1000").Annotation(v1alpha1.AnnotationAdmitted, "2026-12-01T00:00:00.000Z"), "n3", 0)
+	nodes := []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 1).Obj(), pt.H100Node("n3", 1).Obj()}
+	whole := pt.WholePod("p", 1, "1000")
 	cases := map[string]struct {
 		pod  *corev1.Pod
 		args func(*corev1.Pod) *extenderv1.ExtenderPreemptionArgs
@@ -113,9 +113,9 @@ func TestPreempt(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			l := newLedger(nodes, w, h1, h2, g, m)
+			l := pt.Ledger(nodes, w, h1, h2, g, m)
 			e := New(l, fakeClient(w, h1, h2, g, cpuGang, m), &fakeBinder{})
-			got, err := e.Preempt(testCtx(t), tc.args(tc.pod))
+			got, err := e.Preempt(pt.Context(t), tc.args(tc.pod))
 			if err != nil {
 				t.Fatalf("Preempt: %v", err)
 			}
@@ -129,8 +129,8 @@ func TestPreempt(t *testing.T) {
 		})
 	}
 	t.Run("no pod is a bad request", func(t *testing.T) {
-		e := New(newLedger(nodes), fakeClient(), &fakeBinder{})
-		if _, err := e.Preempt(testCtx(t), &extenderv1.ExtenderPreemptionArgs{}); !IsRequestError(err) {
+		e := New(pt.Ledger(nodes), fakeClient(), &fakeBinder{})
+		if _, err := e.Preempt(pt.Context(t), &extenderv1.ExtenderPreemptionArgs{}); !IsRequestError(err) {
 			t.Errorf("Preempt error = %v, want a RequestError", err)
 		}
 	})

@@ -14,12 +14,12 @@ import (
 
 func TestPrioritize(t *testing.T) {
 	// n1 has a half used, n2 is empty, n3 is full.
-	nodes := []*v1alpha1.GPUNode{gpuNode("n1", 2).Obj(), gpuNode("n2", 2).Obj(), gpuNode("n3", 1).Obj()}
+	nodes := []*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj(), pt.H100Node("n2", 2).Obj(), pt.H100Node("n3", 1).Obj()}
 	held := []*corev1.Pod{
-		bound(t, fractionPod("a", "0.5", "500"), "n1", 0),
-		bound(t, wholePod("b", 1, "1000"), "n3", 0),
+		pt.Bound(pt.FractionPod("a", "0.5", "500"), "n1", 0),
+		pt.Bound(pt.WholePod("b", 1, "1000"), "n3", 0),
 	}
-	half := fractionPod("p", "0.5", "500")
+	half := pt.FractionPod("p", "0.5", "500")
 	all := names("n1", "n2", "n3", "cpu-only")
 	cases := map[string]struct {
 		placement gpu.Placement
@@ -40,7 +40,7 @@ func TestPrioritize(t *testing.T) {
 			want: extenderv1.HostPriorityList{{Host: "n1", Score: 5}, {Host: "n2", Score: 6}, {Host: "n3"}, {Host: "cpu-only"}},
 		},
 		"a whole GPU goes where no device is partly used": {
-			pod:  wholePod("p", 1, "1000").Obj(),
+			pod:  pt.WholePod("p", 1, "1000").Obj(),
 			want: extenderv1.HostPriorityList{{Host: "n1", Score: 8}, {Host: "n2", Score: 9}, {Host: "n3"}, {Host: "cpu-only"}},
 		},
 		"a pinned pod scores only its node": {
@@ -54,14 +54,14 @@ func TestPrioritize(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			l := newLedger(nodes, held...)
+			l := pt.Ledger(nodes, held...)
 			opts := []Option{}
 			if tc.placement != "" {
 				opts = append(opts, WithPlacement(tc.placement))
 			}
 			for _, parallel := range []int{1 << 20, 1} {
 				e := New(l, fakeClient(), &fakeBinder{}, append(opts, WithParallelNodes(parallel))...)
-				got, err := e.Prioritize(testCtx(t), &extenderv1.ExtenderArgs{Pod: tc.pod, NodeNames: all})
+				got, err := e.Prioritize(pt.Context(t), &extenderv1.ExtenderArgs{Pod: tc.pod, NodeNames: all})
 				if err != nil {
 					t.Fatalf("Prioritize: %v", err)
 				}

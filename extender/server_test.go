@@ -49,9 +49,9 @@ func (ts testServer) handler(t *testing.T) http.Handler {
 
 func (ts testServer) handlerLogging(t testing.TB, log logr.Logger) http.Handler {
 	t.Helper()
-	pod := fractionPod("p", "0.5", "500").Obj()
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	c := fakeClient(pod, pt.MakePod("plain", "ns").Obj())
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
 	reg := prometheus.NewRegistry()
 	isLeader := func() bool { return ts.leader }
 	e := New(l, c, &fakeBinder{c: c},
@@ -76,7 +76,7 @@ func (ts testServer) handlerLogging(t testing.TB, log logr.Logger) http.Handler 
 }
 
 func TestServer(t *testing.T) {
-	pod := fractionPod("p", "0.5", "500").Obj()
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	filterBody := mustJSON(t, &extenderv1.ExtenderArgs{Pod: pod, NodeNames: names("n1")})
 	bindBody := mustJSON(t, bindArgs("p", "n1"))
 	preemptBody := mustJSON(t, &extenderv1.ExtenderPreemptionArgs{Pod: pod, NodeNameToMetaVictims: map[string]*extenderv1.MetaVictims{}})
@@ -149,7 +149,7 @@ func TestServer(t *testing.T) {
 			if method == "" {
 				method = http.MethodPost
 			}
-			req := httptest.NewRequestWithContext(testCtx(t), method, tc.path, strings.NewReader(tc.body))
+			req := httptest.NewRequestWithContext(pt.Context(t), method, tc.path, strings.NewReader(tc.body))
 			req.Header.Set("Content-Type", "application/json")
 			if !tc.anonymous {
 				req.TLS = schedulerConn(t)
@@ -204,15 +204,15 @@ func deref(v any) any {
 // TestServerBindsOnce checks through HTTP that a bind writes the Binding
 // once and that a retry of it succeeds without writing again.
 func TestServerBindsOnce(t *testing.T) {
-	pod := fractionPod("p", "0.5", "500").Obj()
+	pod := pt.FractionPod("p", "0.5", "500").Obj()
 	c := fakeClient(pod)
-	l := newLedger([]*v1alpha1.GPUNode{gpuNode("n1", 2).Obj()})
+	l := pt.Ledger([]*v1alpha1.GPUNode{pt.H100Node("n1", 2).Obj()})
 	binder := &fakeBinder{c: c}
 	h := NewServer(testr.New(t), New(l, c, binder)).Handler()
 	body := mustJSON(t, bindArgs("p", "n1"))
 	for i := range 2 {
 		rec := httptest.NewRecorder()
-		req := httptest.NewRequestWithContext(testCtx(t), http.MethodPost, "/bind", strings.NewReader(body))
+		req := httptest.NewRequestWithContext(pt.Context(t), http.MethodPost, "/bind", strings.NewReader(body))
 		req.TLS = schedulerConn(t)
 		h.ServeHTTP(rec, req)
 		if rec.Code != 200 || strings.TrimSpace(rec.Body.String()) != `{"Error":""}` {

@@ -141,6 +141,10 @@ func IsDRAManaged(err error) bool {
 // failed write, or an agent restart, never trips it.
 const DefaultAgentHeartbeatTimeout = 3 * time.Minute
 
+// ReasonAgentSilent names an AgentSilentError where people read it: the
+// extender's filter verdict and the event on the node's GPUNode.
+const ReasonAgentSilent = "AgentSilent"
+
 // AgentSilentError says a node's agent stopped reporting: its GPUNode's
 // heartbeat has not moved for longer than the bound the extender was given
 // (--agent-heartbeat-timeout). Nothing new goes there, as nobody watches

@@ -20,7 +20,7 @@ import (
 // Pods whose claims ask for no GPU class are not touched.
 
 // ClaimDemand reads what a pod asks for through ResourceClaims
-// (extender.ClaimCache.Demand over live reads).
+// (claims.Cache.Demand over live reads).
 type ClaimDemand func(pod *corev1.Pod) dra.Demand
 
 // WithClaims makes pods that ask for GPUs through ResourceClaims only GPU

@@ -31,11 +31,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/partita-dev/partita/admission"
+	"github.com/partita-dev/partita/admission/claims"
+	"github.com/partita-dev/partita/admission/workloadmap"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
-	"github.com/partita-dev/partita/extender/workloadmap"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/gpu/ledgerfeed"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
 )
@@ -63,7 +66,7 @@ type extenderFlags struct {
 	verbosity         int
 
 	admission        bool
-	admitter         extender.AdmitterOptions
+	admitter         admission.AdmitterOptions
 	gpuDeviceClasses []string
 	policyNamespace  string
 	implicitJobGangs bool
@@ -78,7 +81,7 @@ func newExtenderCommand() *cobra.Command {
 		ns = defaultPartitaNamespace
 	}
 	def := extender.DefaultSchedulerConfigOptions()
-	f := &extenderFlags{leaseNamespace: ns, policyNamespace: ns, config: def, admitter: extender.DefaultAdmitterOptions()}
+	f := &extenderFlags{leaseNamespace: ns, policyNamespace: ns, config: def, admitter: admission.DefaultAdmitterOptions()}
 	cmd := &cobra.Command{
 		Use:   "extender",
 		Short: "Serve the kube-scheduler extender: device-level filter, prioritize, bind and preempt for GPU pods",
@@ -132,7 +135,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.StringVar(&f.leaseName, "leader-election-id", "partita-extender", "name of the leader election Lease")
 	fl.StringVar(&f.placement, "placement", string(gpu.PlacementBinpack), "device placement for pods that do not choose one with "+v1alpha1.AnnotationPlacement+": binpack or spread")
 	fl.DurationVar(&f.assumeTTL, "assume-ttl", extender.DefaultAssumeTTL, "how long a GPU assignment may wait to show on its pod before it is checked and, if the pod is unbound, dropped")
-	fl.DurationVar(&f.heartbeatTimeout, "agent-heartbeat-timeout", extender.DefaultAgentHeartbeatTimeout, "a node whose agent has written no new GPUNode heartbeat for this long takes no new GPU pods (filter, bind and the admission loop say why) until it reports again; keep it well above the agents' --heartbeat-interval")
+	fl.DurationVar(&f.heartbeatTimeout, "agent-heartbeat-timeout", admission.DefaultAgentHeartbeatTimeout, "a node whose agent has written no new GPUNode heartbeat for this long takes no new GPU pods (filter, bind and the admission loop say why) until it reports again; keep it well above the agents' --heartbeat-interval")
 	fl.Int64Var(&f.maxRequestBytes, "max-request-bytes", extender.DefaultMaxRequestBytes, "largest request body accepted; larger ones get 413")
 	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
@@ -236,7 +239,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		return fmt.Errorf("get node informer: %w", err)
 	}
 	ledger := gpu.NewLedger()
-	feed := extender.NewLedgerFeed(ledger)
+	feed := ledgerfeed.New(ledger)
 	if err := feed.Watch(ctx, mgr.GetCache()); err != nil {
 		return err
 	}
@@ -266,9 +269,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		return fmt.Errorf("--agent-heartbeat-timeout %s: want a positive duration, well above the agents' --heartbeat-interval", f.heartbeatTimeout)
 	}
 	var notifyAdmitter func()
-	monitor := extender.NewHeartbeatMonitor(ledger, f.heartbeatTimeout,
-		extender.WithMonitorEvents(mgr.GetClient(), mgr.GetEventRecorder("partita-extender"), isLeader),
-		extender.WithMonitorOnChange(func() {
+	monitor := admission.NewHeartbeatMonitor(ledger, f.heartbeatTimeout,
+		admission.WithMonitorEvents(mgr.GetClient(), mgr.GetEventRecorder("partita-extender"), isLeader),
+		admission.WithMonitorOnChange(func() {
 			if notifyAdmitter != nil {
 				notifyAdmitter()
 			}
@@ -390,7 +393,7 @@ func (allReplicas) NeedLeaderElection() bool          { return false }
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of
 // --policy-namespace).
-func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *extender.LedgerFeed, f *extenderFlags, placement gpu.Placement, released *extender.ReleasedPods) (*extender.Admitter, error) {
+func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *ledgerfeed.Feed, f *extenderFlags, placement gpu.Placement, released *extender.ReleasedPods) (*admission.Admitter, error) {
 	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
 	if err != nil {
 		return nil, err
@@ -401,7 +404,7 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 			return nil, err
 		}
 	}
-	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder(extender.AdmitterName),
+	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder(admission.AdmitterName),
 		f.policyNamespace, policy.DefaultBatchInterval, clock.RealClock{})
 	if err := loader.Watch(ctx, mgr.GetCache()); err != nil {
 		return nil, err
@@ -421,7 +424,7 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	opts.StatusClient = statusClient
 	// The map sends the pods to ask about again to the admitter's cache;
 	// adm is set before the manager starts anything.
-	var adm *extender.Admitter
+	var adm *admission.Admitter
 	mapper, err := addWorkloadMap(ctx, mgr, engine, func(uids []types.UID) {
 		adm.Cache().Remap(uids)
 		adm.Notify()
@@ -431,25 +434,25 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 	}
 	opts.Mapper = mapper
 	claimsSynced := func() bool { return true }
-	served, err := extender.ServesDRA(mgr.GetConfig())
+	served, err := claims.ServesDRA(mgr.GetConfig())
 	if err != nil {
 		return nil, err
 	}
 	if served {
-		claims := extender.NewClaimCache(mgr.GetCache(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
-		if err := claims.Watch(ctx, mgr.GetCache(), func(namespace string) {
+		claimCache := claims.NewCache(mgr.GetCache(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
+		if err := claimCache.Watch(ctx, mgr.GetCache(), func(namespace string) {
 			adm.Cache().RereadClaims(namespace)
 			adm.Notify()
 		}); err != nil {
 			return nil, err
 		}
-		opts.Claims = claims.Demand
-		opts.ClaimAllocator = claims
-		claimsSynced = claims.Synced
+		opts.Claims = claimCache.Demand
+		opts.ClaimAllocator = claimCache
+		claimsSynced = claimCache.Synced
 	}
 	synced := func() bool { return feed.Synced() && mapper.Synced() && claimsSynced() }
-	adm = extender.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(extender.AdmitterName),
-		extender.PolicyQuota{Engine: engine}, synced, opts, extender.NewAdmitterMetrics(metrics.Registry), nil)
+	adm = admission.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(admission.AdmitterName),
+		admission.PolicyQuota{Engine: engine}, synced, opts, admission.NewAdmitterMetrics(metrics.Registry), nil)
 	if err := adm.Watch(ctx, mgr.GetCache()); err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/partita-dev/partita/extender/fairshare"
+	"github.com/partita-dev/partita/admission/fairshare"
 )
 
 func newFairshareCommand() *cobra.Command {

@@ -36,9 +36,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/partita-dev/partita/admission/claims"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
-	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
@@ -354,15 +354,15 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()),
 		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue), webhook.WithGPUBackend(backend, templates),
 	}
-	served, err := extender.ServesDRA(cfg)
+	served, err := claims.ServesDRA(cfg)
 	if err != nil {
 		return err
 	}
 	if served {
 		// Pods with claims are few next to the others: their claims,
 		// templates and DeviceClasses are read live, with nothing cached.
-		claims := extender.NewClaimCache(mgr.GetAPIReader(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
-		podOpts = append(podOpts, webhook.WithClaims(claims.Demand))
+		claimCache := claims.NewCache(mgr.GetAPIReader(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
+		podOpts = append(podOpts, webhook.WithClaims(claimCache.Demand))
 	}
 	pods := webhook.NewPodAdmission(engine, view, podOpts...)
 	var registered atomic.Bool

@@ -1,12 +1,18 @@
 package partitatest
 
 import (
+	"fmt"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // ResourceSliceWrapper builds a ResourceSlice of one node, as a DRA driver
@@ -127,4 +133,31 @@ func (s ClaimSource) ExtendedResourceClass(name corev1.ResourceName) (string, bo
 		}
 	}
 	return "", false
+}
+
+// NVIDIAClaimWorld is two nodes n-0 and n-1 whose one GPU each NVIDIA's
+// DRA driver publishes, its DeviceClass gpu.nvidia.com, and claims
+// c0..c(n-1) in namespace ns of one GPU each, with extra objects: the
+// nodes, and every object for a client to hold.
+func NVIDIAClaimWorld(claims int, extra ...client.Object) ([]*corev1.Node, []client.Object) {
+	var objs []client.Object
+	var nodes []*corev1.Node
+	for i := range 2 {
+		name := fmt.Sprintf("n-%d", i)
+		nodes = append(nodes, MakeNode(name).Obj())
+		objs = append(objs, MakeResourceSlice(name+"-nvidia", "gpu.nvidia.com", name).GPU("gpu-0", "GPU-"+name, "H100", "80Gi").Obj())
+	}
+	objs = append(objs, &resourceapi.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "gpu.nvidia.com"},
+		Spec: resourceapi.DeviceClassSpec{Selectors: []resourceapi.DeviceSelector{{CEL: &resourceapi.CELDeviceSelector{Expression: `device.driver == "gpu.nvidia.com"`}}}}})
+	for i := range claims {
+		objs = append(objs, MakeResourceClaim(fmt.Sprintf("c%d", i), "ns").Devices("gpu", "gpu.nvidia.com", 1).Obj())
+	}
+	return nodes, append(objs, extra...)
+}
+
+// ClaimGangMember is a gated member of gang "train" of queue "a" in
+// namespace ns whose GPU is the ResourceClaim claim.
+func ClaimGangMember(name, claim string) *corev1.Pod {
+	return MakePod(name, "ns").UID(types.UID("uid-"+name)).Queue("a").PodGroup("train").Claim("gpu", claim).
+		SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)).Obj()
 }

@@ -1,0 +1,418 @@
+package cycle
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// maxVictims bounds the workloads one search may evict.
+const maxVictims = 64
+
+// spared is a workload that would be a victim but for Options.Unevictable.
+type spared struct {
+	w   *Workload
+	q   string
+	why string
+}
+
+// victim is a workload the search may evict, or (elastic) some of its
+// elastic members beyond its minimum.
+type victim struct {
+	w *Workload
+	q *queueState
+	// members are what evicting the victim evicts: all of w.Active, or
+	// elastic members.
+	members []*Member
+	reclaim bool
+	elastic bool
+}
+
+// preempt looks for whole workloads whose eviction lets members of w fit
+// (DESIGN §6): from queues over their fair share while w's queue stays
+// within its own (reclaim), or of lower priority in w's queue (preemption).
+// Workloads admitted less than PreemptMinRuntime ago, and those already
+// being evicted, are spared. It evicts only for a placement it has
+// simulated, and it reports whether w now waits for evictions (its wait is
+// recorded); false means nothing can be evicted for it.
+func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
+	if c.opts.DisablePreemption || q == nil || len(members) == 0 {
+		return false
+	}
+	saved := map[types.UID]*gpu.PodAllocation{}
+	// Victims holding GPUs through ResourceClaims free them in the claim
+	// simulation too, which places w's members when they carry claims.
+	var claims ClaimSession
+	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
+		claims = c.claimSimulation()
+	}
+	release := func(ms []*Member) {
+		for _, m := range ms {
+			if a, ok := c.snap.Allocation(m.Pod.UID); ok {
+				saved[m.Pod.UID] = a
+				c.snap.Forget(m.Pod.UID)
+			}
+			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+				claims.Release(m.Pod)
+			}
+		}
+	}
+	restore := func(ms []*Member) {
+		for _, m := range ms {
+			if a := saved[m.Pod.UID]; a != nil {
+				_ = c.snap.Restore(a)
+				delete(saved, m.Pod.UID)
+			}
+			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+				claims.Restore(m.Pod)
+			}
+		}
+	}
+	// fits places w's members and takes them off again; room keeps the
+	// devices of the last placement that fitted, which every search below
+	// leaves the snapshot in: what w waits for (holdFor).
+	var room []roomDevices
+	fits := func() bool {
+		placed, err := c.place(w, members, false)
+		if err == nil {
+			room = roomOf(placed)
+		}
+		for _, p := range placed {
+			c.snap.Forget(p.Member.Pod.UID)
+			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
+				claims.Forget(p.Member.Pod)
+			}
+		}
+		return err == nil
+	}
+	// Each search places the gang again, so a cycle bounds them; the
+	// look at terminating pods below is one of them.
+	if c.searches >= c.opts.MaxPreemptionSearches {
+		return false
+	}
+	c.searches++
+	// Pods already terminating free their room soon: if that is enough,
+	// wait for them rather than evict more.
+	terminating := c.terminatingMembers()
+	release(terminating)
+	defer restore(terminating)
+	if len(terminating) > 0 && fits() {
+		restore(terminating)
+		c.holdFor(w, room)
+		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
+		return true
+	}
+	// Elastic members beyond their gang's minimum go first, one by one.
+	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
+	if len(cands) == 0 {
+		return false
+	}
+	taken := map[*queueState]int64{}
+	var chosen []victim
+	found := false
+	for _, v := range cands {
+		var charge int64
+		if v.elastic {
+			for _, m := range v.members {
+				mc, _ := c.memberCharge(m)
+				charge += mc
+			}
+		} else {
+			charge = c.activeCharge(v.w)
+		}
+		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q]-charge < v.q.fairShare {
+			// Reclaim takes a victim only if its queue stays at or above
+			// its fair share without it (and the victims already chosen
+			// from it): otherwise the next cycle would reclaim back.
+			// Elastic members hold only room no minimum wanted.
+			continue
+		}
+		release(v.members)
+		taken[v.q] += charge
+		chosen = append(chosen, v)
+		if fits() {
+			found = true
+			break
+		}
+		if len(chosen) >= maxVictims {
+			break
+		}
+	}
+	if !found {
+		for _, v := range chosen {
+			restore(v.members)
+		}
+		return false
+	}
+	// Least disruption: spare every chosen victim the placement does not
+	// need, the most important first.
+	for i := len(chosen) - 2; i >= 0; i-- {
+		restore(chosen[i].members)
+		if fits() {
+			chosen = slices.Delete(chosen, i, i+1)
+			continue
+		}
+		release(chosen[i].members)
+	}
+	names := make([]string, len(chosen))
+	for i, v := range chosen {
+		restore(v.members)
+		c.markEvicting(v)
+		names[i] = v.w.Name()
+		if v.elastic {
+			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
+		}
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
+	}
+	restore(terminating)
+	c.holdFor(w, room)
+	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
+	return true
+}
+
+// holdFor withholds, for the rest of the cycle, the devices a workload
+// waits to be freed for (by its evictions, or by pods already
+// terminating): what is free of them now, and what frees while the victims
+// go, is not taken by a workload tried later in the cycle, which would
+// then have to be evicted in turn (an elastic member admitted into the
+// room an eviction freed for a minimum, as pods went one at a time).
+// Devices already withheld (a head of line's room) stay as they are.
+func (c *cycle) holdFor(w *Workload, devs []roomDevices) {
+	h := hold{w: w}
+	for _, d := range devs {
+		kept := roomDevices{node: d.node}
+		for i, u := range d.uuids {
+			if c.snap.Withhold(d.node, []string{u}) {
+				kept.uuids = append(kept.uuids, u)
+				if i < len(d.indexes) {
+					kept.indexes = append(kept.indexes, d.indexes[i])
+				}
+			}
+		}
+		if len(kept.uuids) > 0 {
+			h.devices = append(h.devices, kept)
+		}
+	}
+	if len(h.devices) > 0 {
+		c.holds = append(c.holds, h)
+		c.holdLines = nil
+	}
+}
+
+// hold is what holdFor withheld for w.
+type hold struct {
+	w       *Workload
+	devices []roomDevices
+}
+
+// holdNote tells a workload waiting for capacity which of the devices its
+// first member could use are held for another workload waiting for
+// evictions; "" when none is. The lines are worked out once per
+// constraint signature and set of holds: thousands of workloads may wait.
+func (c *cycle) holdNote(w *Workload) string {
+	if len(w.Pending) == 0 {
+		return ""
+	}
+	m := w.Pending[0]
+	sig := constraintSig(m)
+	lines, ok := c.holdLines[sig]
+	if !ok {
+		cands := c.staticCandidates(sig, m)
+		for _, h := range c.holds {
+			var on []roomDevices
+			for _, d := range h.devices {
+				if _, found := slices.BinarySearch(cands, d.node); found && c.snap.RoomMilli(d.node, d.uuids) > 0 {
+					on = append(on, d)
+				}
+			}
+			if len(on) > 0 {
+				lines = append(lines, holdLine{w: h.w, text: fmt.Sprintf("%s kept for %s, which waits for pods being evicted or deleted to make room", describeRoom(on), h.w.Key)})
+			}
+		}
+		if c.holdLines == nil {
+			c.holdLines = map[string][]holdLine{}
+		}
+		c.holdLines[sig] = lines
+	}
+	var b strings.Builder
+	for _, l := range lines {
+		if l.w != w {
+			b.WriteString("; ")
+			b.WriteString(l.text)
+		}
+	}
+	return b.String()
+}
+
+// holdLine is one hold as holdNote words it.
+type holdLine struct {
+	w    *Workload
+	text string
+}
+
+// victims lists the workloads that may be evicted for w, the first to go
+// first: lowest priority, then the most recently started.
+func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim {
+	var need, needCPU, needMemory int64
+	for _, m := range members {
+		need += m.GPUMilli
+		needCPU += m.CPUMilli
+		needMemory += m.Memory
+	}
+	var out []victim
+	for _, v := range c.evictable(q.Name) {
+		if v.Priority >= w.Priority {
+			break
+		}
+		if v != w && !c.evicting[v.Key] {
+			out = append(out, victim{w: v, q: q, members: v.Active})
+		}
+	}
+	// Reclaim takes back GPUs for a queue that stays within its fair
+	// share of every resource it asks for.
+	within := func(r amounts, need int64) bool { return need == 0 || r.alloc+need <= r.fairShare }
+	if q.allocated+need <= q.fairShare && within(q.cpu, needCPU) && within(q.memory, needMemory) {
+		for _, vq := range c.overFairShare() {
+			if vq == q {
+				continue
+			}
+			for _, v := range c.evictable(vq.Name) {
+				if !c.evicting[v.Key] {
+					out = append(out, victim{w: v, q: vq, members: v.Active, reclaim: true})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b victim) int {
+		return cmp.Or(cmp.Compare(a.w.Priority, b.w.Priority), b.w.Started().Compare(a.w.Started()),
+			b.w.Created.Compare(a.w.Created), compareKeys(a.w.Key, b.w.Key))
+	})
+	return out
+}
+
+// evictable are the workloads of queue that may ever be victims this
+// cycle, lowest priority first: none of their pods is terminating, and they
+// started PreemptMinRuntime ago or earlier. Built once per queue and cycle.
+func (c *cycle) evictable(queue string) []*Workload {
+	if c.evictableByQueue == nil {
+		c.evictableByQueue = map[string][]*Workload{}
+	}
+	if vs, ok := c.evictableByQueue[queue]; ok {
+		return vs
+	}
+	var vs []*Workload
+	for _, v := range c.st.Active[queue] { // lowest priority first
+		if v.Terminating() || c.opts.Now.Sub(v.Started()) < c.opts.PreemptMinRuntime {
+			continue
+		}
+		if why, ok := c.opts.Unevictable[v.Key]; ok {
+			c.spared = append(c.spared, spared{w: v, q: queue, why: why})
+			continue
+		}
+		vs = append(vs, v)
+	}
+	c.evictableByQueue[queue] = vs
+	return vs
+}
+
+// terminatingMembers are the active members of every workload that are
+// being deleted, computed once per cycle.
+func (c *cycle) terminatingMembers() []*Member {
+	if c.terminating == nil {
+		c.terminating = []*Member{}
+		for _, w := range c.st.Terminating {
+			for _, m := range w.Active {
+				if m.Pod.DeletionTimestamp != nil {
+					c.terminating = append(c.terminating, m)
+				}
+			}
+		}
+	}
+	return c.terminating
+}
+
+func evictionMessage(v victim, q *queueState, w *Workload) string {
+	if v.elastic {
+		return elasticEvictionMessage(v, q, w)
+	}
+	if v.reclaim {
+		return fmt.Sprintf("reclaimed for %s: queue %s is below its fair share (%s of %s GPUs) and queue %s is above its own (%s of %s GPUs)",
+			w.Name(), q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
+	}
+	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Name(), w.Priority, v.w.Priority)
+}
+
+// sparedFor says which workloads that could have made room for w are not
+// evicted, and why; "" when none. It lists those of w's queue with lower
+// priority and, when w's queue may reclaim, those of queues over their
+// fair share.
+func (c *cycle) sparedFor(q *queueState, w *Workload) string {
+	if q == nil || len(c.opts.Unevictable) == 0 || c.opts.DisablePreemption {
+		return ""
+	}
+	// Make sure every queue that could give victims was looked at.
+	c.evictable(q.Name)
+	for _, vq := range c.overFairShare() {
+		c.evictable(vq.Name)
+	}
+	var parts []string
+	for _, s := range c.spared {
+		sameQueue := s.q == q.Name && s.w.Priority < w.Priority
+		reclaim := s.q != q.Name && q.allocated < q.fairShare && c.queues[s.q] != nil && c.queues[s.q].allocated > c.queues[s.q].fairShare
+		if (sameQueue || reclaim) && s.w != w {
+			parts = append(parts, fmt.Sprintf("%s is not evicted: %s", s.w.Key, s.why))
+		}
+		if len(parts) == 3 {
+			break
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// mayEvictFor reports whether some workload could be evicted for w at all:
+// a cheap check that lets a workload that cannot fit wait without a search.
+func (c *cycle) mayEvictFor(q *queueState, w *Workload) bool {
+	if c.opts.DisablePreemption || q == nil {
+		return false
+	}
+	if len(c.st.Elastic) > 0 && len(c.elasticVictims(q, w)) > 0 {
+		return true
+	}
+	// Active lists are sorted by priority: the first says whether any is
+	// lower, before the victims are filtered.
+	if as := c.st.Active[q.Name]; len(as) > 0 && as[0].Priority < w.Priority {
+		if vs := c.evictable(q.Name); len(vs) > 0 && vs[0].Priority < w.Priority {
+			return true
+		}
+	}
+	if q.allocated >= q.fairShare {
+		return false
+	}
+	for _, vq := range c.overFairShare() {
+		if vq != q && len(c.evictable(vq.Name)) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// overFairShare are the leaf queues that hold more than their fair share
+// at the start of the cycle (admissions only add to the queues below).
+func (c *cycle) overFairShare() []*queueState {
+	if c.over == nil {
+		c.over = []*queueState{}
+		for _, q := range c.queues {
+			if len(q.Children) == 0 && q.allocated > q.fairShare {
+				c.over = append(c.over, q)
+			}
+		}
+		slices.SortFunc(c.over, func(a, b *queueState) int { return strings.Compare(a.Name, b.Name) })
+	}
+	return c.over
+}

@@ -151,7 +151,7 @@ test-real-node-dra: build real-node-bins images real-node-deps
 	PARTITA_E2E_GPU_BACKEND=dra PARTITA_BIN=$(CURDIR)/$(BIN) go test -count=1 -v -timeout 20m ./e2e/realnode/
 
 bench:
-	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./webhook/ ./policy/ ./console/
+	go test -run='^$$' -bench=. -benchmem -benchtime=2s ./gpu/... ./extender/... ./admission/... ./webhook/ ./policy/ ./console/
 
 clean:
 	rm -rf bin

@@ -13,8 +13,8 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/report"
 )
 
 // apiRoutes is the API: every operation the pages use, and scripts may.
@@ -55,7 +55,7 @@ func (s *Server) apiRoutes() []route {
 		{method: http.MethodPost, path: "/api/v1/workloads/{kind}/{namespace}/{name}/resume", id: "resumeWorkload", tag: "workloads", summary: "Resume a suspended workload, as the caller",
 			in: new(workloadPath), out: new(ActionResult), handle: handleSuspend(false)},
 		{method: http.MethodGet, path: "/api/v1/pods/{namespace}/{name}/why", id: "why", tag: "workloads", summary: "Why a pod waits: `kubectl partita why -o json`, from the same code",
-			in: new(podPath), out: new(ctl.WhyReport), handle: handleWhy},
+			in: new(podPath), out: new(report.WhyReport), handle: handleWhy},
 		{method: http.MethodGet, path: "/api/v1/utilization", id: "utilization", tag: "utilization", summary: "Allocated share of the GPUs, and each queue's GPUs, over time",
 			description: "From Prometheus when the console is pointed at one, else from the console's own samples.",
 			in:          new(utilizationRequest), out: new(Utilization), handle: handleUtilization},
@@ -373,19 +373,19 @@ func (c *call) verdict(p *corev1.Pod, fresh bool) (string, bool) {
 
 // why runs `kubectl partita why` on the snapshot, with the events of the
 // pod's namespace when the caller may list them.
-func (c *call) why(namespace, name string, fresh bool) (ctl.WhyReport, error) {
+func (c *call) why(namespace, name string, fresh bool) (report.WhyReport, error) {
 	cl := c.snap.cluster
 	if ok, err := c.allowed(Attributes{Verb: "list", Resource: "events", Namespace: namespace}); err != nil {
-		return ctl.WhyReport{}, err
+		return report.WhyReport{}, err
 	} else if ok && c.s.deps.Events != nil {
 		evs, err := c.s.deps.Events.Events(c.ctx(), namespace, fresh)
 		if err != nil {
-			return ctl.WhyReport{}, err
+			return report.WhyReport{}, err
 		}
 		cl.Events = evs
 	}
 	cl.PodGroups = podGroupsIn(cl.PodGroups, namespace)
-	return ctl.Why(&cl, namespace, name, c.s.opts.Clock.Now())
+	return report.Why(&cl, namespace, name, c.s.opts.Clock.Now())
 }
 
 // podGroupsIn are the PodGroups of one namespace, which is what
@@ -419,7 +419,7 @@ type WorkloadDetail struct {
 	// object, newest first.
 	Events []EventView `json:"events"`
 	// Why explains its first waiting pod, when one waits.
-	Why *ctl.WhyReport `json:"why,omitempty"`
+	Why *report.WhyReport `json:"why,omitempty"`
 }
 
 // Member is one pod of a workload.
@@ -594,9 +594,9 @@ func handleWhy(c *call) (any, error) {
 	}
 	rep, err := c.why(in.Namespace, in.Name, true)
 	switch {
-	case errors.Is(err, ctl.ErrPodNotFound):
+	case errors.Is(err, report.ErrPodNotFound):
 		return nil, notFound("%v", err)
-	case errors.Is(err, ctl.ErrNotGPUPod):
+	case errors.Is(err, report.ErrNotGPUPod):
 		return nil, errorf(http.StatusUnprocessableEntity, "NotGPUPod", "%v", err)
 	case err != nil:
 		return nil, err

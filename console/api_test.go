@@ -27,9 +27,10 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/console"
-	"github.com/partita-dev/partita/internal/ctl"
+	"github.com/partita-dev/partita/ctl"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	pt "github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/report"
 )
 
 const h100MiB = 81559
@@ -391,7 +392,7 @@ func TestAPIShared(t *testing.T) {
 	t.Run("why gives kubectl partita why's verdict", func(t *testing.T) {
 		// The console answers from its informers, a moment behind the API
 		// server after the edits above: the two agree once it has caught up.
-		var want, got ctl.WhyReport
+		var want, got report.WhyReport
 		diff := ""
 		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
 			a := call(t, base, "GET", "/api/v1/pods/team-a/waiting/why", alice, nil)
@@ -401,7 +402,7 @@ func TestAPIShared(t *testing.T) {
 			if err := ctl.RunWhy(t.Context(), c.admin, &buf, "team-a", "waiting", ctl.OutputJSON, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			want = ctl.WhyReport{}
+			want = report.WhyReport{}
 			if err := json.Unmarshal(buf.Bytes(), &want); err != nil {
 				t.Fatal(err)
 			}
@@ -487,7 +488,7 @@ func TestAPIShared(t *testing.T) {
 		c.create(t, pt.MakeResourceClaim("train-gpu", "team-a").Devices("gpu", "gpu.nvidia.com", 1).Obj())
 		c.create(t, pt.MakePod("claimer", "team-a").Queue("team-a").Claim("gpu", "train-gpu").Obj())
 		want := "asks for 1 GPU through ResourceClaims (claim train-gpu: 1 × gpu.nvidia.com)"
-		var got ctl.WhyReport
+		var got report.WhyReport
 		request := ""
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && request != want; time.Sleep(200 * time.Millisecond) {
 			a := call(t, base, "GET", "/api/v1/pods/team-a/claimer/why", alice, nil)
@@ -497,7 +498,7 @@ func TestAPIShared(t *testing.T) {
 			}
 			a.decode(t, &got)
 			for _, f := range got.Findings {
-				if f.Check == ctl.CheckRequest {
+				if f.Check == report.CheckRequest {
 					request = f.Message
 				}
 			}

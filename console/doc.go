@@ -16,7 +16,7 @@
 //   - Snapshot (snapshot.go): an immutable picture built from the Source
 //     after each batch of changes: the map, the queues, the workloads. Every
 //     number comes from the code the scheduler and `kubectl partita` use:
-//     package gpu's ledger and package internal/ctl's views and why.
+//     package gpu's ledger and package report's nodes, queues and why.
 //   - Workloads (workload.go): the one place that says which workload a pod
 //     belongs to (kind and name) and what it holds; new workload kinds are
 //     added there.
@@ -33,6 +33,7 @@
 //     Prometheus when configured, else sampled by the console itself.
 //
 // The package imports api/v1alpha1, gpu, policy (for the default bundle's
-// version) and internal/ctl; it must not import the servers (extender,
-// webhook, nodeagent).
+// version) and report (the computation it shares with `kubectl partita`);
+// it must not import the servers (extender, admission, webhook,
+// nodeagent).
 package console

@@ -17,8 +17,8 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/report"
 )
 
 // NamespaceSet is a set of namespaces, or all of them.
@@ -108,7 +108,7 @@ type Snapshot struct {
 	// the start of the pod-event-to-page latency.
 	ChangedAt time.Time
 
-	cluster  ctl.Cluster
+	cluster  report.Cluster
 	coverage Coverage
 	kinds    *WorkloadKinds
 
@@ -260,7 +260,7 @@ func Build(l Lists, o BuildOptions, version uint64, now, changedAt time.Time) *S
 		o.Kinds = NewWorkloadKinds()
 	}
 	s := &Snapshot{Version: version, Built: now, ChangedAt: changedAt, coverage: l.Coverage, kinds: o.Kinds}
-	s.cluster = ctl.Cluster{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Pods: l.Pods, Queues: l.Queues, PodGroups: l.PodGroups,
+	s.cluster = report.Cluster{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Pods: l.Pods, Queues: l.Queues, PodGroups: l.PodGroups,
 		ResourceClaims: l.ResourceClaims, ResourceClaimTemplates: l.ResourceClaimTemplates, DeviceClasses: l.DeviceClasses, GPUClasses: o.GPUClasses}
 	ledger := gpu.BuildLedger(l.GPUNodes, l.Pods)
 	s.cluster.Ledger = ledger
@@ -295,7 +295,7 @@ func Build(l Lists, o BuildOptions, version uint64, now, changedAt time.Time) *S
 }
 
 func (s *Snapshot) buildMap(l Lists, o BuildOptions) {
-	rep := ctl.Nodes(&s.cluster)
+	rep := report.Nodes(&s.cluster)
 	podQueue := map[nsName]string{}
 	for i := range l.Pods {
 		p := &l.Pods[i]
@@ -371,7 +371,7 @@ func (s *Snapshot) workloadOf(key nsName) WorkloadRef {
 }
 
 func (s *Snapshot) buildQueues(l Lists) {
-	rep := ctl.Queues(&s.cluster)
+	rep := report.Queues(&s.cluster)
 	byName := map[string]*v1alpha1.Queue{}
 	for i := range l.Queues {
 		byName[l.Queues[i].Name] = &l.Queues[i]

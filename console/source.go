@@ -23,8 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/ctl"
 	"github.com/partita-dev/partita/policy"
+	"github.com/partita-dev/partita/report"
 )
 
 // DiscoverCoverage works out what the credentials behind authz may list
@@ -254,7 +254,7 @@ func (s *Source) Start(ctx context.Context) error {
 	for _, o := range s.watched() {
 		inf, err := s.cache.GetInformer(ctx, o)
 		if isNoMatch(err) {
-			return fmt.Errorf("watch %T: %w", o, ctl.ErrNoCRDs)
+			return fmt.Errorf("watch %T: %w", o, report.ErrNoCRDs)
 		}
 		if err != nil {
 			return fmt.Errorf("watch %T: %w", o, err)

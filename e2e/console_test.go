@@ -29,10 +29,10 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/console"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/helm"
 	"github.com/partita-dev/partita/internal/browser"
-	"github.com/partita-dev/partita/internal/ctl"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/report"
 )
 
 // EnvScreenshots names the directory the console tests save their
@@ -358,7 +358,7 @@ func TestConsole(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		var want ctl.WhyReport
+		var want report.WhyReport
 		if err := json.Unmarshal([]byte(out), &want); err != nil {
 			t.Fatalf("decode why: %v\n%s", err, out)
 		}

@@ -16,9 +16,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/ctl"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 	pt "github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/report"
 )
 
 // TestCtl runs `partita ctl` and `kubectl partita` the way a user does, on
@@ -108,7 +108,7 @@ func TestCtl(t *testing.T) {
 		if err != nil {
 			t.Fatalf("kubectl partita nodes -o json: %v\n%s", err, out)
 		}
-		var rep ctl.NodesReport
+		var rep report.NodesReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("decode: %v\n%s", err, out)
 		}
@@ -148,17 +148,17 @@ func TestCtl(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		var rep ctl.WhyReport
+		var rep report.WhyReport
 		if err := json.Unmarshal([]byte(out), &rep); err != nil {
 			t.Fatalf("decode: %v\n%s", err, out)
 		}
-		var fit *ctl.Finding
+		var fit *report.Finding
 		for i := range rep.Findings {
-			if rep.Findings[i].Check == ctl.CheckFit {
+			if rep.Findings[i].Check == report.CheckFit {
 				fit = &rep.Findings[i]
 			}
 		}
-		if fit == nil || fit.Status != ctl.StatusBlocking || fit.Numbers["candidates"] != e2eNodes || fit.Numbers["fitting"] != 0 {
+		if fit == nil || fit.Status != report.StatusBlocking || fit.Numbers["candidates"] != e2eNodes || fit.Numbers["fitting"] != 0 {
 			t.Errorf("fit finding = %+v, want blocking with 4 candidates and 0 fitting", fit)
 		}
 

@@ -14,7 +14,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 )
 
 // The shared cluster of this test binary.

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 )
 
 // access is one request a component makes, or must not be able to make.

@@ -14,8 +14,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/extender"
-	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // devAgentHeartbeatTimeout is the extender's --agent-heartbeat-timeout in

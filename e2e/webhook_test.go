@@ -25,7 +25,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/internal/partitatest"
 	"github.com/partita-dev/partita/policy"

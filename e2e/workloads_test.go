@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 )
 
 // The workload map's end-to-end tests (docs/workloads.md): real JobSet,

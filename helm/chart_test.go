@@ -25,10 +25,10 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/helm"
-	"github.com/partita-dev/partita/internal/devcluster"
 	"github.com/partita-dev/partita/webhook"
 )
 

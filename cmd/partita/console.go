@@ -14,9 +14,9 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"github.com/partita-dev/partita/console"
+	"github.com/partita-dev/partita/ctl"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/clientscheme"
-	"github.com/partita-dev/partita/internal/ctl"
 )
 
 // consoleFlags are `partita console`'s own flags; the connection flags are

@@ -8,9 +8,10 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/partita-dev/partita/ctl"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/ctl"
+	"github.com/partita-dev/partita/report"
 )
 
 // kubectlPluginName is the name under which the binary acts as the kubectl
@@ -75,7 +76,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			return ctl.RunQueues(cmd.Context(), c, cmd.OutOrStdout(), o)
 		},
 	}
-	var whyOpts ctl.WhyOptions
+	var whyOpts report.WhyOptions
 	why := &cobra.Command{
 		Use:   "why POD",
 		Short: "Why a pod waits, in plain words and numbers (namespace from -n)",

@@ -9,10 +9,10 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/partita-dev/partita/demo"
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
-	"github.com/partita-dev/partita/internal/demo"
-	"github.com/partita-dev/partita/internal/devcluster"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // devFlags are shared by every `partita dev` subcommand.

@@ -9,10 +9,10 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/console"
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
-	"github.com/partita-dev/partita/internal/devcluster"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // extenderSA is the chart's ServiceAccount of the extender, which the dev

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // labelExtenderHalf marks the bench cluster's nodes that an extender-mode

@@ -17,10 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
-	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // model is the simulated GPU model of the cluster.

@@ -18,7 +18,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 )
 
 // The cluster: nodes × GPUs of the default model.

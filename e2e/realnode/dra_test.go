@@ -15,10 +15,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/devcluster"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // TestRealNodeDRAClaimGetsItsDeviceFromCDI (PARTITA_E2E_GPU_BACKEND=dra):

@@ -25,7 +25,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
 )
 
 // realNodeDir is the real node's directory in the cluster's state.

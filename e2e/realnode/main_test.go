@@ -29,9 +29,9 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
-	"github.com/partita-dev/partita/internal/devcluster"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 var (

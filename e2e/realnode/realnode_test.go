@@ -33,8 +33,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
-	"github.com/partita-dev/partita/internal/devcluster"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/webhook"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
+	"github.com/partita-dev/partita/devcluster/realnode"
 )
 
 func TestParseLdd(t *testing.T) {

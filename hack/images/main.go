@@ -9,7 +9,7 @@
 //
 // `make images` runs it. An image whose inputs (its files and its
 // definition) have not changed since the last run is not written again.
-// The names are those of internal/devcluster/realnode (Images): Partita's
+// The names are those of devcluster/realnode (Images): Partita's
 // own image localhost/partita/partita:dev, the sample workload
 // localhost/partita/sample:dev, and for the cluster's own parts the names
 // their upstream images carry (registry.k8s.io/kube-scheduler:v1.37.2,
@@ -24,7 +24,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
+	"github.com/partita-dev/partita/devcluster/realnode"
 )
 
 func main() {

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/internal/clientscheme"
-	"github.com/partita-dev/partita/internal/devcluster"
 )
 
 // Start runs an API server for the test and returns its config and a client

@@ -5,13 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-
-	"k8s.io/apimachinery/pkg/api/resource"
-
-	"github.com/partita-dev/partita/gpu"
 )
 
 // Output is an output format.
@@ -45,41 +40,6 @@ func writeJSON(w io.Writer, what string, v any) error {
 	return nil
 }
 
-// gpus is milli-GPUs as a JSON number of GPUs; milli/1000 is exact enough
-// for three decimals to print as written (0.25, not 0.2499999).
-func gpus(milli int64) float64 {
-	f, _ := strconv.ParseFloat(gpu.FormatMilli(milli), 64)
-	return f
-}
-
-// formatMiB writes MiB the way people read GPU memory: whole Gi when it is
-// whole, one decimal of Gi from 1Gi up (79.6Gi), Mi below.
-func formatMiB(mib int64) string {
-	switch {
-	case mib == 0:
-		return "0"
-	case mib%1024 == 0:
-		return strconv.FormatInt(mib/1024, 10) + "Gi"
-	case mib >= 1024 || mib <= -1024:
-		return strconv.FormatFloat(float64(mib)/1024, 'f', 1, 64) + "Gi"
-	}
-	return strconv.FormatInt(mib, 10) + "Mi"
-}
-
-// shortModel drops the vendor prefix from a product name, which every
-// device of a Partita cluster shares: NVIDIA-H100-80GB-HBM3 → H100-80GB-HBM3.
-func shortModel(product string) string {
-	for _, p := range []string{"NVIDIA-", "NVIDIA ", "Tesla-", "Tesla "} {
-		if s, ok := strings.CutPrefix(product, p); ok && s != "" {
-			return s
-		}
-	}
-	if product == "" {
-		return "-"
-	}
-	return product
-}
-
 // table is a tabwriter whose output loses the padding at the end of lines,
 // which an empty last column would otherwise leave.
 type table struct {
@@ -110,12 +70,23 @@ func (t *table) flush() error {
 	return err
 }
 
+// shortModel drops the vendor prefix from a product name, which every
+// device of a Partita cluster shares: NVIDIA-H100-80GB-HBM3 → H100-80GB-HBM3.
+func shortModel(product string) string {
+	for _, p := range []string{"NVIDIA-", "NVIDIA ", "Tesla-", "Tesla "} {
+		if s, ok := strings.CutPrefix(product, p); ok && s != "" {
+			return s
+		}
+	}
+	if product == "" {
+		return "-"
+	}
+	return product
+}
+
 func plural(n int, one, many string) string {
 	if n == 1 {
 		return fmt.Sprintf("%d %s", n, one)
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
-
-// quantityMilli is a GPU quantity in milli-GPUs.
-func quantityMilli(q resource.Quantity) int64 { return q.MilliValue() }

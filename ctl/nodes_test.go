@@ -5,9 +5,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/partita-dev/partita/report"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
@@ -81,7 +85,7 @@ TOTAL (1 node)  8     8        0.5   7.5   1             1
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := WriteNodes(&b, Nodes(&Cluster{GPUNodes: tc.nodes, Pods: tc.pods}), OutputTable); err != nil {
+			if err := WriteNodes(&b, report.Nodes(&report.Cluster{GPUNodes: tc.nodes, Pods: tc.pods}), OutputTable); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, b.String()); diff != "" {
@@ -92,7 +96,7 @@ TOTAL (1 node)  8     8        0.5   7.5   1             1
 }
 
 func TestNodesReport(t *testing.T) {
-	c := &Cluster{
+	c := &report.Cluster{
 		GPUNodes: []v1alpha1.GPUNode{*pt.MakeGPUNode("n").Devices(2, "L4", 23034).Obj()},
 		Pods: []corev1.Pod{
 			*pt.MakePod("a", "ns").GPUFraction("0.5").BoundTo("n", 1).Obj(),
@@ -105,29 +109,29 @@ func TestNodesReport(t *testing.T) {
 	c.Pods[1].Annotations[v1alpha1.AnnotationNode] = "n"
 	c.Pods[1].Annotations[v1alpha1.AnnotationDevicesPrefix+"x"] = pt.DeviceUUID("n", 0)
 	c.Pods[1].Annotations[v1alpha1.AnnotationDevicesPrefix+"y"] = pt.DeviceUUID("n", 1)
-	want := NodesReport{
-		Nodes: []NodeReport{{
+	want := report.NodesReport{
+		Nodes: []report.NodeReport{{
 			Name: "n", Isolation: v1alpha1.IsolationTimeSlicing,
-			Devices: []DeviceReport{
+			Devices: []report.DeviceReport{
 				{Index: 0, UUID: "GPU-n-0", Model: "L4", MemoryMiB: 23034, Health: "Healthy", UsedMilli: 250, UsedMemoryMiB: 5758,
 					FreeMilli: 750, FreeMemoryMiB: 17276,
-					Slices: []SliceReport{{Namespace: "ns", Pod: "b", Container: "x", Milli: 250, MemoryMiB: 5758, multi: true}}},
+					Slices: []report.SliceReport{{Namespace: "ns", Pod: "b", Container: "x", Milli: 250, MemoryMiB: 5758, MultiContainer: true}}},
 				{Index: 1, UUID: "GPU-n-1", Model: "L4", MemoryMiB: 23034, Health: "Healthy", UsedMilli: 750, UsedMemoryMiB: 5758 + 11517,
 					FreeMilli: 250, FreeMemoryMiB: 23034 - 5758 - 11517,
-					Slices: []SliceReport{
+					Slices: []report.SliceReport{
 						{Namespace: "ns", Pod: "a", Container: "main", Milli: 500, MemoryMiB: 11517},
-						{Namespace: "ns", Pod: "b", Container: "y", Milli: 250, MemoryMiB: 5758, multi: true},
+						{Namespace: "ns", Pod: "b", Container: "y", Milli: 250, MemoryMiB: 5758, MultiContainer: true},
 					}},
 			},
-			NodeTotals: NodeTotals{GPUs: 2, Healthy: 2, UsedMilli: 1000, FreeMilli: 1000, LargestFreeMilli: 750, Pods: 2},
+			NodeTotals: report.NodeTotals{GPUs: 2, Healthy: 2, UsedMilli: 1000, FreeMilli: 1000, LargestFreeMilli: 750, Pods: 2},
 		}},
-		Total: NodeTotals{GPUs: 2, Healthy: 2, UsedMilli: 1000, FreeMilli: 1000, LargestFreeMilli: 750, Pods: 2},
+		Total: report.NodeTotals{GPUs: 2, Healthy: 2, UsedMilli: 1000, FreeMilli: 1000, LargestFreeMilli: 750, Pods: 2},
 	}
-	if diff := cmp.Diff(want, Nodes(c), cmp.AllowUnexported(SliceReport{})); diff != "" {
+	if diff := cmp.Diff(want, report.Nodes(c), cmp.AllowUnexported(report.SliceReport{})); diff != "" {
 		t.Errorf("nodes report (-want,+got):\n%s", diff)
 	}
 	var b bytes.Buffer
-	if err := WriteNodes(&b, Nodes(c), OutputTable); err != nil {
+	if err := WriteNodes(&b, report.Nodes(c), OutputTable); err != nil {
 		t.Fatal(err)
 	}
 	if want := "ns/a 0.5, ns/b:y 0.25"; !bytes.Contains(b.Bytes(), []byte(want)) {

@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // K8sVersion is the Kubernetes release the cluster binaries are built from.

@@ -17,9 +17,9 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/helm"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 func testCluster(t *testing.T, opts Options) *Cluster {

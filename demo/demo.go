@@ -5,9 +5,9 @@
 // objects, then polls the API server until what it is about to say is true,
 // and fails with what it last saw when that does not happen in time.
 //
-// It imports the dev cluster (internal/devcluster), the read-only views of
-// `partita ctl` (internal/ctl), which it reuses for its tables rather than
-// counting on its own; nothing imports it but cmd/partita. The console
+// It imports the dev cluster (package devcluster) and the reports that
+// `kubectl partita` and the console show (package report), which it reuses
+// for its tables rather than counting on its own; nothing imports it but cmd/partita. The console
 // is one of the dev cluster's host processes (cmd/partita starts it with
 // the cluster); the demo prints its URL.
 package demo
@@ -22,8 +22,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/partita-dev/partita/internal/ctl"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/report"
 )
 
 // The queues and namespaces the demo owns. Every run deletes and recreates
@@ -158,8 +158,8 @@ func (s *story) say(format string, args ...any) {
 }
 
 // load reads the cluster for the ctl views.
-func (s *story) load(ctx context.Context, what ctl.What) (*ctl.Cluster, error) {
-	return ctl.Load(ctx, s.cl, what)
+func (s *story) load(ctx context.Context, what report.What) (*report.Cluster, error) {
+	return report.Load(ctx, s.cl, what)
 }
 
 // pluginDir is where `make build` links kubectl-partita: beside partita.

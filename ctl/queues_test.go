@@ -5,9 +5,13 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/partita-dev/partita/report"
+
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
 
@@ -60,29 +64,12 @@ team-b  0          none       -              -               -              0   
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var b bytes.Buffer
-			if err := WriteQueues(&b, Queues(&Cluster{Queues: tc.queues, Pods: tc.pods}), OutputTable); err != nil {
+			if err := WriteQueues(&b, report.Queues(&report.Cluster{Queues: tc.queues, Pods: tc.pods}), OutputTable); err != nil {
 				t.Fatal(err)
 			}
 			if diff := cmp.Diff(tc.want, b.String()); diff != "" {
 				t.Errorf("queues table (-want,+got):\n%s", diff)
 			}
 		})
-	}
-}
-
-func TestQueuesLoop(t *testing.T) {
-	got := Queues(&Cluster{Queues: []v1alpha1.Queue{
-		*pt.MakeQueue("a").Parent("b").Obj(), *pt.MakeQueue("b").Parent("a").Obj(),
-	}})
-	var names, notes []string
-	for _, q := range got.Queues {
-		names = append(names, q.Name)
-		notes = append(notes, q.Note)
-	}
-	if diff := cmp.Diff([]string{"a", "b"}, names); diff != "" {
-		t.Errorf("queues (-want,+got):\n%s", diff)
-	}
-	if diff := cmp.Diff([]string{"in a loop of parents", "in a loop of parents"}, notes); diff != "" {
-		t.Errorf("notes (-want,+got):\n%s", diff)
 	}
 }

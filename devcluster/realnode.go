@@ -12,8 +12,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // Mode says where Partita's own components run in the dev cluster.

@@ -12,8 +12,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/helm"
-	"github.com/partita-dev/partita/internal/devcluster/realnode"
 )
 
 // ChartValues are the values `partita dev up --mode chart` installs the

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -12,6 +13,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/partita-dev/partita/report"
 
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
@@ -24,6 +27,9 @@ func fakeClient(t *testing.T, objs ...client.Object) client.WithWatch {
 	}
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
 }
+
+// now is the clock of the why reports these tests print.
+var now = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func TestRunWhyJSON(t *testing.T) {
 	c := fakeClient(t,
@@ -99,11 +105,11 @@ func TestRunErrors(t *testing.T) {
 		run  func(client.Reader) error
 		want error
 	}{
-		"nodes without CRDs":  {run: func(r client.Reader) error { return RunNodes(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: ErrNoCRDs},
-		"queues without CRDs": {run: func(r client.Reader) error { return RunQueues(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: ErrNoCRDs},
+		"nodes without CRDs":  {run: func(r client.Reader) error { return RunNodes(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: report.ErrNoCRDs},
+		"queues without CRDs": {run: func(r client.Reader) error { return RunQueues(context.Background(), r, &bytes.Buffer{}, OutputTable) }, want: report.ErrNoCRDs},
 		"why without CRDs": {run: func(r client.Reader) error {
 			return RunWhy(context.Background(), r, &bytes.Buffer{}, "ns", "p", OutputTable, now)
-		}, want: ErrNoCRDs},
+		}, want: report.ErrNoCRDs},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

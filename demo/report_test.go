@@ -6,33 +6,33 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/partita-dev/partita/internal/ctl"
+	"github.com/partita-dev/partita/report"
 )
 
 // twoNodes has notebooks sharing a device, a whole-GPU pod, and an idle
 // device.
-func twoNodes() ctl.NodesReport {
-	nb := func(pod string, milli int64) ctl.SliceReport {
-		return ctl.SliceReport{Namespace: TeamA, Pod: pod, Container: "main", Milli: milli}
+func twoNodes() report.NodesReport {
+	nb := func(pod string, milli int64) report.SliceReport {
+		return report.SliceReport{Namespace: TeamA, Pod: pod, Container: "main", Milli: milli}
 	}
-	return ctl.NodesReport{
-		Nodes: []ctl.NodeReport{
-			{Name: "n0", Devices: []ctl.DeviceReport{
-				{Index: 0, Health: "Healthy", UsedMilli: 750, Slices: []ctl.SliceReport{nb("nb-1", 500), nb("nb-2", 250)}},
-				{Index: 1, Health: "Healthy", UsedMilli: 1000, Slices: []ctl.SliceReport{{Namespace: TeamB, Pod: "train-0", Milli: 1000, Whole: true}}},
+	return report.NodesReport{
+		Nodes: []report.NodeReport{
+			{Name: "n0", Devices: []report.DeviceReport{
+				{Index: 0, Health: "Healthy", UsedMilli: 750, Slices: []report.SliceReport{nb("nb-1", 500), nb("nb-2", 250)}},
+				{Index: 1, Health: "Healthy", UsedMilli: 1000, Slices: []report.SliceReport{{Namespace: TeamB, Pod: "train-0", Milli: 1000, Whole: true}}},
 			}},
-			{Name: "n1", Devices: []ctl.DeviceReport{
-				{Index: 0, Health: "Healthy", UsedMilli: 250, Slices: []ctl.SliceReport{nb("nb-3", 250)}},
-				{Index: 1, Health: "Healthy", Slices: []ctl.SliceReport{}},
+			{Name: "n1", Devices: []report.DeviceReport{
+				{Index: 0, Health: "Healthy", UsedMilli: 250, Slices: []report.SliceReport{nb("nb-3", 250)}},
+				{Index: 1, Health: "Healthy", Slices: []report.SliceReport{}},
 			}},
 		},
-		Total: ctl.NodeTotals{GPUs: 4, Healthy: 4, UsedMilli: 2000, FreeMilli: 2000, Pods: 4},
+		Total: report.NodeTotals{GPUs: 4, Healthy: 4, UsedMilli: 2000, FreeMilli: 2000, Pods: 4},
 	}
 }
 
 func TestUsageOf(t *testing.T) {
 	cases := map[string]struct {
-		keep func(ctl.SliceReport) bool
+		keep func(report.SliceReport) bool
 		want usage
 	}{
 		"notebooks": {

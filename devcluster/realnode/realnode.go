@@ -10,7 +10,7 @@
 // under RunDir and Down undoes all of it, even after a kill -9 of kubelet
 // or containerd. Only one real node runs on a host at a time.
 //
-// It imports nothing of Partita's; internal/devcluster drives it.
+// It imports nothing of Partita's; package devcluster drives it.
 package realnode
 
 import (
@@ -30,7 +30,7 @@ import (
 const NodeName = "real-node-0"
 
 // The node's networks. ServiceCIDR must be the API server's
-// --service-cluster-ip-range (internal/devcluster sets it).
+// --service-cluster-ip-range (package devcluster sets it).
 const (
 	ServiceCIDR = "10.0.0.0/24"
 	// APIServiceIP is the kubernetes Service's ClusterIP, which the API

@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/ctl"
+	"github.com/partita-dev/partita/report"
 )
 
 // usage is what some slices of the device map add up to.
@@ -36,7 +36,7 @@ type deviceUse struct {
 }
 
 // usageOf adds up the slices of r that keep selects.
-func usageOf(r ctl.NodesReport, keep func(ctl.SliceReport) bool) usage {
+func usageOf(r report.NodesReport, keep func(report.SliceReport) bool) usage {
 	var u usage
 	pods := map[string]bool{}
 	for _, n := range r.Nodes {
@@ -66,13 +66,13 @@ func usageOf(r ctl.NodesReport, keep func(ctl.SliceReport) bool) usage {
 }
 
 // isNotebook selects the notebooks' slices: team A's fractions.
-func isNotebook(sl ctl.SliceReport) bool { return sl.Namespace == TeamA && !sl.Whole }
+func isNotebook(sl report.SliceReport) bool { return sl.Namespace == TeamA && !sl.Whole }
 
 // isDemo selects the slices of the demo's pods.
-func isDemo(sl ctl.SliceReport) bool { return sl.Namespace == TeamA || sl.Namespace == TeamB }
+func isDemo(sl report.SliceReport) bool { return sl.Namespace == TeamA || sl.Namespace == TeamB }
 
 // idleDevices counts the healthy devices that hold nothing.
-func idleDevices(r ctl.NodesReport) int {
+func idleDevices(r report.NodesReport) int {
 	n := 0
 	for _, node := range r.Nodes {
 		for _, d := range node.Devices {
@@ -87,7 +87,7 @@ func idleDevices(r ctl.NodesReport) int {
 // writeDeviceMap writes one row per node and one column per GPU, each cell
 // naming the pods on that device: the whole cluster on one screen, where
 // `kubectl partita nodes` gives a row to each busy device.
-func writeDeviceMap(w io.Writer, r ctl.NodesReport) error {
+func writeDeviceMap(w io.Writer, r report.NodesReport) error {
 	most := 0
 	for _, n := range r.Nodes {
 		most = max(most, len(n.Devices))
@@ -126,8 +126,8 @@ func writeDeviceMap(w io.Writer, r ctl.NodesReport) error {
 }
 
 // demoQueues keeps the demo's queues of r.
-func demoQueues(r ctl.QueuesReport) []ctl.QueueReport {
-	var out []ctl.QueueReport
+func demoQueues(r report.QueuesReport) []report.QueueReport {
+	var out []report.QueueReport
 	for _, q := range r.Queues {
 		switch q.Name {
 		case ParentQueue, TeamA, TeamB:
@@ -177,7 +177,7 @@ func (iw *indentWriter) Write(p []byte) (int, error) {
 
 // amount is a quota or limit in GPUs, or unlimited's word.
 func amount(milli int64, unlimited string) string {
-	if milli == ctl.Unlimited {
+	if milli == report.Unlimited {
 		return unlimited
 	}
 	return gpu.FormatMilli(milli)

@@ -17,9 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/ctl"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/gpu"
-	"github.com/partita-dev/partita/internal/ctl"
-	"github.com/partita-dev/partita/internal/devcluster"
+	"github.com/partita-dev/partita/report"
 )
 
 // cluster is step 1: the cluster is up, and its nodes have GPUs that
@@ -45,19 +46,19 @@ func (s *story) cluster(ctx context.Context) error {
 
 	// The agent reports each node's devices in its GPUNode; wait for
 	// every GPU node's.
-	var report ctl.NodesReport
+	var gpuNodes report.NodesReport
 	err = waitFor(ctx, waitTimeout, "Partita's agent reporting the GPUs of every GPU node", func(ctx context.Context) error {
 		nodes, err := s.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{LabelSelector: v1alpha1.LabelGPUNode + "=true"})
 		if err != nil {
 			return err
 		}
-		cl, err := s.load(ctx, ctl.What{GPUNodes: true})
+		cl, err := s.load(ctx, report.What{GPUNodes: true})
 		if err != nil {
 			return err
 		}
-		report = ctl.Nodes(cl)
+		gpuNodes = report.Nodes(cl)
 		reported := map[string]bool{}
-		for _, n := range report.Nodes {
+		for _, n := range gpuNodes.Nodes {
 			reported[n.Name] = n.GPUs > 0
 		}
 		for _, n := range nodes.Items {
@@ -70,11 +71,11 @@ func (s *story) cluster(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, n := range report.Nodes {
+	for _, n := range gpuNodes.Nodes {
 		d := n.Devices[0]
 		s.say("  %s: %d × %s, %s each, %d healthy", n.Name, n.GPUs, d.Model, gib(d.MemoryMiB), n.Healthy)
 	}
-	s.gpus = report.Total.Healthy
+	s.gpus = gpuNodes.Total.Healthy
 	s.say("  %d GPUs in all. kwok simulates the nodes and their pods; everything else is real:", s.gpus)
 	s.say("  kube-apiserver, kube-scheduler, and Partita's webhook, scheduler extender and node agent.")
 	if s.gpus < minGPUs {
@@ -98,7 +99,7 @@ func (s *story) teams(ctx context.Context) error {
 		}
 	}
 	queues := []*v1alpha1.Queue{
-		gpuQueue(ParentQueue, "", s.gpus, int(ctl.Unlimited)),
+		gpuQueue(ParentQueue, "", s.gpus, int(report.Unlimited)),
 		gpuQueue(TeamA, ParentQueue, teamAQuota, s.teamALimit, TeamA),
 		gpuQueue(TeamB, ParentQueue, teamBQuota, s.gpus, TeamB),
 	}
@@ -112,13 +113,13 @@ func (s *story) teams(ctx context.Context) error {
 			return err
 		}
 	}
-	cl, err := s.load(ctx, ctl.What{Queues: true})
+	cl, err := s.load(ctx, report.What{Queues: true})
 	if err != nil {
 		return err
 	}
 	tw := newTable(s.opts.Out)
 	tw.row("  QUEUE\tGPU QUOTA\tGPU LIMIT\tNAMESPACE\n")
-	for _, q := range demoQueues(ctl.Queues(cl)) {
+	for _, q := range demoQueues(report.Queues(cl)) {
 		ns := "-"
 		if q.Leaf {
 			ns = q.Name
@@ -155,11 +156,11 @@ func (s *story) notebooksShare(ctx context.Context) error {
 			return err
 		}
 	}
-	cl, err := s.load(ctx, ctl.What{GPUNodes: true})
+	cl, err := s.load(ctx, report.What{GPUNodes: true})
 	if err != nil {
 		return err
 	}
-	u := usageOf(ctl.Nodes(cl), isNotebook)
+	u := usageOf(report.Nodes(cl), isNotebook)
 	s.say("  They run, and share devices (from each pod's %s<container> annotation, written at bind):", v1alpha1.AnnotationDevicesPrefix)
 	for _, d := range u.devs {
 		s.say("    %s GPU %d: %s (%s of 1 used)", d.node, d.index, strings.Join(d.slices, " + "), gpu.FormatMilli(d.usedMilli))
@@ -281,14 +282,14 @@ func (s *story) limits(ctx context.Context) error {
 	}
 	room := int64(s.teamALimit)*gpu.MilliPerGPU - held
 	n := int(room / gpu.MilliPerGPU)
-	cl, err := s.load(ctx, ctl.What{GPUNodes: true})
+	cl, err := s.load(ctx, report.What{GPUNodes: true})
 	if err != nil {
 		return err
 	}
 	// Whole GPUs on the idle devices; if the notebooks spread over more
 	// devices than they need, quarter-GPU pods fill the rest of the limit
 	// on the devices they share.
-	n = min(n, idleDevices(ctl.Nodes(cl)))
+	n = min(n, idleDevices(report.Nodes(cl)))
 	quarters := int((room - int64(n)*gpu.MilliPerGPU) / (gpu.MilliPerGPU / 4))
 	var pods []*corev1.Pod
 	for i := range n {
@@ -441,18 +442,18 @@ func (s *story) summary(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cl, err := s.load(ctx, ctl.What{GPUNodes: true, Queues: true})
+	cl, err := s.load(ctx, report.What{GPUNodes: true, Queues: true})
 	if err != nil {
 		return err
 	}
-	nodes := ctl.Nodes(cl)
+	nodes := report.Nodes(cl)
 	s.say("  Every GPU and who holds it (nb-*, batch-*: team-a; train-*, burst-*: team-b):")
 	if err := writeDeviceMap(s.opts.Out, nodes); err != nil {
 		return err
 	}
 	s.say("")
 	s.say("  The queues (as 'kubectl partita queues' shows them):")
-	if err := ctl.WriteQueues(indent(s.opts.Out), ctl.QueuesReport{Queues: demoQueues(ctl.Queues(cl))}, ctl.OutputTable); err != nil {
+	if err := ctl.WriteQueues(indent(s.opts.Out), report.QueuesReport{Queues: demoQueues(report.Queues(cl))}, ctl.OutputTable); err != nil {
 		return err
 	}
 	s.say("")
@@ -472,11 +473,11 @@ func (s *story) summary(ctx context.Context) error {
 
 // next is the end: what to try on the cluster the demo leaves running.
 func (s *story) next(ctx context.Context) error {
-	cl, err := s.load(ctx, ctl.What{GPUNodes: true, Queues: true, PodGroupsAndEvents: true, Namespace: TeamA})
+	cl, err := s.load(ctx, report.What{GPUNodes: true, Queues: true, PodGroupsAndEvents: true, Namespace: TeamA})
 	if err != nil {
 		return err
 	}
-	why, err := ctl.Why(cl, TeamA, s.waiting, time.Now())
+	why, err := report.Why(cl, TeamA, s.waiting, time.Now())
 	if err != nil {
 		return err
 	}
@@ -497,7 +498,7 @@ func (s *story) next(ctx context.Context) error {
 	tw.row("  kubectl partita why %s -n %s\t# the pod left waiting on purpose\n", s.waiting, TeamA)
 	for _, f := range why.Findings {
 		// The gate and the events say again what the other checks explain.
-		if f.Status == ctl.StatusOK || f.Check == ctl.CheckGates || f.Check == ctl.CheckEvents {
+		if f.Status == report.StatusOK || f.Check == report.CheckGates || f.Check == report.CheckEvents {
 			continue
 		}
 		tw.row("    %s %s: %s\n", f.Status, f.Check, f.Message)

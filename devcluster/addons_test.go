@@ -16,7 +16,7 @@ import (
 // ones e2e/clusterbins/build.sh builds.
 func TestAddonVersionsMatchBuildScript(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
-	script, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "e2e", "clusterbins", "build.sh"))
+	script, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "e2e", "clusterbins", "build.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}

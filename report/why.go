@@ -1,9 +1,8 @@
-package ctl
+package report
 
 import (
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"sort"
 	"strings"
@@ -864,9 +863,9 @@ func describeRequest(r *gpu.PodRequest) string {
 	case c.Whole():
 		s = fmt.Sprintf("%d whole GPUs", c.Count)
 	case c.MemoryMiB > 0 && c.Count == 1:
-		s = formatMiB(c.MemoryMiB) + " of GPU memory on 1 GPU"
+		s = FormatMiB(c.MemoryMiB) + " of GPU memory on 1 GPU"
 	case c.MemoryMiB > 0:
-		s = fmt.Sprintf("%s of GPU memory on each of %d GPUs", formatMiB(c.MemoryMiB), c.Count)
+		s = fmt.Sprintf("%s of GPU memory on each of %d GPUs", FormatMiB(c.MemoryMiB), c.Count)
 	case c.Count == 1:
 		s = gpu.FormatMilli(c.Milli) + " of a GPU"
 	default:
@@ -909,23 +908,6 @@ func describeAllocation(a *gpu.PodAllocation) string {
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, "; ")
-}
-
-// WriteWhy writes r as text or JSON.
-func WriteWhy(w io.Writer, r WhyReport, o Output) error {
-	if o == OutputJSON {
-		return writeJSON(w, "why", r)
-	}
-	tw := newTable(w)
-	tw.row("%s\n\n", r.Summary)
-	tw.row("STATUS\tCHECK\tFINDING\n")
-	for _, f := range r.Findings {
-		tw.row("%s\t%s\t%s\n", f.Status, f.Check, f.Message)
-	}
-	if err := tw.flush(); err != nil {
-		return fmt.Errorf("write why: %w", err)
-	}
-	return nil
 }
 
 func hasAdmissionGate(p *corev1.Pod) bool {

@@ -1,0 +1,140 @@
+package ctl
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/report"
+)
+
+// WriteNodes writes r as a table or JSON.
+func WriteNodes(w io.Writer, r report.NodesReport, o Output) error {
+	if o == OutputJSON {
+		return writeJSON(w, "nodes", r)
+	}
+	if len(r.Nodes) == 0 {
+		_, err := fmt.Fprintln(w, "No GPUNodes: no node runs Partita's agent yet.")
+		return err
+	}
+	tw := newTable(w)
+	tw.row("NODE\tDEVICE\tMODEL\tHEALTH\tUSED\tFREE\tSLICES\n")
+	for _, n := range r.Nodes {
+		for _, row := range deviceRows(n.Devices) {
+			tw.row("%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Name, row.devices, shortModel(row.d.Model), row.d.Health,
+				gpu.FormatMilli(row.d.UsedMilli), row.free, formatSlices(row.d.Slices))
+		}
+	}
+	tw.row("\n")
+	tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
+	for _, n := range r.Nodes {
+		tw.row("%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.GPUs, n.Healthy, gpu.FormatMilli(n.UsedMilli),
+			gpu.FormatMilli(n.FreeMilli), gpu.FormatMilli(n.LargestFreeMilli), n.Pods, n.Isolation)
+	}
+	t := r.Total
+	tw.row("TOTAL (%s)\t%d\t%d\t%s\t%s\t%s\t%d\t\n", plural(len(r.Nodes), "node", "nodes"), t.GPUs, t.Healthy, gpu.FormatMilli(t.UsedMilli),
+		gpu.FormatMilli(t.FreeMilli), gpu.FormatMilli(t.LargestFreeMilli), t.Pods)
+	if err := tw.flush(); err != nil {
+		return fmt.Errorf("write nodes: %w", err)
+	}
+	for _, n := range r.Nodes {
+		if note := draNote(n); note != "" {
+			if _, err := fmt.Fprintln(w, note); err != nil {
+				return fmt.Errorf("write nodes: %w", err)
+			}
+		}
+	}
+	for _, s := range r.Stranded {
+		msg := fmt.Sprintf("stranded: %s on %s: %s", s.Pod, s.Node, s.Reason)
+		if s.Detail != "" {
+			msg += " (" + s.Detail + ")"
+		}
+		if _, err := fmt.Fprintln(w, msg); err != nil {
+			return fmt.Errorf("write nodes: %w", err)
+		}
+	}
+	return nil
+}
+
+// draNote says which of n's GPUs other DRA drivers manage: "n1: GPUs 0, 1
+// managed by DRA driver gpu.nvidia.com; Partita offers no gpu-milli on
+// them (claims of that driver's DeviceClass hold them)".
+func draNote(n report.NodeReport) string {
+	var parts []string
+	for _, drv := range n.DRADrivers {
+		var idx []string
+		for _, d := range n.Devices {
+			if d.DRADriver == drv {
+				idx = append(idx, fmt.Sprint(d.Index))
+			}
+		}
+		what := "GPUs " + strings.Join(idx, ", ")
+		if len(idx) == 1 {
+			what = "GPU " + idx[0]
+		}
+		parts = append(parts, fmt.Sprintf("%s managed by DRA driver %s", what, drv))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: %s; Partita offers no gpu-milli on them (claims of the driver's DeviceClass hold them)", n.Name, strings.Join(parts, "; "))
+}
+
+type deviceRow struct {
+	devices string
+	free    string
+	d       report.DeviceReport
+}
+
+// deviceRows collapses runs of idle healthy devices of one model into one
+// row ("1-7", free "1 / 79.6Gi each"): on a cluster of 8-GPU nodes most rows
+// would otherwise say the same thing, and the JSON keeps every device.
+func deviceRows(devs []report.DeviceReport) []deviceRow {
+	idle := func(d report.DeviceReport) bool {
+		return len(d.Slices) == 0 && d.Health == "Healthy" && d.UsedMilli == 0
+	}
+	var rows []deviceRow
+	for i := 0; i < len(devs); {
+		d := devs[i]
+		j := i + 1
+		if idle(d) {
+			for j < len(devs) && idle(devs[j]) && devs[j].Model == d.Model && devs[j].MemoryMiB == d.MemoryMiB &&
+				devs[j].Index == devs[j-1].Index+1 {
+				j++
+			}
+		}
+		row := deviceRow{devices: fmt.Sprint(d.Index), d: d, free: "-"}
+		if d.Health == "Healthy" {
+			row.free = gpu.FormatMilli(d.FreeMilli) + " / " + report.FormatMiB(d.FreeMemoryMiB)
+		}
+		if j-i > 1 {
+			row.devices = fmt.Sprintf("%d-%d", d.Index, devs[j-1].Index)
+			row.free += " each"
+		}
+		rows = append(rows, row)
+		i = j
+	}
+	return rows
+}
+
+// formatSlices writes a device's slices as "ns/pod 0.25, ns/pod2 20Gi":
+// each slice in the words its pod asked in.
+func formatSlices(ss []report.SliceReport) string {
+	parts := make([]string, 0, len(ss))
+	for _, s := range ss {
+		name := s.Namespace + "/" + s.Pod
+		if s.MultiContainer {
+			name += ":" + s.Container
+		}
+		amount := gpu.FormatMilli(s.Milli)
+		switch {
+		case s.Whole:
+			amount = "whole"
+		case s.ByMemory:
+			amount = report.FormatMiB(s.MemoryMiB)
+		}
+		parts = append(parts, name+" "+amount)
+	}
+	return strings.Join(parts, ", ")
+}

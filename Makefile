@@ -124,7 +124,10 @@ lint: $(GOLANGCI_LINT)
 
 # The story on the dev cluster; it prints the URL of the cluster's console,
 # which keeps running with the cluster (until `bin/partita dev down`).
-demo: build demo-bins
+# Partita and the cluster binaries build side by side: on a fresh machine one
+# downloads modules and links while the other compiles.
+demo:
+	$(MAKE) --no-print-directory -j2 build demo-bins
 	$(BIN) dev demo
 
 # Unit and envtest integration tests, short benchmarks, then end-to-end tests on

@@ -81,12 +81,23 @@ if [ "$(cat "$bin/.recipe" 2>/dev/null)" != "$recipe" ]; then
   rm -f "$bin"/kube-apiserver "$bin"/kube-controller-manager "$bin"/kube-scheduler "$bin"/kubectl "$bin"/kubelet "$bin"/kube-proxy
 fi
 
-# Kubernetes' commands, built from one module of our own so that the control
-# plane and the node share compiled packages; each group builds only its own.
-k8s_build() { # k8s_build ABOUT CMD...
+# Kubernetes' commands, kwok and helm, built from one module of our own: they
+# share client-go, apimachinery, grpc and protobuf, which one build compiles
+# once (kwok's and helm's k8s.io libraries resolve to Kubernetes' own release,
+# the staging modules pinned below). Every group writes the same go.mod, so
+# the real node's kubelet reuses what the demo's build compiled; each group
+# builds only its own commands. etcd keeps a module of its own: its server
+# needs its own release of etcd's API, older than the one Kubernetes links.
+k8s_pkgs=(k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
+  sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl helm.sh/helm/v3/cmd/helm)
+k8s_build() { # k8s_build ABOUT PACKAGE...: the binaries are named after the packages' last element
   local about=$1; shift
-  need "$@" || return 0
-  log "building $* $K8S_VERSION ($about)"
+  local names=() p
+  for p in "$@"; do names+=("${p##*/}"); done
+  need "${names[@]}" || return 0
+  log "building ${names[*]} ($about)"
   step_start=$SECONDS
   local dir=$scratch/kubernetes-$K8S_VERSION
   mkdir -p "$dir"
@@ -95,25 +106,35 @@ k8s_build() { # k8s_build ABOUT CMD...
     echo
     echo "go 1.26"
     echo
-    echo "require k8s.io/kubernetes $K8S_VERSION"
+    echo "require ("
+    echo "	k8s.io/kubernetes $K8S_VERSION"
+    echo "	sigs.k8s.io/kwok $KWOK_VERSION"
+    echo "	helm.sh/helm/v3 $HELM_VERSION"
+    echo ")"
     echo
     for m in "${staging[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $STAGING_VERSION"; done
-  } >"$dir/go.mod"
-  {
-    printf '//go:build tools\n\npackage tools\n\nimport (\n'
-    for c in "$@"; do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' "$c"; done
-    printf ')\n'
-  } >"$dir/tools.go"
-  local pkgs=() c
-  for c in "$@"; do pkgs+=("k8s.io/kubernetes/cmd/$c"); done
-  (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
-   cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_ldflags" -o "$bin/" "${pkgs[@]}")
+  } >"$dir/go.mod.new"
+  # tidy only when the module changed: it resolves the whole graph.
+  if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.in" || [ ! -f "$dir/go.sum" ]; then
+    cp "$dir/go.mod.new" "$dir/go.mod"
+    {
+      printf '//go:build tools\n\npackage tools\n\nimport (\n'
+      for p in "${k8s_pkgs[@]}"; do printf '\t_ "%s"\n' "$p"; done
+      printf ')\n'
+    } >"$dir/tools.go"
+    (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
+    cp "$dir/go.mod.new" "$dir/go.mod.in"
+  fi
+  (cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_ldflags" -o "$bin/" "$@")
   echo "$recipe" >"$bin/.recipe"
-  step_done "$*"
+  step_done "${names[*]}"
 }
 
 if [ -n "$want_demo" ]; then
-k8s_build "about 8 minutes on 2 cores the first time" kube-apiserver kube-controller-manager kube-scheduler kubectl
+k8s_build "Kubernetes $K8S_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION: about 8 minutes on 2 cores the first time" \
+  k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
+  sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl helm.sh/helm/v3/cmd/helm
 if need etcd; then
   log "building etcd $ETCD_VERSION (about 1 minute the first time)"
   step_start=$SECONDS
@@ -125,31 +146,18 @@ if need etcd; then
    cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
   step_done etcd
 fi
-
-if need kwok kwokctl; then
-  log "building kwok and kwokctl $KWOK_VERSION (about 1 minute the first time)"
-  step_start=$SECONDS
-  GOBIN=$bin CGO_ENABLED=0 go install -trimpath "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" "sigs.k8s.io/kwok/cmd/kwokctl@$KWOK_VERSION"
-  step_done "kwok and kwokctl"
-fi
-
-if need helm; then
-  log "building helm $HELM_VERSION (about 2 minutes the first time)"
-  step_start=$SECONDS
-  GOBIN=$bin CGO_ENABLED=0 go install -trimpath "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
-  step_done helm
-fi
 fi # demo
 
 if [ -n "$want_real_node" ]; then
-k8s_build "about 3 minutes on 2 cores after the control plane" kubelet kube-proxy
+k8s_build "Kubernetes $K8S_VERSION: about 2 minutes on 2 cores after the control plane" \
+  k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy
 
 # What the dev cluster's real node runs beside kubelet (partita dev up
 # --real-node): containerd v2 (Kubernetes 1.36 dropped containerd 1.x), crictl
 # for people debugging it, and CoreDNS for in-cluster names. runc and the CNI
 # plugins come from Debian (hack/real-node-deps.sh).
 if need containerd containerd-shim-runc-v2 ctr; then
-  log "building containerd $CONTAINERD_VERSION (about 2 minutes the first time)"
+  log "building containerd $CONTAINERD_VERSION (about 3 minutes the first time)"
   step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath -tags no_btrfs \
     "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
@@ -167,7 +175,7 @@ if need crictl; then
 fi
 
 if need coredns; then
-  log "building coredns $COREDNS_VERSION (about 2 minutes the first time)"
+  log "building coredns $COREDNS_VERSION (about 3 minutes the first time)"
   step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "github.com/coredns/coredns@$COREDNS_VERSION"
   step_done coredns

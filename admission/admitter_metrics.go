@@ -48,7 +48,7 @@ func NewAdmitterMetrics(reg prometheus.Registerer) *AdmitterMetrics {
 		queueAllocated: queue("partita_queue_allocated_gpus", "GPUs the queue's admitted workloads hold."),
 		queueRequested: queue("partita_queue_requested_gpus", "GPUs the queue holds and waits for."),
 		queueFairShare: queue("partita_queue_fair_share_gpus", "The queue's fair share of GPUs (DESIGN §6)."),
-		queuePending:   queue("partita_queue_pending_workloads", "Workloads of the queue waiting for cycle."),
+		queuePending:   queue("partita_queue_pending_workloads", "Workloads of the queue waiting for admission."),
 	}
 	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonEvictionRefused} {
 		m.pending.WithLabelValues(r)

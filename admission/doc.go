@@ -5,7 +5,7 @@
 //
 // Pods that need a GPU are created with the scheduling gate
 // partita.dev/admission (the webhook adds it). The Admitter feeds a
-// cycle.Cache from informers (admitter_feed.go), runs a cycle.Cycle on a
+// cycle.Cache from informers (admitter_feed.go), runs cycle.Run on a
 // snapshot of the GPU ledger, and carries out the decision: it holds the
 // placed devices in the ledger, pins and ungates members
 // (admitter.go, admitter_patch.go), evicts victims whole

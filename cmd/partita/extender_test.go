@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+
+	"github.com/partita-dev/partita/admission"
+	"github.com/partita-dev/partita/extender"
 )
 
 // TestDevSchedulerConfig renders the dev cluster's scheduler configuration,
@@ -47,5 +50,14 @@ func TestImplicitJobGangsIsADeprecatedAlias(t *testing.T) {
 	}
 	if got := errOut.String() + out.String(); !strings.Contains(got, "implicit-job-gangs has been deprecated") || !strings.Contains(got, "docs/workloads.md") {
 		t.Errorf("no deprecation notice naming what replaces it:\n%s", got)
+	}
+}
+
+// TestInflightTTLMatchesAssumeTTL: a single pod the loop releases holds its
+// place for as long as the extender keeps an assignment kube-scheduler has
+// not bound; the two packages keep their own defaults, which must agree.
+func TestInflightTTLMatchesAssumeTTL(t *testing.T) {
+	if admission.DefaultInflightTTL != extender.DefaultAssumeTTL {
+		t.Errorf("admission.DefaultInflightTTL %s, extender.DefaultAssumeTTL %s: want them equal", admission.DefaultInflightTTL, extender.DefaultAssumeTTL)
 	}
 }

@@ -113,18 +113,13 @@ k8s_build() { # k8s_build ABOUT PACKAGE...: the binaries are named after the pac
     echo ")"
     echo
     for m in "${staging[@]}"; do echo "replace k8s.io/$m => k8s.io/$m $STAGING_VERSION"; done
-  } >"$dir/go.mod.new"
-  # tidy only when the module changed: it resolves the whole graph.
-  if ! cmp -s "$dir/go.mod.new" "$dir/go.mod.in" || [ ! -f "$dir/go.sum" ]; then
-    cp "$dir/go.mod.new" "$dir/go.mod"
-    {
-      printf '//go:build tools\n\npackage tools\n\nimport (\n'
-      for p in "${k8s_pkgs[@]}"; do printf '\t_ "%s"\n' "$p"; done
-      printf ')\n'
-    } >"$dir/tools.go"
-    (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
-    cp "$dir/go.mod.new" "$dir/go.mod.in"
-  fi
+  } >"$dir/go.mod"
+  {
+    printf '//go:build tools\n\npackage tools\n\nimport (\n'
+    for p in "${k8s_pkgs[@]}"; do printf '\t_ "%s"\n' "$p"; done
+    printf ')\n'
+  } >"$dir/tools.go"
+  (cd "$dir" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true)
   (cd "$dir" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w $version_ldflags" -o "$bin/" "$@")
   echo "$recipe" >"$bin/.recipe"
   step_done "${names[*]}"

@@ -5,6 +5,7 @@
 //	pod := partitatest.MakePod("p", "ns").GPUMemory("20Gi").Queue("team-a").Obj()
 //	node := partitatest.MakeGPUNode("n1").Device(0, "H100", 81559).Obj()
 //
-// It imports only the API types and Kubernetes API machinery, so that any
-// package's tests, gpu's internal ones included, can use it.
+// It imports the API types, package gpu (for canonical and bound pods) and
+// Kubernetes' API machinery, so that the tests of any package above gpu can
+// use it; gpu's own tests use it from package gpu_test.
 package partitatest

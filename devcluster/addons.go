@@ -128,7 +128,7 @@ func (c *Cluster) checkAddons() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("addon controllers not built in %s: %s; build them with 'make addon-bins' (about 2 minutes each the first time; 'make cluster-bins' builds every group the tests use), or only these with 'ADDONS=\"%s\" bash e2e/clusterbins/build.sh addons'",
+		return fmt.Errorf("addon controllers not built in %s: %s; build them with 'make addon-bins' (about 3 minutes each the first time; 'make cluster-bins' builds every group the tests use), or only these with 'ADDONS=\"%s\" bash e2e/clusterbins/build.sh addons'",
 			c.opts.AddonsDir, strings.Join(missing, ", "), strings.Join(missing, " "))
 	}
 	return nil

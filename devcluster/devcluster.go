@@ -232,7 +232,7 @@ func (c *Cluster) checkBinaries() error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("missing cluster binaries in %s: %s; build them with 'make demo-bins' (about 10 minutes the first time; 'make cluster-bins' builds every group the tests use)",
+		return fmt.Errorf("missing cluster binaries in %s: %s; build them with 'make demo-bins' (10 to 20 minutes on 2 cores the first time; 'make cluster-bins' builds every group the tests use)",
 			c.opts.BinDir, strings.Join(missing, ", "))
 	}
 	return nil

@@ -123,7 +123,7 @@ Both are kept by later runs of up and end with 'partita dev down'.
 
 --addons runs workload controllers beside the control plane: the real
 controllers of ` + strings.Join(devcluster.AddonNames(), ", ") + `, built from their releases by
-'make addon-bins' (about 2 minutes each the first time), with their CRDs (and webhooks, served on loopback with a
+'make addon-bins' (about 3 minutes each the first time), with their CRDs (and webhooks, served on loopback with a
 self-signed certificate). Addons can be added to a running cluster.
 
 --feature-gates and --runtime-config go to kube-apiserver,

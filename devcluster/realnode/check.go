@@ -92,7 +92,7 @@ func (h host) check(binDir, imagesDir string) error {
 		}
 	}
 	if len(missingBins) > 0 {
-		e.Problems = append(e.Problems, fmt.Sprintf("missing cluster binaries in %s: %s; build them with 'make real-node-bins' (about 6 minutes the first time; 'make cluster-bins' builds every group the tests use)", binDir, strings.Join(missingBins, ", ")))
+		e.Problems = append(e.Problems, fmt.Sprintf("missing cluster binaries in %s: %s; build them with 'make real-node-bins' (about 10 minutes the first time; 'make cluster-bins' builds every group the tests use)", binDir, strings.Join(missingBins, ", ")))
 	}
 	var missingCmds, pkgs []string
 	for _, c := range hostCommands {

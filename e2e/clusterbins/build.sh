@@ -126,7 +126,7 @@ k8s_build() { # k8s_build ABOUT PACKAGE...: the binaries are named after the pac
 }
 
 if [ -n "$want_demo" ]; then
-k8s_build "Kubernetes $K8S_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION: about 8 minutes on 2 cores the first time" \
+k8s_build "Kubernetes $K8S_VERSION, kwok $KWOK_VERSION, helm $HELM_VERSION: 10 to 20 minutes on 2 cores the first time" \
   k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
   sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok/cmd/kwokctl helm.sh/helm/v3/cmd/helm
@@ -152,7 +152,7 @@ k8s_build "Kubernetes $K8S_VERSION: about 2 minutes on 2 cores after the control
 # for people debugging it, and CoreDNS for in-cluster names. runc and the CNI
 # plugins come from Debian (hack/real-node-deps.sh).
 if need containerd containerd-shim-runc-v2 ctr; then
-  log "building containerd $CONTAINERD_VERSION (about 3 minutes the first time)"
+  log "building containerd $CONTAINERD_VERSION (about 4 minutes the first time)"
   step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath -tags no_btrfs \
     "github.com/containerd/containerd/v2/cmd/containerd@$CONTAINERD_VERSION" \
@@ -170,7 +170,7 @@ if need crictl; then
 fi
 
 if need coredns; then
-  log "building coredns $COREDNS_VERSION (about 3 minutes the first time)"
+  log "building coredns $COREDNS_VERSION (about 4 minutes the first time)"
   step_start=$SECONDS
   GOBIN=$bin CGO_ENABLED=0 go install -trimpath "github.com/coredns/coredns@$COREDNS_VERSION"
   step_done coredns
@@ -197,7 +197,7 @@ addon() {
   local name=$1 version=$2 module=$3 pkg=$4 crds=$5 webhooks=${6:-}
   local dir=$cache/bin/addons/$name-$version
   if [ -x "$dir/bin/$name" ] && [ -f "$dir/.done" ]; then return; fi
-  log "building the $name controller $version ($pkg, about 2 minutes the first time)"
+  log "building the $name controller $version ($pkg, about 3 minutes the first time)"
   local t0=$SECONDS
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/crds"
   # A module of our own that requires the release (as for etcd): `go install

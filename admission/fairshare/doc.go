@@ -54,6 +54,17 @@
 //
 // Fair shares: research 4.5, prod 3, dev 1, batch 1.5.
 //
+// # History
+//
+// DivideWith can weigh each queue's past usage (time-based fair share, as
+// KAI-Scheduler does since v0.10): in every round of step 2 a queue's weight
+// becomes max(0, w + k×(w − u)), where w is its over-quota weight over the
+// sum of the wanting siblings' weights, u its usage as a share of the
+// cluster's capacity over the usage window (a parent's is its subtree's) and
+// k the usage weight (KAI's kValue). Quotas (step 1) are not touched. With
+// k = 0 the division is the one above. The admission loop computes usage
+// (package admission/usage); the file gives it per queue.
+//
 // # Units
 //
 // Amounts are in each resource's natural unit: GPUs (decimals for fractions),

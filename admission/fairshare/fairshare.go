@@ -87,6 +87,21 @@ type Queue struct {
 	CreationOrder int
 	// Resources holds the settings per resource; see DefaultSettings.
 	Resources map[Resource]Settings
+	// Usage is the queue's historical usage per resource, as a share of the
+	// cluster's capacity over the usage window (KAI's normalized usage: 0.25
+	// is a quarter of all it could have used); its whole subtree's for a
+	// parent. A parent that omits a resource gets the sum of its children's.
+	// It counts only when Options.UsageWeight is above 0.
+	Usage map[Resource]float64
+}
+
+// Options tune a division.
+type Options struct {
+	// UsageWeight is how much historical usage counts in the division over
+	// quota (KAI's kValue): each sibling's over-quota weight, as a share of
+	// its tier's, w, becomes max(0, w + UsageWeight×(w − usage)). 0, the
+	// default, leaves usage out: the division is plain DRF over demand.
+	UsageWeight float64
 }
 
 // settings returns the queue's settings for r, defaults if it sets none.
@@ -103,6 +118,8 @@ type Division struct {
 	Capacity map[Resource]float64
 	// Queues holds one entry per input queue, in input order.
 	Queues []QueueShare
+	// UsageWeight is the Options.UsageWeight the division weighed usage with.
+	UsageWeight float64
 }
 
 // Resources returns the divided resources: gpu, cpu, memory, then others by name.
@@ -133,6 +150,9 @@ type QueueShare struct {
 	// whichever is smallest. It is the cap that requestable is cut to, and it
 	// is always a finite number.
 	Allocatable map[Resource]float64
+	// EffectiveUsage is the usage the division weighed: the queue's own, or
+	// the sum of its children's where it gave none. Nil when usage is off.
+	EffectiveUsage map[Resource]float64
 }
 
 // InvalidError says what is wrong with the input of Divide or Load.
@@ -163,11 +183,22 @@ func invalid(field, format string, args ...any) error {
 // queues that are not leaves, resources missing from capacity, and negative,
 // NaN or infinite amounts (only Quota and Limit may be Unlimited).
 func Divide(capacity map[Resource]float64, queues []Queue, demand map[string]map[Resource]float64) (Division, error) {
+	return DivideWith(capacity, queues, demand, Options{})
+}
+
+// DivideWith is Divide with options; see Options for how usage counts.
+func DivideWith(capacity map[Resource]float64, queues []Queue, demand map[string]map[Resource]float64, opts Options) (Division, error) {
 	t, err := newTree(capacity, queues, demand)
 	if err != nil {
 		return Division{}, fmt.Errorf("divide fair share: %w", err)
 	}
-	d := Division{Capacity: make(map[Resource]float64, len(capacity)), Queues: make([]QueueShare, len(queues))}
+	if err := checkAmount(opts.UsageWeight, false); err != nil {
+		return Division{}, fmt.Errorf("divide fair share: %w", invalid("usage weight", "%s", err))
+	}
+	if opts.UsageWeight > 0 {
+		t.usageWeight = ratOf(opts.UsageWeight)
+	}
+	d := Division{Capacity: make(map[Resource]float64, len(capacity)), Queues: make([]QueueShare, len(queues)), UsageWeight: opts.UsageWeight}
 	for i, n := range t.nodes {
 		d.Queues[i] = QueueShare{
 			Queue:       queues[i],
@@ -175,6 +206,9 @@ func Divide(capacity map[Resource]float64, queues []Queue, demand map[string]map
 			Request:     make(map[Resource]float64, len(capacity)),
 			FairShare:   make(map[Resource]float64, len(capacity)),
 			Allocatable: make(map[Resource]float64, len(capacity)),
+		}
+		if t.usageWeight != nil {
+			d.Queues[i].EffectiveUsage = make(map[Resource]float64, len(capacity))
 		}
 	}
 	for r, c := range capacity {
@@ -185,6 +219,9 @@ func Divide(capacity map[Resource]float64, queues []Queue, demand map[string]map
 			d.Queues[i].Request[r] = floatOf(n.request)
 			d.Queues[i].FairShare[r] = floatOf(n.share)
 			d.Queues[i].Allocatable[r] = floatOf(n.allocatable)
+			if n.usage != nil {
+				d.Queues[i].EffectiveUsage[r] = floatOf(n.usage)
+			}
 		}
 	}
 	return d, nil
@@ -202,11 +239,15 @@ type node struct {
 	requestable *big.Rat // request capped by limit
 	allocatable *big.Rat
 	share       *big.Rat
+	// usage is the subtree's normalized usage; nil when usage is off.
+	usage *big.Rat
 }
 
 type tree struct {
 	nodes []*node // input order
 	roots []*node // input order
+	// usageWeight is Options.UsageWeight; nil when usage is off.
+	usageWeight *big.Rat
 }
 
 // newTree validates the input and links the queues into a tree.
@@ -238,6 +279,14 @@ func newTree(capacity map[Resource]float64, queues []Queue, demand map[string]ma
 			}
 			if err := checkAmount(s.OverQuotaWeight, false); err != nil {
 				return nil, invalid(field(" overQuotaWeight"), "%s", err)
+			}
+		}
+		for r, u := range q.Usage {
+			if _, ok := capacity[r]; !ok {
+				return nil, invalid(fmt.Sprintf("queue %q usage %s", q.Name, r), "is not in the capacity; add it there (0 if the cluster has none)")
+			}
+			if err := checkAmount(u, false); err != nil {
+				return nil, invalid(fmt.Sprintf("queue %q usage %s", q.Name, r), "%s", err)
 			}
 		}
 		n := &node{q: q}
@@ -325,16 +374,16 @@ func checkAmount(v float64, unlimitedOK bool) error {
 // divide fills every node's request, share and allocatable for r.
 func (t *tree) divide(r Resource, capacity *big.Rat, demand map[string]map[Resource]float64) {
 	for _, n := range t.roots {
-		n.fill(r, demand)
+		n.fill(r, demand, t.usageWeight != nil)
 		n.fillAllocatable(r, capacity)
 	}
-	divideLevel(r.unit(), capacity, t.roots)
+	divideLevel(r.unit(), t.usageWeight, capacity, t.roots)
 	var down func(n *node)
 	down = func(n *node) {
 		if len(n.children) == 0 {
 			return
 		}
-		divideLevel(r.unit(), n.share, n.children)
+		divideLevel(r.unit(), t.usageWeight, n.share, n.children)
 		for _, c := range n.children {
 			down(c)
 		}
@@ -344,8 +393,9 @@ func (t *tree) divide(r Resource, capacity *big.Rat, demand map[string]map[Resou
 	}
 }
 
-// fill sets the settings, request and requestable of n and its subtree for r.
-func (n *node) fill(r Resource, demand map[string]map[Resource]float64) {
+// fill sets the settings, request, requestable and, withUsage, the usage of
+// n and its subtree for r.
+func (n *node) fill(r Resource, demand map[string]map[Resource]float64, withUsage bool) {
 	s := n.q.settings(r)
 	n.quota = nil
 	if s.Quota != Unlimited {
@@ -357,8 +407,19 @@ func (n *node) fill(r Resource, demand map[string]map[Resource]float64) {
 		n.request = ratOf(demand[n.q.Name][r])
 	}
 	for _, c := range n.children {
-		c.fill(r, demand)
+		c.fill(r, demand, withUsage)
 		n.request.Add(n.request, c.request)
+	}
+	n.usage = nil
+	if withUsage {
+		if u, ok := n.q.Usage[r]; ok {
+			n.usage = ratOf(u)
+		} else {
+			n.usage = new(big.Rat)
+			for _, c := range n.children {
+				n.usage.Add(n.usage, c.usage)
+			}
+		}
 	}
 	n.requestable = n.request
 	if s.Limit != Unlimited {

@@ -20,11 +20,13 @@ type Input struct {
 	// Queues in creation order: CreationOrder is the index in the file.
 	Queues []Queue
 	Demand map[string]map[Resource]float64
+	// UsageWeight is Options.UsageWeight: how much the queues' usage counts.
+	UsageWeight float64
 }
 
 // Divide divides in.Capacity among in.Queues for in.Demand.
 func (in Input) Divide() (Division, error) {
-	return Divide(in.Capacity, in.Queues, in.Demand)
+	return DivideWith(in.Capacity, in.Queues, in.Demand, Options{UsageWeight: in.UsageWeight})
 }
 
 // fileResources lists the resources a file may name, for error messages.
@@ -37,10 +39,15 @@ const fileResources = "gpu, cpu, memory"
 //	- {name: org, priority: 100, gpu: {quota: 8, limit: -1, overQuotaWeight: 1}}
 //	- {name: team-a, parent: org, gpu: {quota: 4, overQuotaWeight: 2}}
 //	demand: {team-a: {gpu: 10, memory: 64Gi}}
+//	usageWeight: 1     # optional: weigh history (see Options)
 //
-// Every key of a queue other than name, parent and priority is a resource
-// (gpu, cpu or memory) with quota (default 0), limit (default -1) and
-// overQuotaWeight (default 1); priority defaults to DefaultPriority. Amounts
+// Every key of a queue other than name, parent, priority and usage is a
+// resource (gpu, cpu or memory) with quota (default 0), limit (default -1)
+// and overQuotaWeight (default 1); priority defaults to DefaultPriority.
+// usage maps resources to the queue's normalized usage, a share of the
+// cluster's capacity over the window such as {gpu: 0.4}, as Queue status
+// shows it (status.usage.share); a parent that gives none gets the sum of
+// its children's. Usage counts only with a usageWeight above 0. Amounts
 // are numbers or Kubernetes quantities ("500m", "64Gi"): GPUs, CPU cores and
 // memory bytes. demand may name only leaf queues. Load rejects unknown fields
 // and anything Divide would reject, naming the field at fault.
@@ -81,9 +88,19 @@ func inputFrom(doc any) (Input, error) {
 	}
 	in := Input{Demand: map[string]map[Resource]float64{}}
 	for _, key := range sortedKeys(top) {
-		if key != "capacity" && key != "queues" && key != "demand" {
-			return Input{}, invalid("file", "unknown field %q; want capacity, queues or demand", key)
+		if key != "capacity" && key != "queues" && key != "demand" && key != "usageWeight" {
+			return Input{}, invalid("file", "unknown field %q; want capacity, queues, demand or usageWeight", key)
 		}
+	}
+	if v, ok := top["usageWeight"]; ok {
+		k, err := weightFrom(v)
+		if err == nil {
+			err = checkAmount(k, false)
+		}
+		if err != nil {
+			return Input{}, invalid("usageWeight", "%v", err)
+		}
+		in.UsageWeight = k
 	}
 	var err error
 	if in.Capacity, err = amounts("capacity", top["capacity"]); err != nil {
@@ -148,10 +165,16 @@ func queueFrom(path string, item any) (Queue, error) {
 				return Queue{}, invalid(path+".priority", "%v", err)
 			}
 			q.Priority = p
+		case "usage":
+			u, err := amounts(path+".usage", v)
+			if err != nil {
+				return Queue{}, err
+			}
+			q.Usage = u
 		default:
 			r, ok := resourceFrom(key)
 			if !ok {
-				return Queue{}, invalid(path, "unknown field %q; want name, parent, priority or a resource (%s)", key, fileResources)
+				return Queue{}, invalid(path, "unknown field %q; want name, parent, priority, usage or a resource (%s)", key, fileResources)
 			}
 			s, err := settingsFrom(path+"."+key, v)
 			if err != nil {

@@ -106,7 +106,7 @@ func TestLoadErrors(t *testing.T) {
 		},
 		"unknown top-level field": {
 			file: "capacity: {gpu: 1}\nqueues: [{name: a}]\ndemands: {a: {gpu: 1}}\n",
-			want: `file: unknown field "demands"; want capacity, queues or demand`,
+			want: `file: unknown field "demands"; want capacity, queues, demand or usageWeight`,
 		},
 		"no capacity": {
 			file: "queues: [{name: a}]\n",
@@ -126,7 +126,7 @@ func TestLoadErrors(t *testing.T) {
 		},
 		"misspelt queue field": {
 			file: "capacity: {gpu: 1}\nqueues: [{name: a, prority: 3}]\n",
-			want: `queues[0] (a): unknown field "prority"; want name, parent, priority or a resource (gpu, cpu, memory)`,
+			want: `queues[0] (a): unknown field "prority"; want name, parent, priority, usage or a resource (gpu, cpu, memory)`,
 		},
 		"misspelt resource field": {
 			file: "capacity: {gpu: 1}\nqueues: [{name: a, gpu: {qouta: 3}}]\n",

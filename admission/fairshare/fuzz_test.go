@@ -61,6 +61,9 @@ func decodeFuzzInput(data []byte) (map[Resource]float64, []Queue, map[string]map
 			Priority:      50 * (1 + int32(b[1]%3)),
 			CreationOrder: i,
 			Resources:     map[Resource]Settings{GPU: s, CPU: cpu},
+			// Usage (counted only with a usage weight) from the spare bits
+			// of the priority byte: 0 to 1.25 in quarters.
+			Usage: map[Resource]float64{GPU: float64(b[1]/3%6) / 4, CPU: float64(b[1]/18%6) / 4},
 		})
 		demandOf[name] = float64(b[5]%64) / 4
 	}
@@ -73,10 +76,11 @@ func decodeFuzzInput(data []byte) (map[Resource]float64, []Queue, map[string]map
 	return capacity, queues, demand
 }
 
-// FuzzDivide checks, for any tree, that Divide does not fail or panic, that
-// every fair share is a number between the queue's quota part and its
-// requestable, and that a level hands out no more than its capacity (or its
-// quotas, when those alone exceed it: step 1 gives them regardless).
+// FuzzDivide checks, for any tree, with and without usage weighed, that
+// Divide does not fail or panic, that every fair share is a number between
+// the queue's quota part and its requestable, and that a level hands out no
+// more than its capacity (or its quotas, when those alone exceed it: step 1
+// gives them regardless).
 func FuzzDivide(f *testing.F) {
 	f.Add([]byte{20, 0, 0, 2, 15, 1, 32, 1, 1, 4, 15, 2, 24, 2, 0, 0, 15, 1, 24})
 	f.Add([]byte{21, 0, 1, 9, 15, 1, 63, 0, 1, 0, 15, 1, 63, 1, 2, 1, 3, 2, 7, 3, 0, 4, 15, 0, 20})
@@ -84,73 +88,79 @@ func FuzzDivide(f *testing.F) {
 	f.Add([]byte{3, 0, 0, 0, 15, 1, 3, 0, 0, 0, 15, 1, 3, 0, 0, 0, 15, 1, 3})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		capacity, queues, demand := decodeFuzzInput(data)
-		got, err := Divide(capacity, queues, demand)
-		if err != nil {
-			t.Fatalf("Divide: %v", err)
-		}
-		again, err := Divide(capacity, queues, demand)
-		if err != nil {
-			t.Fatalf("Divide again: %v", err)
-		}
-		if diff := cmp.Diff(got, again); diff != "" {
-			t.Fatalf("Divide is not deterministic (-first,+second):\n%s", diff)
-		}
-		byName := map[string]QueueShare{}
-		children := map[string][]string{}
-		for _, q := range got.Queues {
-			byName[q.Name] = q
-			children[q.Parent] = append(children[q.Parent], q.Name)
-		}
-		var request func(name string, r Resource) float64
-		request = func(name string, r Resource) float64 {
-			if len(children[name]) == 0 {
-				return demand[name][r]
-			}
-			sum := 0.0
-			for _, c := range children[name] {
-				sum += request(c, r)
-			}
-			return sum
-		}
-		for r, c := range capacity {
-			for parent, level := range children {
-				levelCap := c
-				if parent != "" {
-					levelCap = byName[parent].FairShare[r]
-				}
-				var sumShares, sumQuotaParts float64
-				for _, name := range level {
-					q := byName[name]
-					s := q.settings(r)
-					share := q.FairShare[r]
-					requestable := request(name, r)
-					if s.Limit != Unlimited {
-						requestable = math.Min(requestable, s.Limit)
-					}
-					quota := s.Quota
-					if quota == Unlimited {
-						quota = levelCap
-					}
-					quotaPart := math.Min(quota, requestable)
-					if math.IsNaN(share) || math.IsInf(share, 0) || share < 0 {
-						t.Errorf("%s %s fair share %v, want a number ≥ 0", name, r, share)
-					}
-					if share > requestable+tolerance(requestable) {
-						t.Errorf("%s %s fair share %v > requestable %v", name, r, share, requestable)
-					}
-					if share < quotaPart-tolerance(quotaPart) {
-						t.Errorf("%s %s fair share %v < min(quota, requestable) %v", name, r, share, quotaPart)
-					}
-					sumShares += share
-					sumQuotaParts += quotaPart
-				}
-				if bound := math.Max(levelCap, sumQuotaParts); sumShares > bound+tolerance(bound) {
-					t.Errorf("level under %q, %s: fair shares add up to %v > max(capacity %v, quotas %v)",
-						parent, r, sumShares, levelCap, sumQuotaParts)
-				}
-			}
+		for _, k := range []float64{0, 0.5, 1} {
+			checkDivision(t, capacity, queues, demand, Options{UsageWeight: k})
 		}
 	})
+}
+
+func checkDivision(t *testing.T, capacity map[Resource]float64, queues []Queue, demand map[string]map[Resource]float64, opts Options) {
+	got, err := DivideWith(capacity, queues, demand, opts)
+	if err != nil {
+		t.Fatalf("Divide: %v", err)
+	}
+	again, err := DivideWith(capacity, queues, demand, opts)
+	if err != nil {
+		t.Fatalf("Divide again: %v", err)
+	}
+	if diff := cmp.Diff(got, again); diff != "" {
+		t.Fatalf("Divide is not deterministic (-first,+second):\n%s", diff)
+	}
+	byName := map[string]QueueShare{}
+	children := map[string][]string{}
+	for _, q := range got.Queues {
+		byName[q.Name] = q
+		children[q.Parent] = append(children[q.Parent], q.Name)
+	}
+	var request func(name string, r Resource) float64
+	request = func(name string, r Resource) float64 {
+		if len(children[name]) == 0 {
+			return demand[name][r]
+		}
+		sum := 0.0
+		for _, c := range children[name] {
+			sum += request(c, r)
+		}
+		return sum
+	}
+	for r, c := range capacity {
+		for parent, level := range children {
+			levelCap := c
+			if parent != "" {
+				levelCap = byName[parent].FairShare[r]
+			}
+			var sumShares, sumQuotaParts float64
+			for _, name := range level {
+				q := byName[name]
+				s := q.settings(r)
+				share := q.FairShare[r]
+				requestable := request(name, r)
+				if s.Limit != Unlimited {
+					requestable = math.Min(requestable, s.Limit)
+				}
+				quota := s.Quota
+				if quota == Unlimited {
+					quota = levelCap
+				}
+				quotaPart := math.Min(quota, requestable)
+				if math.IsNaN(share) || math.IsInf(share, 0) || share < 0 {
+					t.Errorf("%s %s fair share %v, want a number ≥ 0", name, r, share)
+				}
+				if share > requestable+tolerance(requestable) {
+					t.Errorf("%s %s fair share %v > requestable %v", name, r, share, requestable)
+				}
+				if share < quotaPart-tolerance(quotaPart) {
+					t.Errorf("%s %s fair share %v < min(quota, requestable) %v", name, r, share, quotaPart)
+				}
+				sumShares += share
+				sumQuotaParts += quotaPart
+			}
+			if bound := math.Max(levelCap, sumQuotaParts); sumShares > bound+tolerance(bound) {
+				t.Errorf("level under %q, %s: fair shares add up to %v > max(capacity %v, quotas %v)",
+					parent, r, sumShares, levelCap, sumQuotaParts)
+			}
+		}
+	}
 }
 
 // tolerance absorbs the rounding of exact results to float64 and of the

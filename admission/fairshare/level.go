@@ -14,7 +14,7 @@ import (
 //
 // It never changes the rationals it reads (capacity, requestable), as they may
 // be shared with other nodes.
-func divideLevel(unit, capacity *big.Rat, level []*node) {
+func divideLevel(unit, usageWeight, capacity *big.Rat, level []*node) {
 	// 1. Quota, regardless of priority and even beyond the capacity.
 	left := new(big.Rat).Set(capacity)
 	for _, n := range level {
@@ -35,7 +35,7 @@ func divideLevel(unit, capacity *big.Rat, level []*node) {
 	fractions := make([]map[*node]*big.Rat, len(tiers))
 	for i, tier := range tiers {
 		fractions[i] = map[*node]*big.Rat{}
-		overQuota(unit, left, tier, fractions[i])
+		overQuota(unit, usageWeight, left, tier, fractions[i])
 	}
 
 	// 3. Fractions, tier by tier, largest first.
@@ -49,17 +49,11 @@ func divideLevel(unit, capacity *big.Rat, level []*node) {
 
 // overQuota runs the rounds of step 2 for one tier, taking from left. It
 // records in fractions the part of its offer that a queue could not take
-// because only whole units are handed out.
-func overQuota(unit, left *big.Rat, tier []*node, fractions map[*node]*big.Rat) {
+// because only whole units are handed out. With a usageWeight each queue's
+// weight is first adjusted by its usage (shareWeights).
+func overQuota(unit, usageWeight, left *big.Rat, tier []*node, fractions map[*node]*big.Rat) {
 	for left.Sign() > 0 {
-		// Weights of the queues that still want more. Weight-0 queues count
-		// as wanting but add nothing, so they are offered nothing.
-		sumWeights := new(big.Rat)
-		for _, n := range tier {
-			if wants(n).Sign() > 0 {
-				sumWeights.Add(sumWeights, n.weight)
-			}
-		}
+		weights, sumWeights := shareWeights(usageWeight, tier)
 		if sumWeights.Sign() == 0 {
 			return
 		}
@@ -70,7 +64,7 @@ func overQuota(unit, left *big.Rat, tier []*node, fractions map[*node]*big.Rat) 
 			if want.Sign() <= 0 || n.weight.Sign() == 0 {
 				continue
 			}
-			offer := new(big.Rat).Mul(pool, n.weight)
+			offer := new(big.Rat).Mul(pool, weights[n])
 			offer.Quo(offer, sumWeights)
 			var take *big.Rat
 			if want.Cmp(offer) <= 0 {
@@ -96,6 +90,52 @@ func overQuota(unit, left *big.Rat, tier []*node, fractions map[*node]*big.Rat) 
 			return
 		}
 	}
+}
+
+// shareWeights returns the weight of each queue of tier that still wants
+// more, and their sum. Weight-0 queues count as wanting but add nothing, so
+// they are offered nothing.
+//
+// Without usage a queue's weight is its over-quota weight. With usage it is
+// KAI's share weight (calcShareWeights in KAI-Scheduler's
+// pkg/scheduler/plugins/proportion/resource_division): with w the queue's
+// over-quota weight over the sum of the wanting queues' weights and u its
+// normalized usage, max(0, w + usageWeight×(w − u)). A queue that used less
+// than its weight's share of the cluster gains, one that used more loses,
+// down to nothing.
+func shareWeights(usageWeight *big.Rat, tier []*node) (map[*node]*big.Rat, *big.Rat) {
+	weights := make(map[*node]*big.Rat, len(tier))
+	sum := new(big.Rat)
+	for _, n := range tier {
+		if wants(n).Sign() > 0 {
+			weights[n] = n.weight
+			sum.Add(sum, n.weight)
+		}
+	}
+	if usageWeight == nil || sum.Sign() == 0 {
+		return weights, sum
+	}
+	total := sum
+	adjustedWeights := make(map[*node]*big.Rat, len(weights))
+	sum = new(big.Rat)
+	for n, weight := range weights {
+		w := new(big.Rat).Quo(weight, total)
+		adjusted := new(big.Rat).Sub(w, n.usage)
+		adjusted.Mul(adjusted, usageWeight)
+		adjusted.Add(adjusted, w)
+		if adjusted.Sign() < 0 || weight.Sign() == 0 {
+			adjusted.SetInt64(0)
+		}
+		adjustedWeights[n] = adjusted
+		sum.Add(sum, adjusted)
+	}
+	if sum.Sign() == 0 {
+		// Every wanting queue used at least its share and more than usage
+		// can account for (the capacity shrank): KAI would leave the rest
+		// undivided; plain weights divide it instead.
+		return weights, total
+	}
+	return adjustedWeights, sum
 }
 
 // handOutFractions runs step 3 for one tier: one unit each, or what is left,

@@ -21,6 +21,8 @@ type jsonQueue struct {
 	Name        string               `json:"name"`
 	FairShare   map[Resource]float64 `json:"fairShare"`
 	Allocatable map[Resource]float64 `json:"allocatable"`
+	// Usage is the usage weighed, when the division weighed any.
+	Usage map[Resource]float64 `json:"usage,omitempty"`
 }
 
 // WriteJSON writes d as {"queues": [{"name", "fairShare", "allocatable"}]}, in
@@ -30,6 +32,9 @@ func WriteJSON(w io.Writer, d Division) error {
 	out := jsonDivision{Queues: make([]jsonQueue, len(d.Queues))}
 	for i, q := range d.Queues {
 		out.Queues[i] = jsonQueue{Name: q.Name, FairShare: rounded(q.FairShare), Allocatable: rounded(q.Allocatable)}
+		if q.EffectiveUsage != nil {
+			out.Queues[i].Usage = rounded(q.EffectiveUsage)
+		}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
@@ -63,7 +68,9 @@ func round3(v float64) float64 {
 //	  team-a  100       4      none   2       10      10          16
 //
 // A quota of -1 prints as "all" and a limit of -1 as "none". Memory prints as
-// a Kubernetes quantity (64Gi), GPUs and CPU cores as decimals.
+// a Kubernetes quantity (64Gi), GPUs and CPU cores as decimals. A division
+// that weighed usage adds a USAGE column (a share of the capacity over the
+// window) and says its weight on the capacity line.
 func WriteTable(w io.Writer, d Division) error {
 	order := treeOrder(d.Queues)
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
@@ -71,8 +78,14 @@ func WriteTable(w io.Writer, d Division) error {
 		if i > 0 {
 			fmt.Fprintln(tw)
 		}
-		fmt.Fprintf(tw, "%s: capacity %s\n", r, formatAmount(r, d.Capacity[r]))
-		fmt.Fprintln(tw, "QUEUE\tPRIORITY\tQUOTA\tLIMIT\tWEIGHT\tDEMAND\tFAIR SHARE\tALLOCATABLE")
+		withUsage := d.UsageWeight > 0
+		if withUsage {
+			fmt.Fprintf(tw, "%s: capacity %s, usage weight %s\n", r, formatAmount(r, d.Capacity[r]), strconv.FormatFloat(d.UsageWeight, 'f', -1, 64))
+			fmt.Fprintln(tw, "QUEUE\tPRIORITY\tQUOTA\tLIMIT\tWEIGHT\tUSAGE\tDEMAND\tFAIR SHARE\tALLOCATABLE")
+		} else {
+			fmt.Fprintf(tw, "%s: capacity %s\n", r, formatAmount(r, d.Capacity[r]))
+			fmt.Fprintln(tw, "QUEUE\tPRIORITY\tQUOTA\tLIMIT\tWEIGHT\tDEMAND\tFAIR SHARE\tALLOCATABLE")
+		}
 		for _, q := range order {
 			s := q.settings(r)
 			quota, limit := "all", "none"
@@ -82,9 +95,13 @@ func WriteTable(w io.Writer, d Division) error {
 			if s.Limit != Unlimited {
 				limit = formatAmount(r, s.Limit)
 			}
-			fmt.Fprintf(tw, "%s%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n",
+			usage := ""
+			if withUsage {
+				usage = strconv.FormatFloat(round3(q.EffectiveUsage[r]), 'f', -1, 64) + "\t"
+			}
+			fmt.Fprintf(tw, "%s%s\t%d\t%s\t%s\t%s\t%s%s\t%s\t%s\n",
 				strings.Repeat("  ", q.Depth), q.Name, q.Priority, quota, limit,
-				strconv.FormatFloat(s.OverQuotaWeight, 'f', -1, 64),
+				strconv.FormatFloat(s.OverQuotaWeight, 'f', -1, 64), usage,
 				formatAmount(r, q.Request[r]), formatAmount(r, q.FairShare[r]), formatAmount(r, q.Allocatable[r]))
 		}
 	}

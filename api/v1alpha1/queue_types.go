@@ -94,6 +94,11 @@ type QueueStatus struct {
 	// FairShare is the queue's fair share per resource (DESIGN §6).
 	// +optional
 	FairShare corev1.ResourceList `json:"fairShare,omitempty"`
+	// Usage is the queue's historical usage, which time-based fair share
+	// weighs; set only while the admission loop weighs usage
+	// (--fair-share-usage-weight above 0).
+	// +optional
+	Usage *QueueUsage `json:"usage,omitempty"`
 	// PendingWorkloads counts workloads waiting for admission.
 	// +optional
 	PendingWorkloads int32 `json:"pendingWorkloads,omitempty"`
@@ -106,6 +111,62 @@ type QueueStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// Usage window types: a sliding window always covers the last window's
+// length; a tumbling one starts afresh at every multiple of its length
+// (counted from Monday 1970-01-05 00:00 UTC, so a 24h window starts at
+// midnight UTC and a 168h one on Monday).
+const (
+	UsageWindowSliding  = "sliding"
+	UsageWindowTumbling = "tumbling"
+)
+
+// QueueUsage is what a queue used over the usage window, decayed by the
+// half-life (DESIGN §6, time-based fair share). A parent's includes its
+// children's.
+type QueueUsage struct {
+	// Hours is the decayed usage in resource-hours: gpu in GPU-hours, cpu
+	// in core-hours, memory in byte-hours.
+	// +optional
+	Hours corev1.ResourceList `json:"hours,omitempty"`
+	// Share is that usage over what the cluster's whole capacity would have
+	// given in the same window with the same decay, per resource (0 to 1):
+	// the number fair share weighs.
+	// +optional
+	Share corev1.ResourceList `json:"share,omitempty"`
+	// FairShareWithoutUsage is the fair share the queue would have if usage
+	// did not count. Where it differs from status.fairShare, history
+	// decided.
+	// +optional
+	FairShareWithoutUsage corev1.ResourceList `json:"fairShareWithoutUsage,omitempty"`
+	// HalfLife, Window and WindowType are the settings the usage was
+	// counted with.
+	// +optional
+	HalfLife metav1.Duration `json:"halfLife,omitempty"`
+	// +optional
+	Window metav1.Duration `json:"window,omitempty"`
+	// +kubebuilder:validation:Enum=sliding;tumbling
+	// +optional
+	WindowType string `json:"windowType,omitempty"`
+	// UpdateTime is when the usage was last counted up to.
+	// +optional
+	UpdateTime *metav1.Time `json:"updateTime,omitempty"`
+	// Buckets are the queue's own usage over time, oldest first: what a new
+	// leader of the admission loop carries on from.
+	// +kubebuilder:validation:MaxItems=128
+	// +listType=atomic
+	// +optional
+	Buckets []UsageBucket `json:"buckets,omitempty"`
+}
+
+// UsageBucket is what a queue's own workloads used in one stretch of time.
+type UsageBucket struct {
+	Start metav1.Time `json:"start"`
+	End   metav1.Time `json:"end"`
+	// Used is in resource-hours (gpu GPU-hours, cpu core-hours, memory
+	// byte-hours), each moment's use decayed by the half-life to End.
+	Used corev1.ResourceList `json:"used"`
 }
 
 // Queue is a node in the tree of queues that divides the cluster's capacity.

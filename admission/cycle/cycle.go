@@ -96,11 +96,29 @@ type Options struct {
 	// why: their eviction was refused (a PodDisruptionBudget) or is being
 	// finished. Waits that could have evicted them say so.
 	Unevictable map[WorkloadKey]string
+	// Usage, when set, weighs each queue's past usage in the fair-share
+	// division (time-based fair share).
+	Usage *Usage
 	// Claims, when set, simulates the allocation of the ResourceClaims of
 	// gangs whose members carry them (Member.Claims): such a gang is
 	// admitted, each member pinned to a node, only when all their claims
 	// can be allocated at once. Nil ungates claim gangs unpinned.
 	Claims ClaimAllocator
+}
+
+// Usage is the queues' past usage, which time-based fair share weighs.
+type Usage struct {
+	// Weight is how much usage counts (fairshare.Options.UsageWeight).
+	Weight float64
+	// Share is each queue's usage, its subtree's included, as a share of
+	// the cluster's capacity over the window: GPU, CPU and memory.
+	Share map[string][3]float64
+	// GPUHours is each queue's decayed GPU-hours in the window, for
+	// messages.
+	GPUHours map[string]float64
+	// Window says what the usage covers, for messages: "sliding 168h
+	// window, half-life 24h".
+	Window string
 }
 
 // Admission lets a workload's pending members go.
@@ -166,6 +184,10 @@ type QueueReport struct {
 	// CPU (milli-CPUs) and Memory (bytes) allocated, requested and fair
 	// share.
 	CPU, Memory ResourceReport
+	// FairShareWithoutUsage is the fair share the queue would have if
+	// usage did not count (milli-GPUs, milli-CPUs, bytes); nil unless
+	// Options.Usage is set.
+	FairShareWithoutUsage *[3]int64
 }
 
 // ResourceReport is a queue's allocation, request and fair share of CPU
@@ -205,6 +227,9 @@ type queueState struct {
 	allocated int64
 	pending   int64
 	fairShare int64
+	// baseShare is the fair share without usage (GPU, CPU, memory), with
+	// Options.Usage.
+	baseShare [3]int64
 	// cpu (milli-CPUs) and memory (bytes): the pods' requests.
 	cpu, memory amounts
 	// workloads are the queue's workloads with pending members, in
@@ -756,6 +781,10 @@ func (c *cycle) result() *Result {
 			CPU:    ResourceReport{Allocated: q.cpu.alloc, Requested: q.cpu.alloc + max(0, q.cpu.pending), FairShare: q.cpu.fairShare},
 			Memory: ResourceReport{Allocated: q.memory.alloc, Requested: q.memory.alloc + max(0, q.memory.pending), FairShare: q.memory.fairShare},
 		})
+		if c.opts.Usage != nil {
+			base := q.baseShare
+			r.Queues[len(r.Queues)-1].FairShareWithoutUsage = &base
+		}
 	}
 	return r
 }

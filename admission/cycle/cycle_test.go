@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -1064,6 +1065,64 @@ func TestGangsArePinnedUnlessMembersTieToEachOther(t *testing.T) {
 			}
 			if got := res.Admissions[0].Pin; got != tc.wantPin {
 				t.Errorf("Pin = %v, want %v", got, tc.wantPin)
+			}
+		})
+	}
+}
+
+func TestUsageWeighsFairShare(t *testing.T) {
+	nodes, gns := gpuNodes("n", 2, 4)
+	w := world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}}
+	for i := range 8 {
+		w.pods = append(w.pods, running(fmt.Sprintf("a-%d", i), "a", fmt.Sprintf("n-%d", i/4), 1, t0).Obj())
+		w.pods = append(w.pods, gated(fmt.Sprintf("b-%d", i), "b", 1).Obj())
+	}
+	usage := &Usage{
+		Weight:   1,
+		Share:    map[string][3]float64{"a": {0.875, 0, 0}},
+		GPUHours: map[string]float64{"a": 12.5, "b": 0},
+		Window:   "sliding 168h window, half-life 24h",
+	}
+	cases := map[string]struct {
+		usage       *Usage
+		wantShares  map[string]int64
+		wantWithout map[string]*[3]int64
+		wantNote    string
+	}{
+		"usage off: even split, no note": {
+			wantShares:  map[string]int64{"a": 4000, "b": 4000},
+			wantWithout: map[string]*[3]int64{"a": nil, "b": nil},
+		},
+		"a ran the cluster: b gets the larger share, and the reclaim says why": {
+			// KAI's share weights: a 0.5 + (0.5 − 0.875) = 0.125, b 1.
+			usage:       usage,
+			wantShares:  map[string]int64{"a": 1000, "b": 7000},
+			wantWithout: map[string]*[3]int64{"a": {4000, 0, 0}, "b": {4000, 0, 0}},
+			wantNote:    "; history decided: queue a used 12.5 GPU-hours (sliding 168h window, half-life 24h) against 0 for queue b",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, res := runWorld(t, w, Options{Usage: tc.usage})
+			shares := map[string]int64{}
+			without := map[string]*[3]int64{}
+			for _, q := range res.Queues {
+				shares[q.Name] = q.FairShareMilli
+				without[q.Name] = q.FairShareWithoutUsage
+			}
+			if diff := cmp.Diff(tc.wantShares, shares); diff != "" {
+				t.Errorf("fair shares (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantWithout, without); diff != "" {
+				t.Errorf("fair shares without usage (-want +got):\n%s", diff)
+			}
+			if len(res.Evictions) == 0 {
+				t.Fatalf("no reclaim for b; waiting: %v", res.Waiting)
+			}
+			for _, e := range res.Evictions {
+				if !strings.HasSuffix(e.Message, tc.wantNote) || (tc.wantNote == "") != !strings.Contains(e.Message, "history decided") {
+					t.Errorf("eviction message %q, want it to end with %q", e.Message, tc.wantNote)
+				}
 			}
 		})
 	}

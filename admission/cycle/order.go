@@ -26,6 +26,7 @@ func (c *cycle) divide() {
 		for name, q := range c.queues {
 			s := memo.shares[name]
 			q.fairShare, q.cpu.fairShare, q.memory.fairShare = s[0], s[1], s[2]
+			q.baseShare = memo.base[name]
 		}
 		return
 	}
@@ -33,8 +34,10 @@ func (c *cycle) divide() {
 		if memo != nil {
 			memo.key = key
 			memo.shares = make(map[string][3]int64, len(c.queues))
+			memo.base = make(map[string][3]int64, len(c.queues))
 			for name, q := range c.queues {
 				memo.shares[name] = [3]int64{q.fairShare, q.cpu.fairShare, q.memory.fairShare}
+				memo.base[name] = q.baseShare
 			}
 		}
 	}()
@@ -59,6 +62,10 @@ func (c *cycle) divide() {
 				fairshare.CPU:    {Quota: gpus(q.CPU.Quota), Limit: gpus(q.CPU.Limit), OverQuotaWeight: float64(q.CPU.Weight)},
 				fairshare.Memory: {Quota: bytes(q.Memory.Quota), Limit: bytes(q.Memory.Limit), OverQuotaWeight: float64(q.Memory.Weight)},
 			},
+		}
+		if c.opts.Usage != nil {
+			u := c.opts.Usage.Share[q.Name]
+			in[i].Usage = map[fairshare.Resource]float64{fairshare.GPU: u[0], fairshare.CPU: u[1], fairshare.Memory: u[2]}
 		}
 		if len(q.Children) == 0 {
 			d := map[fairshare.Resource]float64{}
@@ -88,17 +95,31 @@ func (c *cycle) divide() {
 		fairshare.CPU:    float64(c.clusterCPU) / 1000,
 		fairshare.Memory: float64(c.clusterMemory),
 	}
-	d, err := fairshare.Divide(capacity, in, demand)
+	var opts fairshare.Options
+	if c.opts.Usage != nil {
+		opts.UsageWeight = c.opts.Usage.Weight
+		// Without usage too, so that messages can say when history decided.
+		base, err := fairshare.Divide(capacity, in, demand)
+		if err != nil {
+			return
+		}
+		for i, s := range base.Queues {
+			ordered[i].baseShare = [3]int64{milli(s.FairShare[fairshare.GPU]), milli(s.FairShare[fairshare.CPU]), int64(math.Round(s.FairShare[fairshare.Memory]))}
+		}
+	}
+	d, err := fairshare.DivideWith(capacity, in, demand, opts)
 	if err != nil {
 		return
 	}
 	for i, s := range d.Queues {
 		q := ordered[i]
-		q.fairShare = int64(math.Round(s.FairShare[fairshare.GPU] * 1000))
-		q.cpu.fairShare = int64(math.Round(s.FairShare[fairshare.CPU] * 1000))
+		q.fairShare = milli(s.FairShare[fairshare.GPU])
+		q.cpu.fairShare = milli(s.FairShare[fairshare.CPU])
 		q.memory.fairShare = int64(math.Round(s.FairShare[fairshare.Memory]))
 	}
 }
+
+func milli(v float64) int64 { return int64(math.Round(v * 1000)) }
 
 // gpus converts milli-units (GPUs, CPUs) to whole units, keeping -1
 // (unlimited).
@@ -187,8 +208,9 @@ func (h *queueHeap) pop() *queueState   { return heap.Pop(h).(*queueState) }
 // arithmetic costs more than the rest of a cycle's bookkeeping.
 type FairShares struct {
 	key uint64
-	// shares are GPU, CPU and memory by queue.
-	shares map[string][3]int64
+	// shares are GPU, CPU and memory by queue; base the same without
+	// usage.
+	shares, base map[string][3]int64
 }
 
 // divisionKey fingerprints what the division depends on: capacity, and per
@@ -204,7 +226,16 @@ func (c *cycle) divisionKey() uint64 {
 		}
 		fmt.Fprintf(h, "%s\x00%s\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00%d\x00%v\x00%v\x00%d\x00%d", q.Name, parent, q.Priority, q.QuotaMilli, q.LimitMilli, q.Weight,
 			q.Created.UnixNano(), q.allocated+q.pending, len(q.Children), q.CPU, q.Memory, q.cpu.alloc+q.cpu.pending, q.memory.alloc+q.memory.pending)
+		if u := c.opts.Usage; u != nil {
+			// To 1/10,000 of the capacity: usage moves every cycle, the
+			// division need not.
+			s := u.Share[q.Name]
+			fmt.Fprintf(h, "\x00%d\x00%d\x00%d", int64(s[0]*1e4), int64(s[1]*1e4), int64(s[2]*1e4))
+		}
 		sum += h.Sum64()
+	}
+	if u := c.opts.Usage; u != nil {
+		sum ^= uint64(u.Weight*1e6) * 0xd6e8feb86659fd93
 	}
 	return sum
 }

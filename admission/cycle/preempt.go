@@ -3,7 +3,9 @@ package cycle
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -168,7 +170,7 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 		if v.elastic {
 			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
 		}
-		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: evictionMessage(v, q, w)})
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: c.evictionMessage(v, q, w)})
 	}
 	restore(terminating)
 	c.holdFor(w, room)
@@ -337,15 +339,45 @@ func (c *cycle) terminatingMembers() []*Member {
 	return c.terminating
 }
 
-func evictionMessage(v victim, q *queueState, w *Workload) string {
+func (c *cycle) evictionMessage(v victim, q *queueState, w *Workload) string {
 	if v.elastic {
-		return elasticEvictionMessage(v, q, w)
+		return elasticEvictionMessage(v, q, w) + c.historyNote(q, v.q)
 	}
 	if v.reclaim {
 		return fmt.Sprintf("reclaimed for %s: queue %s is below its fair share (%s of %s GPUs) and queue %s is above its own (%s of %s GPUs)",
-			w.Name(), q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare))
+			w.Name(), q.Name, gpu.FormatMilli(q.allocated), gpu.FormatMilli(q.fairShare), v.q.Name, gpu.FormatMilli(v.q.allocated), gpu.FormatMilli(v.q.fairShare)) +
+			c.historyNote(q, v.q)
 	}
 	return fmt.Sprintf("preempted in queue %s by %s, of higher priority (%d > %d)", q.Name, w.Name(), w.Priority, v.w.Priority)
+}
+
+// historyNote says, when past usage changed the GPU fair share of the
+// reclaiming queue q or of the victim's queue vq, what each used: "; history
+// decided: queue team-a used 410 GPU-hours (sliding 168h window, half-life
+// 24h) against 12 for queue team-b". "" when usage does not count or
+// changed neither share.
+func (c *cycle) historyNote(q, vq *queueState) string {
+	u := c.opts.Usage
+	if u == nil || q == nil || vq == nil || q == vq {
+		return ""
+	}
+	if q.fairShare == q.baseShare[0] && vq.fairShare == vq.baseShare[0] {
+		return ""
+	}
+	return fmt.Sprintf("; history decided: queue %s used %s GPU-hours (%s) against %s for queue %s",
+		vq.Name, formatHours(u.GPUHours[vq.Name]), u.Window, formatHours(u.GPUHours[q.Name]), q.Name)
+}
+
+// formatHours prints GPU-hours whole from 100, with at most one decimal
+// below, and with one significant digit below 0.1.
+func formatHours(h float64) string {
+	switch {
+	case h >= 100:
+		return strconv.FormatFloat(math.Round(h), 'f', -1, 64)
+	case h >= 0.1 || h == 0:
+		return strconv.FormatFloat(math.Round(h*10)/10, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(h, 'g', 1, 64)
 }
 
 // sparedFor says which workloads that could have made room for w are not

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/admission/cycle"
+	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
@@ -103,6 +104,10 @@ type AdmitterOptions struct {
 	// ClaimAllocator simulates the allocation of claim gangs' claims
 	// (claims.Cache); nil ungates them unpinned.
 	ClaimAllocator cycle.ClaimAllocator
+	// Usage is how queues' past usage is counted and weighed in fair share
+	// (time-based fair share); a zero Weight, the default, leaves it out.
+	// It must be valid (usage.Config.Validate).
+	Usage usage.Config
 	// StatusClient writes pod conditions and Queue and PodGroup status;
 	// nil means the main client. A client of its own keeps those writes
 	// from queueing pins and ungating behind them at the client's QPS.
@@ -116,6 +121,7 @@ func DefaultAdmitterOptions() AdmitterOptions {
 		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultInflightTTL,
 		StarvationBound: DefaultStarvationBound,
 		DefaultQueue:    v1alpha1.DefaultQueueName,
+		Usage:           usage.DefaultConfig(),
 	}
 }
 
@@ -143,6 +149,9 @@ type Admitter struct {
 	lastCycle      time.Time
 	fairShares     cycle.FairShares
 	rooms          cycle.Rooms
+	// usage counts queues' past usage; nil while time-based fair share is
+	// off.
+	usage *usageState
 	// roomHeads are the heads of line room was held for in the last cycle.
 	roomHeads map[cycle.WorkloadKey]bool
 	// inflight are single pods ungated and not bound yet, with the devices
@@ -223,6 +232,9 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 	for i := range a.conditions {
 		a.conditions[i] = newConditionQueue()
 	}
+	if opts.Usage.Enabled() {
+		a.usage = &usageState{tracker: usage.NewTracker(opts.Usage)}
+	}
 	return a
 }
 
@@ -246,6 +258,11 @@ func (a *Admitter) Start(ctx context.Context) error {
 	log := logr.FromContextOrDiscard(ctx).WithName("admitter")
 	ctx = logr.NewContext(ctx, log)
 	log.Info("Starting the admission loop")
+	if a.usage != nil {
+		// A new term: carry on from the history the last leader wrote.
+		a.usage.restore = true
+		log.Info("Time-based fair share is on", "usage", a.opts.Usage.String(), "weight", a.opts.Usage.Weight)
+	}
 	ticker := a.clock.NewTicker(a.opts.Interval)
 	defer ticker.Stop()
 	for _, q := range a.conditions {
@@ -305,8 +322,10 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		_ = a.snap.Assume(p.alloc)
 	}
 	finished := a.finishEvictions(ctx, st, now)
+	usageNow := a.countUsage(st, now)
 	res := cycle.Run(ctx, st, a.snap, a.quota, cycle.Options{
-		Now: now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
+		Usage: usageNow,
+		Now:   now, Placement: a.opts.Placement, PreemptMinRuntime: a.opts.PreemptMinRuntime,
 		DisablePreemption: a.opts.DisablePreemption,
 		BackoffUntil:      func(k cycle.WorkloadKey) time.Time { return a.backoff[k].until },
 		FairShares:        &a.fairShares,
@@ -322,7 +341,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	a.evictAll(ctx, res, now)
 	a.noteRefusals(res, now)
 	a.tell(res, now)
-	errs = append(errs, a.writeQueueStatus(ctx, st, res), a.writePodGroupStatus(ctx, st, res, now), a.keepMappedPodGroups(ctx, st, now))
+	errs = append(errs, a.writeQueueStatus(ctx, st, res, now), a.writePodGroupStatus(ctx, st, res, now), a.keepMappedPodGroups(ctx, st, now))
 	a.metrics.observeCycle(res, decided, a.clock.Since(start))
 	return errors.Join(errs...)
 }

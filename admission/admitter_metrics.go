@@ -20,6 +20,8 @@ type AdmitterMetrics struct {
 	queueRequested *prometheus.GaugeVec
 	queueFairShare *prometheus.GaugeVec
 	queuePending   *prometheus.GaugeVec
+	queueUsage     *prometheus.GaugeVec
+	usageWrites    prometheus.Counter
 }
 
 // NewAdmitterMetrics creates the loop's metrics and registers them on reg.
@@ -49,11 +51,16 @@ func NewAdmitterMetrics(reg prometheus.Registerer) *AdmitterMetrics {
 		queueRequested: queue("partita_queue_requested_gpus", "GPUs the queue holds and waits for."),
 		queueFairShare: queue("partita_queue_fair_share_gpus", "The queue's fair share of GPUs (DESIGN §6)."),
 		queuePending:   queue("partita_queue_pending_workloads", "Workloads of the queue waiting for admission."),
+		queueUsage:     queue("partita_queue_usage_gpu_hours", "GPU-hours the queue (with its children) used in the usage window, decayed by the half-life; set while time-based fair share is on."),
+		usageWrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "partita_queue_usage_writes_total",
+			Help: "Queue status writes that carried new usage history (at most one per queue per usage persist period).",
+		}),
 	}
 	for _, r := range []string{v1alpha1.ReasonWaitingForQuota, v1alpha1.ReasonWaitingForMembers, v1alpha1.ReasonWaitingForCapacity, v1alpha1.ReasonScheduleTimeout, v1alpha1.ReasonEvictionRefused} {
 		m.pending.WithLabelValues(r)
 	}
-	reg.MustRegister(m.cycle, m.admissions, m.evictions, m.pending, m.queueAllocated, m.queueRequested, m.queueFairShare, m.queuePending)
+	reg.MustRegister(m.cycle, m.admissions, m.evictions, m.pending, m.queueAllocated, m.queueRequested, m.queueFairShare, m.queuePending, m.queueUsage, m.usageWrites)
 	return m
 }
 
@@ -98,4 +105,18 @@ func (m *AdmitterMetrics) queue(r cycle.QueueReport) {
 	m.queueRequested.WithLabelValues(r.Name).Set(float64(r.RequestedMilli) / 1000)
 	m.queueFairShare.WithLabelValues(r.Name).Set(float64(r.FairShareMilli) / 1000)
 	m.queuePending.WithLabelValues(r.Name).Set(float64(r.PendingWorkloads))
+}
+
+func (m *AdmitterMetrics) usage(queue string, gpuHours float64) {
+	if m == nil {
+		return
+	}
+	m.queueUsage.WithLabelValues(queue).Set(gpuHours)
+}
+
+func (m *AdmitterMetrics) usageWritten() {
+	if m == nil {
+		return
+	}
+	m.usageWrites.Inc()
 }

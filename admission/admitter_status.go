@@ -19,9 +19,9 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
-// writeQueueStatus writes each queue's allocation, request, fair share and
-// pending workloads where they changed.
-func (a *Admitter) writeQueueStatus(ctx context.Context, st *cycle.State, res *cycle.Result) error {
+// writeQueueStatus writes each queue's allocation, request, fair share,
+// usage and pending workloads where they changed.
+func (a *Admitter) writeQueueStatus(ctx context.Context, st *cycle.State, res *cycle.Result, now time.Time) error {
 	var jobs []func() error
 	for _, r := range res.Queues {
 		q := st.Queues[r.Name]
@@ -34,9 +34,14 @@ func (a *Admitter) writeQueueStatus(ctx context.Context, st *cycle.State, res *c
 		want.FairShare = resourceList(want.FairShare, r.FairShareMilli, r.CPU.FairShare, r.Memory.FairShare)
 		want.PendingWorkloads = r.PendingWorkloads
 		want.ChildQueues = slices.Clone(r.Children)
+		var freshUsage bool
+		want.Usage, freshUsage = a.usageStatus(r, q.Status.Usage, now)
 		a.metrics.queue(r)
 		if equality.Semantic.DeepEqual(&q.Status, want) {
 			continue
+		}
+		if freshUsage {
+			a.metrics.usageWritten()
 		}
 		obj := &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: r.Name}, Status: q.Status}
 		patched := obj.DeepCopy()

@@ -59,10 +59,15 @@
 // DivideWith can weigh each queue's past usage (time-based fair share, as
 // KAI-Scheduler does since v0.10): in every round of step 2 a queue's weight
 // becomes max(0, w + k×(w − u)), where w is its over-quota weight over the
-// sum of the wanting siblings' weights, u its usage as a share of the
-// cluster's capacity over the usage window (a parent's is its subtree's) and
-// k the usage weight (KAI's kValue). Quotas (step 1) are not touched. With
-// k = 0 the division is the one above. The admission loop computes usage
+// sum of the wanting siblings' weights, u its usage as a share of what the
+// level divides over the usage window (a parent's is its subtree's) and k
+// the usage weight (KAI's kValue). Quotas (step 1) are not touched. With
+// k = 0 the division is the one above. Usage comes in as a share of the
+// cluster's capacity; at the top level that is what the level divides, as
+// in KAI; below it Partita rescales it to the parent's fair share, where
+// KAI keeps the cluster's and history hardly moves shares inside a
+// department (setLevelUsage). If usage leaves every share weight at 0,
+// plain weights divide (KAI leaves the rest undivided). The admission loop computes usage
 // (package admission/usage); the file gives it per queue.
 //
 // # Units

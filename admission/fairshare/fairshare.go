@@ -239,8 +239,10 @@ type node struct {
 	requestable *big.Rat // request capped by limit
 	allocatable *big.Rat
 	share       *big.Rat
-	// usage is the subtree's normalized usage; nil when usage is off.
-	usage *big.Rat
+	// usage is the subtree's normalized usage, a share of the cluster's
+	// capacity; levelUsage the same as a share of what its level divides
+	// (setLevelUsage). Nil when usage is off.
+	usage, levelUsage *big.Rat
 }
 
 type tree struct {
@@ -377,12 +379,14 @@ func (t *tree) divide(r Resource, capacity *big.Rat, demand map[string]map[Resou
 		n.fill(r, demand, t.usageWeight != nil)
 		n.fillAllocatable(r, capacity)
 	}
+	t.setLevelUsage(capacity, capacity, t.roots)
 	divideLevel(r.unit(), t.usageWeight, capacity, t.roots)
 	var down func(n *node)
 	down = func(n *node) {
 		if len(n.children) == 0 {
 			return
 		}
+		t.setLevelUsage(capacity, n.share, n.children)
 		divideLevel(r.unit(), t.usageWeight, n.share, n.children)
 		for _, c := range n.children {
 			down(c)
@@ -390,6 +394,27 @@ func (t *tree) divide(r Resource, capacity *big.Rat, demand map[string]map[Resou
 	}
 	for _, n := range t.roots {
 		down(n)
+	}
+}
+
+// setLevelUsage rescales the usage of a level's queues from a share of the
+// cluster's capacity to a share of what the level divides (its parent's
+// fair share): usage × capacity / levelCapacity. At the top level the two
+// are the same, which is KAI's normalization. Below it KAI keeps the
+// cluster's, so a team in a department that holds a tenth of the cluster
+// can show at most 0.1 against a weight share of 0.5 and history hardly
+// moves shares between teams; against its parent's share, a team that used
+// all its parent had counts 1. A level with nothing to divide has no usage.
+func (t *tree) setLevelUsage(capacity, levelCapacity *big.Rat, level []*node) {
+	if t.usageWeight == nil {
+		return
+	}
+	for _, n := range level {
+		n.levelUsage = new(big.Rat)
+		if levelCapacity.Sign() > 0 {
+			n.levelUsage.Mul(n.usage, capacity)
+			n.levelUsage.Quo(n.levelUsage, levelCapacity)
+		}
 	}
 }
 

@@ -100,7 +100,8 @@ func overQuota(unit, usageWeight, left *big.Rat, tier []*node, fractions map[*no
 // KAI's share weight (calcShareWeights in KAI-Scheduler's
 // pkg/scheduler/plugins/proportion/resource_division): with w the queue's
 // over-quota weight over the sum of the wanting queues' weights and u its
-// normalized usage, max(0, w + usageWeight×(w − u)). A queue that used less
+// usage as a share of the level's capacity (setLevelUsage), max(0, w +
+// usageWeight×(w − u)). A queue that used less
 // than its weight's share of the cluster gains, one that used more loses,
 // down to nothing.
 func shareWeights(usageWeight *big.Rat, tier []*node) (map[*node]*big.Rat, *big.Rat) {
@@ -120,7 +121,7 @@ func shareWeights(usageWeight *big.Rat, tier []*node) (map[*node]*big.Rat, *big.
 	sum = new(big.Rat)
 	for n, weight := range weights {
 		w := new(big.Rat).Quo(weight, total)
-		adjusted := new(big.Rat).Sub(w, n.usage)
+		adjusted := new(big.Rat).Sub(w, n.levelUsage)
 		adjusted.Mul(adjusted, usageWeight)
 		adjusted.Add(adjusted, w)
 		if adjusted.Sign() < 0 || weight.Sign() == 0 {

@@ -86,8 +86,8 @@ func TestDivideWithUsage(t *testing.T) {
 		"a parent's usage is its children's, weighed against its siblings": {
 			// Top: p1 used 0.5 + 0.25 = 0.75, p2 0. p1: 0.25, p2: 1; Σ 1.25.
 			// Offers: p1 1.6 takes 1, p2 6.4 takes 6; the last to p1 (0.6).
-			// In p1 (2): a1 0.5 + 0 = 0.5, a2 0.5 + 0.25 = 0.75; Σ 1.25;
-			// a1 0.8 takes 0, a2 1.2 takes 1; the last to a1 (0.8).
+			// In p1 (2 of 8): a1 used 0.5 × 8/2 = 2 of it, a2 1: both share
+			// weights are 0, so plain weights split 1 and 1.
 			capacity: 8,
 			queues: created(
 				gpuQueue("p1", "", 100, 0, none, 1), gpuQueue("p2", "", 100, 0, none, 1),
@@ -96,6 +96,19 @@ func TestDivideWithUsage(t *testing.T) {
 			demand: map[string]float64{"a1": 8, "a2": 8, "b1": 8},
 			k:      1,
 			want:   map[string]float64{"p1": 2, "p2": 6, "a1": 1, "a2": 1, "b1": 6},
+		},
+		"below the top, usage counts against the parent's share": {
+			// p (limit 8) gets 8 of 40. a used 0.175 of the cluster, 7 GPUs'
+			// worth: 0.875 of p's 8. a: 0.5 + (0.5 − 0.875) = 0.125, b: 1,
+			// as if p were the cluster. (Against the cluster, as KAI does,
+			// a would count 0.175, weigh 0.825 against 1, and get 4.)
+			capacity: 40,
+			queues: created(
+				gpuQueue("p", "", 100, 0, 8, 1),
+				withUsage(gpuQueue("a", "p", 100, 0, none, 1), 0.175), gpuQueue("b", "p", 100, 0, none, 1)),
+			demand: map[string]float64{"a": 8, "b": 8},
+			k:      1,
+			want:   map[string]float64{"p": 8, "a": 1, "b": 7},
 		},
 		"a parent's own usage overrides its children's sum": {
 			// p1 says 0: the two parents are even, 4 and 4.

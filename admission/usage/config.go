@@ -107,3 +107,12 @@ func floorTo(t time.Time, d time.Duration) time.Time {
 	since := t.Sub(anchor)
 	return anchor.Add(since - since%d)
 }
+
+// PersistEvery is how often a queue's history is written to its status:
+// every bucket, but at least every 10 seconds and at most every 5 minutes,
+// so that usage costs at most 6 writes per queue a minute (short windows)
+// and 0.2 at the default week, and a new leader has at most one period to
+// count with what it sees held.
+func (c Config) PersistEvery() time.Duration {
+	return min(max(c.bucketWidth(), 10*time.Second), 5*time.Minute)
+}

@@ -23,8 +23,9 @@ type devFlags struct {
 	// gpuBackend is --gpu-backend as given; empty keeps the cluster's
 	// (extender for a new one).
 	gpuBackend string
-	// webhookFlags are --webhook-flag's: more flags for the host webhook.
-	webhookFlags []string
+	// extra are --webhook-flag's and --extender-flag's: more flags for the
+	// host webhook and extender.
+	extra extraFlags
 }
 
 func (f *devFlags) register(cmd *cobra.Command) {
@@ -70,10 +71,13 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 		opts.SchedulerConfig = devSchedulerConfig()
 		opts.Prepare = devPrepare
 	}
-	if len(f.webhookFlags) > 0 && opts.Mode != devcluster.ModeHost {
+	if len(f.extra.webhook) > 0 && opts.Mode != devcluster.ModeHost {
 		return nil, fmt.Errorf("--webhook-flag: the webhook runs on the host in mode host only; in mode %s set the chart's values", opts.Mode)
 	}
-	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode, f.webhookFlags...); err != nil {
+	if len(f.extra.extender) > 0 && opts.Mode != devcluster.ModeHost {
+		return nil, fmt.Errorf("--extender-flag: the extender runs on the host in mode host only; in mode %s set the chart's values (extender.*)", opts.Mode)
+	}
+	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode, f.extra); err != nil {
 		return nil, err
 	}
 	return devcluster.New(opts)
@@ -102,7 +106,8 @@ func addNodeFlags(cmd *cobra.Command, f *devFlags) {
 	cmd.Flags().StringVar(&f.opts.GPUModel, "gpu-model", f.opts.GPUModel, "simulated GPU model: "+strings.Join(devcluster.ModelNames(), ", "))
 	cmd.Flags().StringSliceVar(&f.opts.Disable, "disable", nil, "cluster components not to start (kube-scheduler, kube-controller-manager); for trying failure modes")
 	_ = cmd.Flags().MarkHidden("disable")
-	cmd.Flags().StringArrayVar(&f.webhookFlags, "webhook-flag", nil, "a flag for the webhook (mode host), added to its command line when it starts; e.g. --webhook-flag=--admission-gate=false to measure what the admission loop costs")
+	cmd.Flags().StringArrayVar(&f.extra.extender, "extender-flag", nil, "a flag for the extender and its admission loop (mode host), added to its command line when it starts; e.g. --extender-flag=--fair-share-usage-weight=1 (repeat for more)")
+	cmd.Flags().StringArrayVar(&f.extra.webhook, "webhook-flag", nil, "a flag for the webhook (mode host), added to its command line when it starts; e.g. --webhook-flag=--admission-gate=false to measure what the admission loop costs")
 	_ = cmd.Flags().MarkHidden("webhook-flag")
 }
 

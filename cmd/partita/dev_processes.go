@@ -33,9 +33,10 @@ const extenderSA = devcluster.ChartRelease + "-extender"
 // that is the node's DRA kubelet plugin, registered in the real kubelet's
 // plugin directories and writing CDI specs where its containerd reads them.
 //
-// webhookFlags go at the end of the webhook's command line (dev up's
-// hidden --webhook-flag, for measuring what an option costs).
-func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, webhookFlags ...string) ([]devcluster.HostProcess, error) {
+// extra's flags go at the end of the webhook's and the extender's command
+// lines (dev up's --extender-flag, and its hidden --webhook-flag for
+// measuring what an option costs), where they override the defaults above.
+func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, extra extraFlags) ([]devcluster.HostProcess, error) {
 	selector := v1alpha1.LabelGPUNode + "=true"
 	realNodeAgent := backend == dra.BackendDRA && realNode && mode == devcluster.ModeHost
 	if mode == devcluster.ModeChart || realNodeAgent {
@@ -97,7 +98,8 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		agent.Args = append(agent.Args, "--gpu-backend", string(dra.BackendDRA))
 		wh.Args = append(wh.Args, "--gpu-backend", string(dra.BackendDRA))
 	}
-	wh.Args = append(wh.Args, webhookFlags...)
+	wh.Args = append(wh.Args, extra.webhook...)
+	ext.Args = append(ext.Args, extra.extender...)
 	if mode == devcluster.ModeChart {
 		return []devcluster.HostProcess{agent, devConsole}, nil
 	}
@@ -106,6 +108,11 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		procs = append(procs, devRealNodeAgent)
 	}
 	return procs, nil
+}
+
+// extraFlags are flags added to host processes' command lines.
+type extraFlags struct {
+	webhook, extender []string
 }
 
 // devRealNodeAgent serves the real node in dra mode (mode host): its

@@ -151,6 +151,10 @@ extender in (kube-scheduler --config) and exits.`,
 	_ = fl.MarkDeprecated("implicit-job-gangs", "the workload map's Job rule makes Indexed Jobs gangs by default; scope it with a rule in a policy ConfigMap (docs/workloads.md). The flag still makes every parallel Job a gang, for this release")
 	fl.StringVar(&f.admitter.DefaultQueue, "default-queue", f.admitter.DefaultQueue, "the queue of GPU workloads whose pods and PodGroup name none (pods the webhook never gave one, e.g. from before it did); the webhook's --default-queue; empty admits them on free room alone")
 	fl.DurationVar(&f.admitter.Interval, "admission-interval", f.admitter.Interval, "the longest wait between admission cycles while anything waits")
+	fl.Float64Var(&f.admitter.Usage.Weight, "fair-share-usage-weight", 0, "how much each queue's past usage counts in fair share (KAI's kValue): over-quota weights w become max(0, w + weight×(w − usage)), usage being the queue's share of the cluster over the window; 0 (the default) turns time-based fair share off, 1 is KAI's default")
+	fl.DurationVar(&f.admitter.Usage.HalfLife, "fair-share-usage-half-life", f.admitter.Usage.HalfLife, "with --fair-share-usage-weight: the age at which usage counts half; must be above 0")
+	fl.DurationVar(&f.admitter.Usage.Window, "fair-share-usage-window", f.admitter.Usage.Window, "with --fair-share-usage-weight: how far back usage counts; at least one --admission-interval")
+	fl.StringVar(&f.admitter.Usage.WindowType, "fair-share-usage-window-type", f.admitter.Usage.WindowType, "with --fair-share-usage-weight: sliding (always the last window) or tumbling (starts afresh every window, counted from Monday 00:00 UTC)")
 	fl.StringVar(&f.policyNamespace, "policy-namespace", f.policyNamespace, "namespace of the ConfigMaps labelled "+v1alpha1.LabelPolicy+"=rego that override the quota policy (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
 
 	fl.BoolVar(&f.printConfig, "print-scheduler-config", false, "print the kube-scheduler configuration for this extender and exit")
@@ -179,6 +183,12 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	placement := gpu.Placement(f.placement)
 	if placement != gpu.PlacementBinpack && placement != gpu.PlacementSpread {
 		return fmt.Errorf("--placement %q: want binpack or spread", f.placement)
+	}
+	if err := f.admitter.Usage.Validate(f.admitter.Interval); err != nil {
+		return err
+	}
+	if f.admitter.Usage.Enabled() && !f.admission {
+		return errors.New("--fair-share-usage-weight weighs usage in the admission loop's fair share: it needs --admission=true")
 	}
 	if f.certDir == "" || f.clientCAFile == "" {
 		return errors.New("the extender serves HTTPS to kube-scheduler's client certificate only: set --cert-dir (tls.crt, tls.key) and --client-ca-file (the CA of kube-scheduler's client certificate); the chart and partita dev up set both, docs/operations.md says how")

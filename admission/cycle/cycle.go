@@ -710,6 +710,11 @@ func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli 
 	if c.quota == nil {
 		return &QuotaVerdict{Allowed: true}, nil
 	}
+	return c.quota.CheckQuota(c.ctx, c.quotaRequest(q, w, members, milli))
+}
+
+// quotaRequest is the question checkQuota asks, with the queues' usage now.
+func (c *cycle) quotaRequest(q *queueState, w *Workload, members []*Member, milli int64) *QuotaRequest {
 	req := &QuotaRequest{Workload: w, Members: len(members), GPUMilli: milli, Queue: q.usage(),
 		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
 	for _, m := range members {
@@ -719,7 +724,7 @@ func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli 
 	for a := q.parent; a != nil; a = a.parent {
 		req.Ancestors = append(req.Ancestors, a.usage())
 	}
-	return c.quota.CheckQuota(c.ctx, req)
+	return req
 }
 
 // charge records a member's CPU and memory on its node for the rest of the

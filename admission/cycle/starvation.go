@@ -321,9 +321,7 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		if r.consumed {
 			continue
 		}
-		own := r.head == w
-		entitled := q != nil && r.q != q && q.allocated < q.fairShare && r.q.allocated >= r.q.fairShare
-		if own || entitled {
+		if r.head == w || entitled(q, r.q) {
 			r.lifted = true
 			out = append(out, r)
 			if c.roomFree(r) {
@@ -344,6 +342,13 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		c.liftKey = "lift:" + strings.Join(parts, ",") + "|"
 	}
 	return out
+}
+
+// entitled reports whether q, below its fair share, goes before what is
+// held for the head of hq, a queue at or above its own: fair share comes
+// before the order within a queue.
+func entitled(q, hq *queueState) bool {
+	return q != nil && hq != q && q.allocated < q.fairShare && hq.allocated >= hq.fairShare
 }
 
 // openLifted opens the lifted rooms for a placement, and returns what

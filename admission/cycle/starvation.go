@@ -30,7 +30,8 @@ import (
 // below its fair share is never held back for the head of a queue at or
 // above its own: fair share comes before the order within a queue.
 // Rooms are kept from cycle to cycle (Rooms), so that a room stays where
-// it is while its occupants leave.
+// it is while its occupants leave. The head's quota headroom is held too
+// (headroom.go).
 const (
 	// maxRooms bounds the rooms held at once, given to the heads that
 	// waited longest.
@@ -109,14 +110,25 @@ func (c *cycle) holdRooms() {
 	}
 	kept := map[WorkloadKey]heldRoom{}
 	searches := 0
-	for _, w := range heads {
+	for rank, w := range heads {
 		q := queueOf[w]
 		members := c.required(w)
+		// What the quota policy is asked about when w is tried: an
+		// elastic gang asks for its minimum only.
+		asks := w.Pending
+		if w.Elastic {
+			asks = members
+		}
 		var milli int64
-		for _, m := range w.Pending {
+		for _, m := range asks {
 			milli += m.GPUMilli
 		}
-		if v, err := c.checkQuota(q, w, w.Pending, milli); err != nil || !v.Allowed {
+		v, err := c.checkQuota(q, w, asks, milli)
+		if err != nil {
+			continue
+		}
+		c.holdHeadroom(q, w, asks, milli, rank, v.Allowed)
+		if !v.Allowed {
 			continue // waits for quota, not room
 		}
 		shape, _ := c.placeQuestion(w, members)

@@ -164,6 +164,21 @@ func TestHeadOfLineHoldsHeadroom(t *testing.T) {
 				},
 			},
 		},
+		"a head that never fits the limit is nobody's head: the next one holds the headroom": {
+			world: world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{limited}, pods: with(
+				running("r-0", "a", "n-0", 1, t0).Obj(),
+				gated("huge", "a", 4).Obj(),
+				gated("head", "a", 2).Created(t0.Add(time.Minute)).Obj(),
+			)},
+			opts: bound,
+			want: outcome{Waiting: map[string]string{
+				"ns/huge": "WaitingForQuota: queue a is at its limit: 1 of 2 GPUs",
+				"ns/head": "WaitingForQuota: queue a is at its limit: 1 of 2 GPUs" +
+					"; it has waited since 2026-11-29 12:01:00, past the starvation bound of 3m0s: queue a's limit headroom is held for it as running pods end, and workloads that would take it wait meanwhile",
+				"ns/a-later-1": "WaitingForQuota: held back: queue a's limit headroom is held for ns/head, which needs 2 GPUs and has waited since 2026-11-29 12:01:00, past the starvation bound of 3m0s",
+				"ns/a-later-2": "WaitingForQuota: held back: queue a's limit headroom is held for ns/head, which needs 2 GPUs and has waited since 2026-11-29 12:01:00, past the starvation bound of 3m0s",
+			}},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -92,7 +92,7 @@ func (c *cycle) holdRooms() {
 			continue
 		}
 		for _, w := range q.workloads {
-			if !c.mayRun(w) {
+			if !c.mayRun(w) || c.overLimits(q, w) {
 				continue
 			}
 			// The first workload that could run is the head; if it has
@@ -113,16 +113,7 @@ func (c *cycle) holdRooms() {
 	for rank, w := range heads {
 		q := queueOf[w]
 		members := c.required(w)
-		// What the quota policy is asked about when w is tried: an
-		// elastic gang asks for its minimum only.
-		asks := w.Pending
-		if w.Elastic {
-			asks = members
-		}
-		var milli int64
-		for _, m := range asks {
-			milli += m.GPUMilli
-		}
+		asks, milli, _, _ := c.quotaAsk(w)
 		v, err := c.checkQuota(q, w, asks, milli)
 		if err != nil {
 			continue
@@ -176,6 +167,35 @@ func (c *cycle) mayRun(w *Workload) bool {
 		return false
 	}
 	return len(c.required(w)) > 0
+}
+
+// overLimits reports whether w asks for more than a limit of q or of an
+// ancestor, which it would go over with nothing else running there: it
+// never runs as it is, so it is nobody's head of line, and the workload
+// behind it may be. The limits are read, not the quota policy asked: every
+// queue's first workload is looked at in every cycle.
+func (c *cycle) overLimits(q *queueState, w *Workload) bool {
+	_, milli, cpu, memory := c.quotaAsk(w)
+	for a := q; a != nil; a = a.parent {
+		if over(a.LimitMilli, milli) || over(a.CPU.Limit, cpu) || over(a.Memory.Limit, memory) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaAsk is what the quota policy is asked about when w is tried
+// (tryAdmit): its pending members, or an elastic gang's minimum, and the
+// milli-GPUs, milli-CPUs and bytes of memory they ask for.
+func (c *cycle) quotaAsk(w *Workload) (members []*Member, milli, cpu, memory int64) {
+	if !w.Elastic {
+		return w.Pending, w.pendingMilli, w.pendingCPU, w.pendingMemory
+	}
+	members = c.required(w)
+	for _, m := range members {
+		milli, cpu, memory = milli+m.GPUMilli, cpu+m.CPUMilli, memory+m.Memory
+	}
+	return members, milli, cpu, memory
 }
 
 // required are the pending members that must be placed together.

@@ -292,6 +292,10 @@ type cycle struct {
 	// notedWaits are wait messages joined with their room notes.
 	notedWaits map[[2]string]string
 	roomsFree  bool
+	// headrooms are the quota held for heads of line (headroom.go),
+	// headroomOf by head.
+	headrooms  []*headroom
+	headroomOf map[*Workload]*headroom
 	// holds are the devices withheld for workloads that wait for
 	// evictions (holdFor).
 	holds []hold
@@ -685,6 +689,10 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 		return ma.Member.Claims != nil || (!ma.Member.memory && !placedAsScheduled(ma.Member.Pod))
 	})
 	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: hold})
+	if h := c.headroomOf[w]; h != nil {
+		// Its queues now hold what it asked for.
+		h.consumed = true
+	}
 	return true
 }
 
@@ -730,11 +738,20 @@ func (q *queueState) usage() QueueUsage {
 }
 
 // checkQuota asks the quota policy whether q may take members of w now,
-// holding milli milli-GPUs and requesting the members' CPU and memory.
+// holding milli milli-GPUs and requesting the members' CPU and memory,
+// with the headroom held for heads of line counted as held (headroom.go).
 func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli int64) (*QuotaVerdict, error) {
 	if c.quota == nil {
 		return &QuotaVerdict{Allowed: true}, nil
 	}
+	if len(c.headrooms) > 0 {
+		return c.quotaWithHeadroom(q, w, members, milli)
+	}
+	return c.quota.CheckQuota(c.ctx, c.quotaRequest(q, w, members, milli))
+}
+
+// quotaRequest is the question checkQuota asks, with the queues' usage now.
+func (c *cycle) quotaRequest(q *queueState, w *Workload, members []*Member, milli int64) *QuotaRequest {
 	req := &QuotaRequest{Workload: w, Members: len(members), GPUMilli: milli, Queue: q.usage(),
 		ClusterMilli: c.clusterMilli, ClusterCPUMilli: c.clusterCPU, ClusterMemory: c.clusterMemory}
 	for _, m := range members {
@@ -744,7 +761,7 @@ func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli 
 	for a := q.parent; a != nil; a = a.parent {
 		req.Ancestors = append(req.Ancestors, a.usage())
 	}
-	return c.quota.CheckQuota(c.ctx, req)
+	return req
 }
 
 // charge records a member's CPU and memory on its node for the rest of the

@@ -30,7 +30,8 @@ import (
 // below its fair share is never held back for the head of a queue at or
 // above its own: fair share comes before the order within a queue.
 // Rooms are kept from cycle to cycle (Rooms), so that a room stays where
-// it is while its occupants leave.
+// it is while its occupants leave. The head's quota headroom is held too
+// (headroom.go).
 const (
 	// maxRooms bounds the rooms held at once, given to the heads that
 	// waited longest.
@@ -91,7 +92,7 @@ func (c *cycle) holdRooms() {
 			continue
 		}
 		for _, w := range q.workloads {
-			if !c.mayRun(w) {
+			if !c.mayRun(w) || c.overLimits(q, w) {
 				continue
 			}
 			// The first workload that could run is the head; if it has
@@ -109,14 +110,16 @@ func (c *cycle) holdRooms() {
 	}
 	kept := map[WorkloadKey]heldRoom{}
 	searches := 0
-	for _, w := range heads {
+	for rank, w := range heads {
 		q := queueOf[w]
 		members := c.required(w)
-		var milli int64
-		for _, m := range w.Pending {
-			milli += m.GPUMilli
+		asks, milli, _, _ := c.quotaAsk(w)
+		v, err := c.checkQuota(q, w, asks, milli)
+		if err != nil {
+			continue
 		}
-		if v, err := c.checkQuota(q, w, w.Pending, milli); err != nil || !v.Allowed {
+		c.holdHeadroom(q, w, asks, milli, rank, v.Allowed)
+		if !v.Allowed {
 			continue // waits for quota, not room
 		}
 		shape, _ := c.placeQuestion(w, members)
@@ -164,6 +167,35 @@ func (c *cycle) mayRun(w *Workload) bool {
 		return false
 	}
 	return len(c.required(w)) > 0
+}
+
+// overLimits reports whether w asks for more than a limit of q or of an
+// ancestor, which it would go over with nothing else running there: it
+// never runs as it is, so it is nobody's head of line, and the workload
+// behind it may be. The limits are read, not the quota policy asked: every
+// queue's first workload is looked at in every cycle.
+func (c *cycle) overLimits(q *queueState, w *Workload) bool {
+	_, milli, cpu, memory := c.quotaAsk(w)
+	for a := q; a != nil; a = a.parent {
+		if over(a.LimitMilli, milli) || over(a.CPU.Limit, cpu) || over(a.Memory.Limit, memory) {
+			return true
+		}
+	}
+	return false
+}
+
+// quotaAsk is what the quota policy is asked about when w is tried
+// (tryAdmit): its pending members, or an elastic gang's minimum, and the
+// milli-GPUs, milli-CPUs and bytes of memory they ask for.
+func (c *cycle) quotaAsk(w *Workload) (members []*Member, milli, cpu, memory int64) {
+	if !w.Elastic {
+		return w.Pending, w.pendingMilli, w.pendingCPU, w.pendingMemory
+	}
+	members = c.required(w)
+	for _, m := range members {
+		milli, cpu, memory = milli+m.GPUMilli, cpu+m.CPUMilli, memory+m.Memory
+	}
+	return members, milli, cpu, memory
 }
 
 // required are the pending members that must be placed together.
@@ -321,9 +353,7 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		if r.consumed {
 			continue
 		}
-		own := r.head == w
-		entitled := q != nil && r.q != q && q.allocated < q.fairShare && r.q.allocated >= r.q.fairShare
-		if own || entitled {
+		if r.head == w || entitled(q, r.q) {
 			r.lifted = true
 			out = append(out, r)
 			if c.roomFree(r) {
@@ -344,6 +374,13 @@ func (c *cycle) lift(q *queueState, w *Workload) []*room {
 		c.liftKey = "lift:" + strings.Join(parts, ",") + "|"
 	}
 	return out
+}
+
+// entitled reports whether q, below its fair share, goes before what is
+// held for the head of hq, a queue at or above its own: fair share comes
+// before the order within a queue.
+func entitled(q, hq *queueState) bool {
+	return q != nil && hq != q && q.allocated < q.fairShare && hq.allocated >= hq.fairShare
 }
 
 // openLifted opens the lifted rooms for a placement, and returns what

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/admission/cycle"
+	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/partitatest"
@@ -22,10 +23,24 @@ import (
 // policy is the real default Rego bundle. One op is what the loop does per
 // cycle: copy the state, refresh the ledger snapshot, decide.
 func BenchmarkAdmissionCycle(b *testing.B) {
-	benchmarkAdmissionCycle(b, func(name, q, node string, device int32, created time.Time) *corev1.Pod {
-		return partitatest.MakePod(name, "bench").Queue(q).GPUCount(1).Node(node).Created(created).
-			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
-	})
+	benchmarkAdmissionCycle(b, wholeRunningPod, nil)
+}
+
+// BenchmarkAdmissionCycleWithUsage is BenchmarkAdmissionCycle with
+// time-based fair share on, as the loop runs it: each op also counts every
+// queue's usage (usage.Tracker Observe and Usage) one second later than the
+// last, so the division is computed anew (with and without usage) every
+// cycle. The settings are the worst case for the tracker, a 1h half-life in
+// a 168h window: 30-minute buckets, about 60 a queue, warmed with 31 hours
+// of history.
+func BenchmarkAdmissionCycleWithUsage(b *testing.B) {
+	cfg := usage.Config{Weight: 1, HalfLife: time.Hour, Window: 168 * time.Hour, WindowType: v1alpha1.UsageWindowSliding}
+	benchmarkAdmissionCycle(b, wholeRunningPod, &cfg)
+}
+
+func wholeRunningPod(name, q, node string, device int32, created time.Time) *corev1.Pod {
+	return partitatest.MakePod(name, "bench").Queue(q).GPUCount(1).Node(node).Created(created).
+		Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
 }
 
 // BenchmarkMemorySliceCycle is BenchmarkAdmissionCycle with every running
@@ -39,10 +54,10 @@ func BenchmarkMemorySliceCycle(b *testing.B) {
 			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
 		r, _ := gpu.ParsePod(p)
 		return gpu.ApplyCanonical(p, r, 81559)
-	})
+	}, nil)
 }
 
-func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string, device int32, created time.Time) *corev1.Pod) {
+func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string, device int32, created time.Time) *corev1.Pod, usageCfg *usage.Config) {
 	const (
 		nodes, perNode     = 5000, 8
 		parents, leaves    = 10, 100
@@ -107,16 +122,51 @@ func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string,
 	var res *cycle.Result
 	var shares cycle.FairShares
 	var rooms cycle.Rooms
+	var tracker *usage.Tracker
+	var counted func(st *cycle.State, now time.Time) *cycle.Usage
+	if usageCfg != nil {
+		tracker = usage.NewTracker(*usageCfg)
+		capacity := usage.Amounts{GPU: nodes * perNode}
+		counted = func(st *cycle.State, now time.Time) *cycle.Usage {
+			held := make(map[string]usage.Amounts, len(st.Queues))
+			parents := make(map[string]string, len(st.Queues))
+			for name, q := range st.Queues {
+				held[name] = usage.Amounts{GPU: float64(q.AllocatedMilli) / 1000}
+				parents[name] = q.Parent
+			}
+			tracker.Observe(now, held)
+			reports := tracker.Usage(now, parents, capacity)
+			u := &cycle.Usage{Weight: usageCfg.Weight, Share: make(map[string][3]float64, len(reports)), GPUHours: make(map[string]float64, len(reports))}
+			for name, r := range reports {
+				u.Share[name] = [3]float64{r.Share.GPU}
+				u.GPUHours[name] = r.Hours().GPU
+			}
+			return u
+		}
+		st := cache.State()
+		for t := now.Add(-31 * time.Hour); t.Before(now); t = t.Add(5 * time.Minute) {
+			counted(st, t)
+		}
+	}
 	b.ResetTimer()
 	for b.Loop() {
 		st := cache.State()
 		ledger.Refresh(snap)
+		var u *cycle.Usage
+		if counted != nil {
+			now = now.Add(time.Second)
+			u = counted(st, now)
+		}
 		// As the extender runs it by default: every queue's head has
 		// waited past the starvation bound, so rooms are held too.
 		res = cycle.Run(ctx, st, snap, quota, cycle.Options{Now: now, Placement: gpu.PlacementBinpack, PreemptMinRuntime: time.Minute,
-			FairShares: &shares, StarvationBound: DefaultStarvationBound, Rooms: &rooms})
+			FairShares: &shares, StarvationBound: DefaultStarvationBound, Rooms: &rooms, Usage: u})
 	}
 	b.StopTimer()
+	if usageCfg != nil {
+		// Each queue's history is written once per persist period.
+		b.ReportMetric(float64(len(queues)+parents)*float64(time.Minute)/float64(usageCfg.PersistEvery()), "usage-writes/min")
+	}
 	b.ReportMetric(float64(pending), "pending-pods")
 	b.ReportMetric(float64(len(res.Waiting)), "waiting-workloads")
 	b.ReportMetric(float64(len(res.Admissions)), "admitted")

@@ -75,16 +75,22 @@ func alive(pid int) bool {
 	return true
 }
 
+// argsFile keeps the command line a host process was started with, so that
+// dev up can tell when it asks for another (dev up --extender-flag).
+func (c *Cluster) argsFile(name string) string {
+	return filepath.Join(c.Dir(), "partita", name+".args")
+}
+
 // startHostProcesses starts each process that is not already running, in its
-// own session so it outlives the `partita dev up` that started it.
+// own session so it outlives the `partita dev up` that started it. A
+// running process whose command line differs from the one asked for now
+// (other --extender-flag's) is stopped and started with the new one; one
+// started before command lines were kept is left running.
 func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []HostProcess) error {
 	if err := os.MkdirAll(filepath.Join(c.Dir(), "partita"), 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", filepath.Join(c.Dir(), "partita"), err)
 	}
 	for _, p := range procs {
-		if c.hostProcessRunning(p.Name) {
-			continue
-		}
 		args := make([]string, len(p.Args))
 		for i, a := range p.Args {
 			if p.ServiceAccount != "" {
@@ -95,6 +101,21 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 				return err
 			}
 		}
+		exe := bin
+		if p.Binary != "" {
+			exe = p.Binary
+		}
+		cmdline := strings.Join(append([]string{exe}, args...), "\x00")
+		if c.hostProcessRunning(p.Name) {
+			before, err := os.ReadFile(c.argsFile(p.Name))
+			if err != nil || string(before) == cmdline {
+				continue
+			}
+			c.printf("Restarting %s: its command line changed", processTitle(p))
+			if err := c.stopHostProcess(ctx, p.Name); err != nil {
+				return err
+			}
+		}
 		readyURL, err := c.expand(p.ReadyURL)
 		if err != nil {
 			return err
@@ -102,10 +123,6 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		logf, err := os.OpenFile(c.HostProcessLog(p.Name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 		if err != nil {
 			return fmt.Errorf("open log of %s: %w", p.Name, err)
-		}
-		exe := bin
-		if p.Binary != "" {
-			exe = p.Binary
 		}
 		cmd := exec.Command(exe, args...) //nolint:gosec // our own binary (or an addon we built) with our own arguments
 		cmd.Stdout, cmd.Stderr = logf, logf
@@ -118,6 +135,9 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 		if err := os.WriteFile(c.pidFile(p.Name), []byte(strconv.Itoa(cmd.Process.Pid)), 0o644); err != nil {
 			return fmt.Errorf("write pid file of %s: %w", p.Name, err)
 		}
+		if err := os.WriteFile(c.argsFile(p.Name), []byte(cmdline), 0o644); err != nil {
+			return fmt.Errorf("write the command line of %s: %w", p.Name, err)
+		}
 		go func() { _ = cmd.Wait() }() // reap it if it exits while we run
 		c.printf("Started %s (pid %d, log %s)", processTitle(p), cmd.Process.Pid, c.HostProcessLog(p.Name))
 		if readyURL != "" {
@@ -125,6 +145,36 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 				return fmt.Errorf("%s did not become ready: %w; see %s", processTitle(p), err, c.HostProcessLog(p.Name))
 			}
 		}
+	}
+	return nil
+}
+
+// stopHostProcess ends a host process by its pid file: TERM, then KILL
+// after 15 seconds.
+func (c *Cluster) stopHostProcess(ctx context.Context, name string) error {
+	b, err := os.ReadFile(c.pidFile(name))
+	if err != nil {
+		return nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || !alive(pid) {
+		return nil
+	}
+	_ = syscall.Kill(pid, syscall.SIGTERM)
+	deadline := time.Now().Add(15 * time.Second)
+	for alive(pid) && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	if alive(pid) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		time.Sleep(200 * time.Millisecond)
+	}
+	if alive(pid) {
+		return fmt.Errorf("stop %s (pid %d): still running after KILL", name, pid)
 	}
 	return nil
 }

@@ -45,8 +45,9 @@ const holdGate = "e2e.partita.dev/hold"
 
 // restartExtender kills the dev cluster's extender (the leader, as there
 // is one), runs between() while it is gone, and starts it again with
-// `partita dev up` as a user would, waiting until it is ready.
-func restartExtender(ctx context.Context, t *testing.T, between func()) {
+// `partita dev up` as a user would (with devUpArgs), waiting until it is
+// ready.
+func restartExtender(ctx context.Context, t *testing.T, between func(), devUpArgs ...string) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(cluster.Dir(), "partita", "extender.pid"))
 	if err != nil {
@@ -64,10 +65,19 @@ func restartExtender(ctx context.Context, t *testing.T, between func()) {
 		return os.IsNotExist(err), "still in the process table"
 	})
 	between()
-	if out, err := partita(ctx, "dev", "up", "--name", clusterName,
-		"--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode)); err != nil {
-		t.Fatalf("dev up to restart the extender: %v\n%s", err, out)
+	devUp(ctx, t, devUpArgs...)
+}
+
+// devUp runs `partita dev up` on the e2e cluster with args, as a user
+// would; host processes whose command line args change are restarted.
+func devUp(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := partita(ctx, append([]string{"dev", "up", "--name", clusterName,
+		"--nodes", fmt.Sprint(e2eNodes), "--gpus-per-node", fmt.Sprint(e2eGPUsPerNode)}, args...)...)
+	if err != nil {
+		t.Fatalf("dev up %v: %v\n%s", args, err, out)
 	}
+	return out
 }
 
 // podNodes maps the namespace's pods to their nodes ("" unbound).
@@ -527,4 +537,73 @@ func TestQueueCPULimitHoldsPods(t *testing.T) {
 		}
 		return false, "second missing"
 	})
+}
+
+// TestHeadOfLineHoldsQueueHeadroom (issue 29): a queue limited to 2 GPUs
+// runs two 1-GPU pods; a 2-GPU pod comes, then a stream of 1-GPU pods.
+// Devices are plenty: only the limit holds the head back. Past the
+// starvation bound the GPU a running pod frees is held for the head, not
+// given to the next small pod, which waits saying so; once the second pod
+// ends, the head runs.
+func TestHeadOfLineHoldsQueueHeadroom(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/headroom": ns}
+	addGPUNode(ctx, t, ns+"-hr-0", 8, sel)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	q := "headroom-" + ns
+	createQueue(ctx, t, gpuQueue(q, ns, "0", "2", 1))
+	createPods(ctx, t, clientset, []*corev1.Pod{queuedPod(ns, "run-0", q, sel), queuedPod(ns, "run-1", q, sel)}, 2)
+	waitPods(ctx, t, ns, 60*time.Second, "run-0 and run-1 bound", func(ps []corev1.Pod) (bool, string) {
+		bd, _ := countBound(ps)
+		return bd == 2, fmt.Sprintf("%d bound", bd)
+	})
+	head := extGPUPod(ns, "head", 1000, 2, sel)
+	head.Labels[v1alpha1.LabelQueue] = q
+	createPods(ctx, t, clientset, []*corev1.Pod{head}, 1)
+	time.Sleep(time.Second)
+	var later []*corev1.Pod
+	for i := range 3 {
+		later = append(later, queuedPod(ns, fmt.Sprintf("later-%d", i), q, sel))
+	}
+	createPods(ctx, t, clientset, later, 3)
+	time.Sleep(devStarvationBound + 2*time.Second)
+
+	del := func(name string) {
+		t.Helper()
+		if err := clientset.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatalf("delete %s: %v", name, err)
+		}
+	}
+	del("run-0")
+	// The GPU of headroom run-0 freed is the head's: no later pod takes it.
+	want := "headroom is held for " + ns + "/head"
+	poll(t, 60*time.Second, "later-0 held back for the head", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(ns).Get(ctx, "later-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		c := admissionCondition(p)
+		if c == nil {
+			return false, "no admission condition yet"
+		}
+		return strings.Contains(c.Message, want), c.Reason + ": " + c.Message
+	})
+	time.Sleep(5 * time.Second)
+	for name, node := range podNodes(ctx, t, ns) {
+		if strings.HasPrefix(name, "later-") && node != "" {
+			t.Errorf("%s bound to %s into the headroom held for the head", name, node)
+		}
+	}
+	del("run-1")
+	poll(t, 60*time.Second, "the head bound", func() (bool, string) {
+		nodes := podNodes(ctx, t, ns)
+		return nodes["head"] != "", fmt.Sprint(nodes)
+	})
+	for name, node := range podNodes(ctx, t, ns) {
+		if strings.HasPrefix(name, "later-") && node != "" {
+			t.Errorf("%s bound to %s beside the head: the queue's limit is 2", name, node)
+		}
+	}
 }

@@ -29,6 +29,16 @@ for stdin) lists the capacity, the queues in creation order and the demand
 
 Defaults: priority 100, quota 0, limit -1 (none), overQuotaWeight 1. Amounts
 are GPUs, CPU cores and memory bytes, as numbers or quantities (500m, 64Gi).
+
+To ask what the shares would be with a history (time-based fair share, the
+extender's --fair-share-usage-weight), add the weight and each queue's usage
+as a share of the cluster over the window (Queue status.usage.share):
+
+  usageWeight: 1
+  queues:
+  - {name: team-a, usage: {gpu: 0.875}}
+  - {name: team-b}
+
 See docs/fairshare.md.`,
 		Args:         cobra.NoArgs,
 		SilenceUsage: true,

@@ -20,7 +20,8 @@ func openAPIDocument(routes []route) ([]byte, error) {
 		WithDescription("The JSON API of the Partita console, which its pages use. Every call is made as the caller: " +
 			"in local mode (`partita console`) with the token the console printed (Authorization: Bearer <token>); " +
 			"in shared mode (the chart) with a Kubernetes bearer token or through the configured authenticating proxy. " +
-			"GPU amounts named ...Milli are in milli-GPUs (1000 = one GPU); the queues' amounts are in GPUs, cores and bytes. " +
+			"GPU amounts named ...Milli are in milli-GPUs (1000 = one GPU); the queues' amounts are in GPUs, cores and bytes, " +
+			"and their usage (usageHours, only while the admission loop weighs past usage in fair share) in GPU-hours, core-hours and byte-hours. " +
 			"Errors are {\"error\": {code, reason, message}}; refusals by the API server keep its status and message.")
 	bearer := "bearerAuth"
 	r.Spec.ComponentsEns().SecuritySchemesEns().WithMapOfSecuritySchemeOrRefValuesItem(bearer, openapi3.SecuritySchemeOrRef{

@@ -81,3 +81,46 @@ func TestUnknownAPIPathIsJSON404(t *testing.T) {
 		t.Errorf("GET /api/v1/nothing: %d %s", rec.Code, rec.Body)
 	}
 }
+
+// TestOpenAPIDescribesQueueUsage: the queues' usage fields are in the
+// document with their units, so that a client knows GPU-hours from GPUs.
+func TestOpenAPIDescribesQueueUsage(t *testing.T) {
+	s, err := New(Options{Mode: ModeShared}, Deps{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	s.Handler(nil).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/api/v1/openapi.json", nil))
+	var doc struct {
+		Components struct {
+			Schemas map[string]struct {
+				Properties map[string]struct {
+					Type        string `json:"type"`
+					Description string `json:"description"`
+				} `json:"properties"`
+			} `json:"schemas"`
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(rec.Body.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		schema, property, wantType, wantInDescription string
+	}{
+		"usage hours":              {"ConsoleQueueResource", "usageHours", "number", "GPU-hours"},
+		"usage share":              {"ConsoleQueueResource", "usageShare", "number", "0 to 1"},
+		"fair share without usage": {"ConsoleQueueResource", "fairShareWithoutUsage", "number", "history decided"},
+		"usage window":             {"ConsoleQueueView", "usageWindow", "string", "half-life"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, ok := doc.Components.Schemas[tc.schema].Properties[tc.property]
+			if !ok {
+				t.Fatalf("%s.%s is not documented", tc.schema, tc.property)
+			}
+			if p.Type != tc.wantType || !strings.Contains(p.Description, tc.wantInDescription) {
+				t.Errorf("%s.%s: type %q, description %q; want type %q, a description that says %q", tc.schema, tc.property, p.Type, p.Description, tc.wantType, tc.wantInDescription)
+			}
+		})
+	}
+}

@@ -221,6 +221,10 @@ type QueueView struct {
 	Gated    int `json:"gated"`
 	// HeldGPUs is what its bound pods' slices hold now, from the ledger.
 	HeldGPUs float64 `json:"heldGPUs"`
+	// UsageWindow says what the resources' usageHours cover, "sliding 168h
+	// window, half-life 24h"; left out unless the admission loop weighs
+	// usage in fair share (--fair-share-usage-weight) and reported it.
+	UsageWindow string `json:"usageWindow,omitempty" description:"what the resources' usageHours cover, e.g. sliding 168h window, half-life 24h; only while the admission loop weighs past usage in fair share"`
 	// ResourceVersion is the Queue's, for an edit that must not overwrite
 	// another.
 	ResourceVersion string `json:"resourceVersion"`
@@ -246,6 +250,18 @@ type QueueResource struct {
 	// Reclaimable is allocated above fair share: what reclaim would take
 	// back when a queue below its fair share waits.
 	Reclaimable *float64 `json:"reclaimable"`
+	// UsageHours is status.usage.hours: what the queue (a parent with its
+	// children) used over the usage window, decayed by the half-life, in
+	// GPU-hours, core-hours or byte-hours. The usage fields are left out
+	// unless the admission loop weighs usage in fair share.
+	UsageHours *float64 `json:"usageHours,omitempty" description:"usage over the window, decayed by the half-life: GPU-hours, core-hours or byte-hours (a parent's includes its children's)"`
+	// UsageShare is that usage over what the cluster's capacity would have
+	// given in the same window (0 to 1).
+	UsageShare *float64 `json:"usageShare,omitempty" description:"usageHours over what the cluster's capacity gave in the window, 0 to 1"`
+	// FairShareWithoutUsage is the fair share the queue would have if
+	// usage did not count; where it differs from FairShare, history
+	// decided.
+	FairShareWithoutUsage *float64 `json:"fairShareWithoutUsage,omitempty" description:"the fair share if usage did not count; where it differs from fairShare, history decided"`
 }
 
 // queueResourceNames are the resources of a queue, in display order.
@@ -403,6 +419,7 @@ func (s *Snapshot) buildQueues(l Lists) {
 			Namespaces: q.Spec.Namespaces, PendingWorkloads: r.PendingWorkloads,
 			Running: r.Running, Admitted: r.Admitted, Gated: r.Gated,
 			HeldGPUs:        milliToGPUs(s.queueHeldMilli[r.Name]),
+			UsageWindow:     r.UsageWindow,
 			ResourceVersion: q.ResourceVersion,
 			Resources:       map[string]QueueResource{},
 		}
@@ -448,6 +465,18 @@ func queueResource(q *v1alpha1.Queue, name corev1.ResourceName) QueueResource {
 		return &f
 	}
 	r.Allocated, r.FairShare, r.Requested = status(q.Status.Allocated), status(q.Status.FairShare), status(q.Status.Requested)
+	if u := q.Status.Usage; u != nil {
+		// Usage is written to the micro-unit: a share of 0.0004 is not 0.
+		exact := func(l corev1.ResourceList) *float64 {
+			v, ok := l[name]
+			if !ok {
+				return nil
+			}
+			f := report.QuantityFloat(v)
+			return &f
+		}
+		r.UsageHours, r.UsageShare, r.FairShareWithoutUsage = exact(u.Hours), exact(u.Share), status(u.FairShareWithoutUsage)
+	}
 	if r.Allocated != nil {
 		if r.Requested != nil {
 			r.Pending = new(max(0, *r.Requested-*r.Allocated))

@@ -188,6 +188,39 @@ func TestBuildQueues(t *testing.T) {
 	}
 }
 
+// TestBuildQueuesUsage: the queues carry status.usage per resource, and
+// its window, only where the admission loop reports it.
+func TestBuildQueuesUsage(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	cases := map[string]struct {
+		queue      *v1alpha1.Queue
+		wantGPU    QueueResource
+		wantWindow string
+	}{
+		"time-based fair share off": {
+			queue:   pt.MakeQueue("team-a").GPUStatus("6", "3", "7", 1).Obj(),
+			wantGPU: QueueResource{Limit: -1, OverQuotaWeight: 1, Allocated: f(6), FairShare: f(3), Requested: f(7), Pending: f(1), Borrowed: f(6), Reclaimable: f(3)},
+		},
+		"history decided": {
+			queue: pt.MakeQueue("team-a").GPUStatus("6", "3", "7", 1).UsageStatus("410.123456", "0.0004", "5").Obj(),
+			wantGPU: QueueResource{Limit: -1, OverQuotaWeight: 1, Allocated: f(6), FairShare: f(3), Requested: f(7), Pending: f(1), Borrowed: f(6), Reclaimable: f(3),
+				UsageHours: f(410.123456), UsageShare: f(0.0004), FairShareWithoutUsage: f(5)},
+			wantWindow: "sliding 168h window, half-life 24h",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			s := Build(Lists{Queues: []v1alpha1.Queue{*tc.queue}, Coverage: everything()}, BuildOptions{}, 1, time.Now(), time.Now())
+			if diff := cmp.Diff(tc.wantGPU, s.queues[0].Resources["gpu"]); diff != "" {
+				t.Errorf("gpu (-want,+got):\n%s", diff)
+			}
+			if s.queues[0].UsageWindow != tc.wantWindow {
+				t.Errorf("usageWindow %q, want %q", s.queues[0].UsageWindow, tc.wantWindow)
+			}
+		})
+	}
+}
+
 func TestPolicyFromConfigMaps(t *testing.T) {
 	cm := func(name, status string) corev1.ConfigMap {
 		var c corev1.ConfigMap

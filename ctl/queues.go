@@ -21,8 +21,17 @@ func WriteQueues(w io.Writer, r report.QueuesReport, o Output) error {
 		_, err := fmt.Fprintln(w, "No queues.")
 		return err
 	}
+	// Usage shows only where the admission loop weighs it (time-based fair
+	// share), so that the table stays as it was without.
+	usage := slices.ContainsFunc(r.Queues, func(q report.QueueReport) bool {
+		return q.UsageGPUHours != nil || q.FairShareWithoutUsageMilli != nil
+	})
 	tw := newTable(w)
-	tw.row("QUEUE\tPRIORITY\tQUOTA\tLIMIT\tALLOCATED\tFAIR SHARE\tREQUESTED\tPENDING\tRUNNING\tADMITTED\tGATED\n")
+	if usage {
+		tw.row("QUEUE\tPRIORITY\tQUOTA\tLIMIT\tALLOCATED\tFAIR SHARE\tUSAGE (GPU-H)\tREQUESTED\tPENDING\tRUNNING\tADMITTED\tGATED\n")
+	} else {
+		tw.row("QUEUE\tPRIORITY\tQUOTA\tLIMIT\tALLOCATED\tFAIR SHARE\tREQUESTED\tPENDING\tRUNNING\tADMITTED\tGATED\n")
+	}
 	unreported := false
 	for _, q := range r.Queues {
 		quota, limit := "all", "none"
@@ -43,11 +52,30 @@ func WriteQueues(w io.Writer, r report.QueuesReport, o Output) error {
 			}
 			return gpu.FormatMilli(*m)
 		}
-		tw.row("%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\n", name, q.Priority, quota, limit,
-			opt(q.AllocatedMilli), opt(q.FairShareMilli), opt(q.RequestedMilli), q.PendingWorkloads, q.Running, q.Admitted, q.Gated)
+		fairShare := opt(q.FairShareMilli)
+		if q.HistoryDecided() {
+			fairShare += " (" + gpu.FormatMilli(*q.FairShareWithoutUsageMilli) + " without usage)"
+		}
+		cells := []any{name, q.Priority, quota, limit, opt(q.AllocatedMilli), fairShare}
+		if usage {
+			hours := "-"
+			if q.UsageGPUHours != nil {
+				hours = report.FormatHours(*q.UsageGPUHours)
+			} else {
+				unreported = true
+			}
+			cells = append(cells, hours)
+		}
+		cells = append(cells, opt(q.RequestedMilli), q.PendingWorkloads, q.Running, q.Admitted, q.Gated)
+		tw.row(strings.Repeat("%v\t", len(cells)-1)+"%v\n", cells...)
 	}
 	if err := tw.flush(); err != nil {
 		return fmt.Errorf("write queues: %w", err)
+	}
+	if usage {
+		if _, err := fmt.Fprintln(w, "usage: "+usageWindows(r)); err != nil {
+			return fmt.Errorf("write queues: %w", err)
+		}
 	}
 	if err := writeQueueResources(w, r, &unreported); err != nil {
 		return err
@@ -58,6 +86,31 @@ func WriteQueues(w io.Writer, r report.QueuesReport, o Output) error {
 		}
 	}
 	return nil
+}
+
+// usageWindows says what the queues' usage covers: "sliding 168h window,
+// half-life 24h", or, while queues carry usage counted with different
+// settings (the loop's changed and not every queue was written since),
+// each with its queues.
+func usageWindows(r report.QueuesReport) string {
+	var windows []string
+	queues := map[string][]string{}
+	for _, q := range r.Queues {
+		if q.UsageWindow == "" {
+			continue
+		}
+		if queues[q.UsageWindow] == nil {
+			windows = append(windows, q.UsageWindow)
+		}
+		queues[q.UsageWindow] = append(queues[q.UsageWindow], q.Name)
+	}
+	if len(windows) == 1 {
+		return windows[0]
+	}
+	for i, win := range windows {
+		windows[i] = win + " (" + strings.Join(queues[win], ", ") + ")"
+	}
+	return strings.Join(windows, "; ")
 }
 
 // writeQueueResources writes the CPU and memory table, when some queue

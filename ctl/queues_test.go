@@ -2,7 +2,9 @@ package ctl
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -60,6 +62,37 @@ team-b  0          none       -              -               -              0   
 (- : not reported yet by the admission loop in the queue's status)
 `,
 		},
+		"usage: a column, the window, and the fair share without usage where history changed it": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("research").GPU("-1", "-1", 1).GPUStatus("8", "8", "10", 0).UsageStatus("512.34", "0.42", "8").Obj(),
+				*pt.MakeQueue("team-a").Parent("research").GPU("2", "-1", 1).GPUStatus("6", "3", "7", 1).UsageStatus("410.2", "0.34", "5").Obj(),
+				*pt.MakeQueue("team-b").Parent("research").GPU("2", "-1", 1).GPUStatus("2", "5", "3", 1).UsageStatus("12.34", "0.01", "3").Obj(),
+				*pt.MakeQueue("team-c").Parent("research").GPUStatus("0", "0", "0", 0).UsageStatus("0.04", "0", "0").Obj(),
+				// Made after the loop's last cycle: nothing reported yet.
+				*pt.MakeQueue("team-d").Parent("research").Obj(),
+			},
+			want: `QUEUE     PRIORITY  QUOTA  LIMIT  ALLOCATED  FAIR SHARE           USAGE (GPU-H)  REQUESTED  PENDING  RUNNING  ADMITTED  GATED
+research  100       all    none   8          8                    512            10         0        0        0         0
+  team-a  100       2      none   6          3 (5 without usage)  410            7          1        0        0         0
+  team-b  100       2      none   2          5 (3 without usage)  12.3           3          1        0        0         0
+  team-c  100       0      none   0          0                    0.04           0          0        0        0         0
+  team-d  100       0      none   -          -                    -              -          0        0        0         0
+usage: sliding 168h window, half-life 24h
+(- : not reported yet by the admission loop in the queue's status)
+`,
+		},
+		"usage counted with settings that changed: each window with its queues": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("team-a").GPUStatus("1", "1", "1", 0).UsageStatus("1.5", "0.1", "1").Obj(),
+				*pt.MakeQueue("team-b").GPUStatus("1", "1", "1", 0).UsageStatus("0.25", "0.02", "1").
+					UsageWindow(v1alpha1.UsageWindowTumbling, 24*time.Hour, 90*time.Minute).Obj(),
+			},
+			want: `QUEUE   PRIORITY  QUOTA  LIMIT  ALLOCATED  FAIR SHARE  USAGE (GPU-H)  REQUESTED  PENDING  RUNNING  ADMITTED  GATED
+team-a  100       0      none   1          1           1.5            1          0        0        0         0
+team-b  100       0      none   1          1           0.3            1          0        0        0         0
+usage: sliding 168h window, half-life 24h (team-a); tumbling 24h window, half-life 1h30m (team-b)
+`,
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -71,5 +104,42 @@ team-b  0          none       -              -               -              0   
 				t.Errorf("queues table (-want,+got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestQueuesJSONUsage: -o json carries the usage where the admission loop
+// reports it, and leaves its fields out where it does not.
+func TestQueuesJSONUsage(t *testing.T) {
+	r := report.Queues(&report.Cluster{Queues: []v1alpha1.Queue{
+		*pt.MakeQueue("team-a").GPUStatus("6", "3", "7", 1).UsageStatus("410.25", "0.34", "5").Obj(),
+		*pt.MakeQueue("team-b").GPUStatus("2", "5", "3", 1).Obj(),
+	}})
+	var b bytes.Buffer
+	if err := WriteQueues(&b, r, OutputJSON); err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Queues []map[string]any `json:"queues"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &got); err != nil {
+		t.Fatal(err)
+	}
+	usageKeys := []string{"usageGPUHours", "usageShare", "fairShareWithoutUsageMilli", "usageWindow"}
+	want := []map[string]any{
+		{"usageGPUHours": 410.25, "usageShare": 0.34, "fairShareWithoutUsageMilli": 5000.0, "usageWindow": "sliding 168h window, half-life 24h"},
+		{},
+	}
+	var gotUsage []map[string]any
+	for _, q := range got.Queues {
+		m := map[string]any{}
+		for _, k := range usageKeys {
+			if v, ok := q[k]; ok {
+				m[k] = v
+			}
+		}
+		gotUsage = append(gotUsage, m)
+	}
+	if diff := cmp.Diff(want, gotUsage); diff != "" {
+		t.Errorf("usage in queues -o json (-want,+got):\n%s", diff)
 	}
 }

@@ -1,10 +1,14 @@
 package report
 
 import (
+	"math"
 	"strconv"
+	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -29,5 +33,53 @@ func FormatMiB(mib int64) string {
 	return strconv.FormatInt(mib, 10) + "Mi"
 }
 
+// QuantityFloat is q as the float nearest its decimal value, to the
+// micro-unit the admission loop writes usage in and beyond: 410.4, where
+// AsApproximateFloat64 gives 410.40000000000003.
+func QuantityFloat(q resource.Quantity) float64 {
+	f, err := strconv.ParseFloat(q.AsDec().String(), 64)
+	if err != nil {
+		return q.AsApproximateFloat64()
+	}
+	return f
+}
+
 // quantityMilli is a GPU quantity in milli-GPUs.
 func quantityMilli(q resource.Quantity) int64 { return q.MilliValue() }
+
+// FormatHours writes GPU-hours as the admission loop's reclaim messages do:
+// whole from 100, with at most one decimal below, and one significant digit
+// below 0.1 (so that a little use does not read as none).
+func FormatHours(h float64) string {
+	switch {
+	case h >= 100:
+		return strconv.FormatFloat(math.Round(h), 'f', -1, 64)
+	case h >= 0.1 || h == 0:
+		return strconv.FormatFloat(math.Round(h*10)/10, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(h, 'g', 1, 64)
+}
+
+// UsageWindow says what a queue's status.usage covers, in the words the
+// admission loop uses for its settings (usage.Config.String, which report
+// may not import): "sliding 168h window, half-life 24h".
+func UsageWindow(u *v1alpha1.QueueUsage) string {
+	s := shortDuration(u.Window.Duration) + " window, half-life " + shortDuration(u.HalfLife.Duration)
+	if u.WindowType != "" {
+		s = u.WindowType + " " + s
+	}
+	return s
+}
+
+// shortDuration drops the zero minutes and seconds of time.Duration.String:
+// 168h, 1h30m, 90s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok && t != "" {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok && t != "" {
+		s = t + "h"
+	}
+	return s
+}

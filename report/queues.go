@@ -50,6 +50,22 @@ type QueueReport struct {
 	FairShareMilli *int64 `json:"fairShareMilli"`
 	// RequestedMilli is status.requested's GPUs, nil when not reported.
 	RequestedMilli *int64 `json:"requestedMilli"`
+	// UsageGPUHours is status.usage.hours' GPUs: what the queue (a parent
+	// with its children) used over the usage window, in GPU-hours decayed
+	// by the half-life. The usage fields are nil, and left out of JSON,
+	// unless the admission loop weighs usage in fair share
+	// (--fair-share-usage-weight) and has reported it.
+	UsageGPUHours *float64 `json:"usageGPUHours,omitempty"`
+	// UsageShare is status.usage.share's GPUs: that usage over what the
+	// cluster's GPUs would have given in the same window (0 to 1).
+	UsageShare *float64 `json:"usageShare,omitempty"`
+	// FairShareWithoutUsageMilli is the GPU fair share the queue would
+	// have if usage did not count. Where it differs from FairShareMilli,
+	// history decided (HistoryDecided).
+	FairShareWithoutUsageMilli *int64 `json:"fairShareWithoutUsageMilli,omitempty"`
+	// UsageWindow says what the usage covers, as the admission loop logs
+	// it: "sliding 168h window, half-life 24h".
+	UsageWindow string `json:"usageWindow,omitempty"`
 	// PendingWorkloads is status.pendingWorkloads.
 	PendingWorkloads int32 `json:"pendingWorkloads"`
 	// Running counts the queue's pods bound to a node (a parent's sums its
@@ -203,6 +219,12 @@ func queueReport(q *v1alpha1.Queue, depth int, leaf bool) QueueReport {
 	r.AllocatedMilli = statusMilli(q.Status.Allocated)
 	r.FairShareMilli = statusMilli(q.Status.FairShare)
 	r.RequestedMilli = statusMilli(q.Status.Requested)
+	if u := q.Status.Usage; u != nil {
+		r.UsageGPUHours = statusFloat(u.Hours)
+		r.UsageShare = statusFloat(u.Share)
+		r.FairShareWithoutUsageMilli = statusMilli(u.FairShareWithoutUsage)
+		r.UsageWindow = UsageWindow(u)
+	}
 	r.CPU = resourceReport(q, q.Spec.Resources.CPU, v1alpha1.ResourceCPU, func(v resource.Quantity) int64 { return v.MilliValue() })
 	r.Memory = resourceReport(q, q.Spec.Resources.Memory, v1alpha1.ResourceMemory, func(v resource.Quantity) int64 { return v.Value() })
 	return r
@@ -256,6 +278,22 @@ func statusMilli(l corev1.ResourceList) *int64 {
 	}
 	m := quantityMilli(q)
 	return &m
+}
+
+// statusFloat is l's GPU entry as a number, nil when l has none.
+func statusFloat(l corev1.ResourceList) *float64 {
+	q, ok := l[v1alpha1.ResourceGPU]
+	if !ok {
+		return nil
+	}
+	f := QuantityFloat(q)
+	return &f
+}
+
+// HistoryDecided reports whether the queue's past usage changed its GPU
+// fair share: both are reported and they differ.
+func (r QueueReport) HistoryDecided() bool {
+	return r.FairShareMilli != nil && r.FairShareWithoutUsageMilli != nil && *r.FairShareMilli != *r.FairShareWithoutUsageMilli
 }
 
 func finished(p *corev1.Pod) bool {

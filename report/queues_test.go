@@ -2,9 +2,12 @@ package report
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
@@ -23,5 +26,87 @@ func TestQueuesLoop(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"in a loop of parents", "in a loop of parents"}, notes); diff != "" {
 		t.Errorf("notes (-want,+got):\n%s", diff)
+	}
+}
+
+func TestQueuesUsage(t *testing.T) {
+	type fields struct {
+		GPUHours, Share *float64
+		WithoutUsage    *int64
+		Window          string
+		HistoryDecided  bool
+	}
+	f := func(v float64) *float64 { return &v }
+	m := func(v int64) *int64 { return &v }
+	cases := map[string]struct {
+		queue *v1alpha1.Queue
+		want  fields
+	}{
+		"time-based fair share off": {
+			queue: pt.MakeQueue("team-a").GPUStatus("2", "3", "4", 0).Obj(),
+		},
+		"history decided": {
+			queue: pt.MakeQueue("team-a").GPUStatus("2", "3", "4", 0).UsageStatus("410.123456", "0.341", "5").Obj(),
+			want:  fields{GPUHours: f(410.123456), Share: f(0.341), WithoutUsage: m(5000), Window: "sliding 168h window, half-life 24h", HistoryDecided: true},
+		},
+		"usage changed nothing": {
+			queue: pt.MakeQueue("team-a").GPUStatus("2", "3", "4", 0).UsageStatus("1.5", "0.01", "3").Obj(),
+			want:  fields{GPUHours: f(1.5), Share: f(0.01), WithoutUsage: m(3000), Window: "sliding 168h window, half-life 24h"},
+		},
+		"fair share not reported yet": {
+			queue: pt.MakeQueue("team-a").UsageStatus("1.5", "", "3").UsageWindow(v1alpha1.UsageWindowTumbling, 24*time.Hour, 90*time.Minute).Obj(),
+			want:  fields{GPUHours: f(1.5), WithoutUsage: m(3000), Window: "tumbling 24h window, half-life 1h30m"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r := Queues(&Cluster{Queues: []v1alpha1.Queue{*tc.queue}}).Queues[0]
+			got := fields{GPUHours: r.UsageGPUHours, Share: r.UsageShare, WithoutUsage: r.FairShareWithoutUsageMilli, Window: r.UsageWindow, HistoryDecided: r.HistoryDecided()}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("usage (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestUsageWindowSaysWhatTheLoopSays: the window a report shows reads as
+// the admission loop's own description of its settings, which report may
+// not import outside tests.
+func TestUsageWindowSaysWhatTheLoopSays(t *testing.T) {
+	cases := map[string]usage.Config{
+		"defaults":          usage.DefaultConfig(),
+		"tumbling day":      {HalfLife: 6 * time.Hour, Window: 24 * time.Hour, WindowType: v1alpha1.UsageWindowTumbling},
+		"minutes":           {HalfLife: 90 * time.Minute, Window: 10 * time.Minute, WindowType: v1alpha1.UsageWindowSliding},
+		"seconds":           {HalfLife: 45 * time.Second, Window: 90 * time.Second, WindowType: v1alpha1.UsageWindowSliding},
+		"hours and seconds": {HalfLife: time.Hour + time.Second, Window: 2 * time.Hour, WindowType: v1alpha1.UsageWindowSliding},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			u := &v1alpha1.QueueUsage{HalfLife: metav1.Duration{Duration: c.HalfLife}, Window: metav1.Duration{Duration: c.Window}, WindowType: c.WindowType}
+			if diff := cmp.Diff(c.String(), UsageWindow(u)); diff != "" {
+				t.Errorf("UsageWindow (-loop,+report):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestFormatHours(t *testing.T) {
+	cases := map[string]struct {
+		hours float64
+		want  string
+	}{
+		"none":            {0, "0"},
+		"a trace":         {0.0432, "0.04"},
+		"one decimal":     {12.34, "12.3"},
+		"whole below 100": {7, "7"},
+		"whole from 100":  {410.6, "411"},
+		"just below 100":  {99.96, "100"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := FormatHours(tc.hours); got != tc.want {
+				t.Errorf("FormatHours(%v) = %q, want %q", tc.hours, got, tc.want)
+			}
+		})
 	}
 }

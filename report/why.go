@@ -605,13 +605,57 @@ func (w *why) fairShare(q QueueReport, need int64, what string) {
 	}
 	fs, alloc := *q.FairShareMilli, *q.AllocatedMilli
 	nums := map[string]float64{"fairShareGPUs": gpus(fs), "allocatedGPUs": gpus(alloc), "neededGPUs": gpus(need)}
+	history := w.historyNote(q, nums)
 	if alloc+need <= fs {
-		w.add(CheckFairShare, StatusOK, nums, "queue %s stays within its fair share: %s allocated + %s needed <= fair share %s GPUs (quota %s)",
-			q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota)
+		w.add(CheckFairShare, StatusOK, nums, "queue %s stays within its fair share: %s allocated + %s needed <= fair share %s GPUs (quota %s)%s",
+			q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota, history)
 		return
 	}
-	w.add(CheckFairShare, StatusInfo, nums, "queue %s would go over its fair share: %s allocated + %s needed > fair share %s GPUs (quota %s); it gets only GPUs other queues leave idle, and they may be reclaimed",
-		q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota)
+	w.add(CheckFairShare, StatusInfo, nums, "queue %s would go over its fair share: %s allocated + %s needed > fair share %s GPUs (quota %s); it gets only GPUs other queues leave idle, and they may be reclaimed%s",
+		q.Name, gpu.FormatMilli(alloc), gpu.FormatMilli(need), gpu.FormatMilli(fs), quota, history)
+}
+
+// historyNote says, when the queue's past usage changed its fair share
+// (time-based fair share), what the share would be without it and what the
+// queue used, against the sibling that used least: "; history decided:
+// without usage its fair share would be 5 GPUs; it used 410 GPU-hours
+// (sliding 168h window, half-life 24h) against 12 for queue team-b". It
+// adds the numbers to nums. "" when usage is not reported or changed
+// nothing.
+func (w *why) historyNote(q QueueReport, nums map[string]float64) string {
+	if !q.HistoryDecided() {
+		return ""
+	}
+	without := *q.FairShareWithoutUsageMilli
+	nums["fairShareWithoutUsageGPUs"] = gpus(without)
+	note := fmt.Sprintf("; history decided: without usage its fair share would be %s GPUs", gpu.FormatMilli(without))
+	if q.UsageGPUHours == nil {
+		return note
+	}
+	used := *q.UsageGPUHours
+	nums["usageGPUHours"] = used
+	note += fmt.Sprintf("; it used %s GPU-hours (%s)", FormatHours(used), q.UsageWindow)
+	// Fair share divides among siblings: the one that used least is the
+	// one history favours most.
+	var least *QueueReport
+	for i := range w.c.Queues {
+		s := &w.c.Queues[i]
+		if s.Name == q.Name || s.Spec.Parent != q.Parent {
+			continue
+		}
+		r := queueReport(s, 0, false)
+		if r.UsageGPUHours == nil {
+			continue
+		}
+		if least == nil || *r.UsageGPUHours < *least.UsageGPUHours || *r.UsageGPUHours == *least.UsageGPUHours && r.Name < least.Name {
+			least = &r
+		}
+	}
+	if least != nil {
+		nums["siblingUsageGPUHours"] = *least.UsageGPUHours
+		note += fmt.Sprintf(" against %s for queue %s", FormatHours(*least.UsageGPUHours), least.Name)
+	}
+	return note
 }
 
 // events reports the latest event from the admission loop on the pod and

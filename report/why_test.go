@@ -345,3 +345,69 @@ func TestWhyCPUAndMemoryLimits(t *testing.T) {
 		t.Errorf("summary %q does not name the CPU limit", r.Summary)
 	}
 }
+
+// TestWhyHistoryDecided: where the queue's past usage changed its fair
+// share, the fair-share check says so, with what it used against the
+// sibling that used least; elsewhere the message is as without usage.
+func TestWhyHistoryDecided(t *testing.T) {
+	over := "queue team-a would go over its fair share: 4 allocated + 1 needed > fair share 3 GPUs (quota 2); it gets only GPUs other queues leave idle, and they may be reclaimed"
+	cases := map[string]struct {
+		queues []v1alpha1.Queue
+		want   Finding
+	}{
+		"usage off": {
+			queues: []v1alpha1.Queue{*pt.MakeQueue("team-a").GPU("2", "-1", 1).GPUStatus("4", "3", "5", 1).Obj()},
+			want: Finding{Check: CheckFairShare, Status: StatusInfo, Message: over,
+				Numbers: map[string]float64{"allocatedGPUs": 4, "fairShareGPUs": 3, "neededGPUs": 1}},
+		},
+		"usage changed nothing": {
+			queues: []v1alpha1.Queue{*pt.MakeQueue("team-a").GPU("2", "-1", 1).GPUStatus("4", "3", "5", 1).UsageStatus("410", "0.3", "3").Obj()},
+			want: Finding{Check: CheckFairShare, Status: StatusInfo, Message: over,
+				Numbers: map[string]float64{"allocatedGPUs": 4, "fairShareGPUs": 3, "neededGPUs": 1}},
+		},
+		"history decided, against the sibling that used least": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("research").UsageStatus("460", "0.4", "8").Obj(),
+				*pt.MakeQueue("team-a").Parent("research").GPU("2", "-1", 1).GPUStatus("4", "3", "5", 1).UsageStatus("410.4", "0.3", "5").Obj(),
+				*pt.MakeQueue("team-b").Parent("research").UsageStatus("12.34", "0.01", "3").Obj(),
+				*pt.MakeQueue("team-c").Parent("research").UsageStatus("30", "0.03", "0").Obj(),
+				// Not a sibling: another parent's.
+				*pt.MakeQueue("other").UsageStatus("1", "0", "0").Obj(),
+			},
+			want: Finding{Check: CheckFairShare, Status: StatusInfo,
+				Message: over + "; history decided: without usage its fair share would be 5 GPUs; it used 410 GPU-hours (sliding 168h window, half-life 24h) against 12.3 for queue team-b",
+				Numbers: map[string]float64{"allocatedGPUs": 4, "fairShareGPUs": 3, "neededGPUs": 1,
+					"fairShareWithoutUsageGPUs": 5, "usageGPUHours": 410.4, "siblingUsageGPUHours": 12.34}},
+		},
+		"history decided in its favour, no sibling reports usage": {
+			queues: []v1alpha1.Queue{
+				*pt.MakeQueue("team-a").GPU("2", "-1", 1).GPUStatus("4", "6", "5", 1).UsageStatus("0.04", "0", "4").Obj(),
+				*pt.MakeQueue("team-b").Obj(),
+			},
+			want: Finding{Check: CheckFairShare, Status: StatusOK,
+				Message: "queue team-a stays within its fair share: 4 allocated + 1 needed <= fair share 6 GPUs (quota 2); history decided: without usage its fair share would be 4 GPUs; it used 0.04 GPU-hours (sliding 168h window, half-life 24h)",
+				Numbers: map[string]float64{"allocatedGPUs": 4, "fairShareGPUs": 6, "neededGPUs": 1, "fairShareWithoutUsageGPUs": 4, "usageGPUHours": 0.04}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			c := twoNodes()
+			c.Queues = tc.queues
+			c.Pods = append(c.Pods, *pt.MakePod("p", "team-a").Queue("team-a").Resource("", "nvidia.com/gpu", "1").
+				SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj())
+			r, err := Why(c, "team-a", "p", now)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []Finding
+			for _, f := range r.Findings {
+				if f.Check == CheckFairShare {
+					got = append(got, f)
+				}
+			}
+			if diff := cmp.Diff([]Finding{tc.want}, got); diff != "" {
+				t.Errorf("fair-share findings (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -96,6 +96,14 @@
     if (unit === "memory") return bytes(v);
     return (Math.round(v * 1000) / 1000).toString();
   }
+  // hours writes resource-hours as kubectl partita queues does: whole from
+  // 100, one decimal below, one significant digit below 0.1.
+  function hours(v) {
+    if (v === null || v === undefined) return "–";
+    if (v >= 100) return Math.round(v).toString();
+    if (v >= 0.1 || v === 0) return (Math.round(v * 10) / 10).toString();
+    return Number(v.toPrecision(1)).toString();
+  }
   function bytes(v) {
     if (v === -1) return "-1";
     const units = ["", "Ki", "Mi", "Gi", "Ti"];
@@ -434,6 +442,10 @@
       const r = q.resources[unit];
       return Math.max(r.limit > 0 ? r.limit : 0, r.quota > 0 ? r.quota : 0, r.allocated || 0, r.fairShare || 0, r.requested || 0);
     };
+    // Usage shows only where the admission loop weighs it in fair share.
+    const known = (v) => v !== null && v !== undefined;
+    const usage = qs.queues.some((q) => known(q.resources[unit].usageHours));
+    const windows = [...new Set(qs.queues.map((q) => q.usageWindow).filter(Boolean))];
     let scale = Math.max(1, ...qs.queues.map(scaleOf));
     if (unit === "gpu" && qs.capacityGPUs) scale = Math.max(scale, qs.capacityGPUs);
     const pct = (v) => Math.max(0, Math.min(100, (v / scale) * 100)) + "%";
@@ -460,12 +472,16 @@
         h("td", { class: "num", dataset: { field: "limit" } }, r.limit === -1 ? "none" : num(r.limit, unit)),
         h("td", { class: "num" }, r.overQuotaWeight),
         h("td", { class: "num" }, num(r.allocated, unit)),
-        h("td", { class: "num" }, num(r.fairShare, unit)),
+        h("td", { class: "num", dataset: { field: "fairShare" } }, num(r.fairShare, unit),
+          known(r.fairShareWithoutUsage) && known(r.fairShare) && r.fairShareWithoutUsage !== r.fairShare ?
+            h("div", { class: "muted without-usage", title: "history decided: past usage changed the fair share" }, num(r.fairShareWithoutUsage, unit) + " without usage") : null),
+        usage ? h("td", { class: "num", dataset: { field: "usage" }, title: known(r.usageShare) ? Math.round(r.usageShare * 1000) / 10 + "% of the cluster's capacity over the window" : null },
+          unit === "memory" ? num(r.usageHours, unit) : hours(r.usageHours)) : null,
         h("td", { class: "num" }, num(r.requested, unit)),
         h("td", { class: "num" }, num(r.pending, unit)),
         h("td", { class: "num" + (r.borrowed > 0 ? " warn" : "") }, num(r.borrowed, unit)),
         h("td", { class: "num" + (r.reclaimable > 0 ? " bad" : "") }, num(r.reclaimable, unit)),
-        h("td", { class: "num", title: "running / admitted / gated pods" }, q.running + " / " + q.admitted + " / " + q.gated),
+        h("td", { class: "num", style: { whiteSpace: "nowrap" }, title: "running / admitted / gated pods" }, q.running + " / " + q.admitted + " / " + q.gated),
         h("td", { class: "actions" }, me.can.updateQueues ? h("button", { class: "secondary", "data-action": "edit", onclick: () => queueForm(q, qs.queues) }, "Edit") : null));
     });
     setMain(h("h1", {}, "Queues"), tabs,
@@ -478,8 +494,12 @@
         h("span", {}, h("i", { style: { background: "#c62f3a", width: "2px" } }), "limit"),
         h("span", {}, "Reclaimable: allocated above fair share, which reclaim takes back when a queue below its fair share waits.")),
       qs.queues.length ? h("table", { class: "list", id: "queues" },
-        h("thead", {}, h("tr", {}, ["Queue", "Priority", unit === "gpu" ? "GPUs" : unit, "Quota", "Limit", "Weight", "Allocated", "Fair share", "Requested", "Pending", "Borrowed", "Reclaimable", "Pods", ""].map((t, i) => h("th", { class: i >= 3 && i < 13 ? "num" : "" }, t)))),
-        h("tbody", {}, rows)) : h("p", { class: "muted" }, "No queues."));
+        h("thead", {}, h("tr", {}, ["Queue", "Priority", unit === "gpu" ? "GPUs" : unit, "Quota", "Limit", "Weight", "Allocated", "Fair share",
+          usage ? "Usage" : null, "Requested", "Pending", "Borrowed", "Reclaimable", "Pods", ""]
+          .filter((t) => t !== null).map((t, i, all) => h("th", { class: i >= 3 && i < all.length - 1 ? "num" : "" }, t)))),
+        h("tbody", {}, rows)) : h("p", { class: "muted" }, "No queues."),
+      usage && windows.length ? h("p", { class: "muted", id: "usage-window" }, "Usage: the " + { gpu: "GPU", cpu: "core", memory: "byte" }[unit] + "-hours each queue (a parent with its children) used in the " + windows.join("; ") +
+        ". Where it changed a queue's fair share, the fair share without usage shows under it.") : null);
     on("queues", throttled(viewQueuesIfShown));
     stream(null, "queues");
   }

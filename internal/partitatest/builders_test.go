@@ -2,10 +2,12 @@ package partitatest_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	pt "github.com/partita-dev/partita/internal/partitatest"
@@ -86,5 +88,33 @@ func TestMakeQueueAndPodGroup(t *testing.T) {
 	g := pt.MakePodGroup("g", "ns").MinMember(8).Queue("team-a").Obj()
 	if diff := cmp.Diff(v1alpha1.PodGroupSpec{MinMember: 8, Queue: "team-a"}, g.Spec); diff != "" {
 		t.Errorf("MakePodGroup spec (-want,+got):\n%s", diff)
+	}
+}
+
+func TestQueueUsageStatus(t *testing.T) {
+	gpu := func(v string) corev1.ResourceList {
+		return corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse(v)}
+	}
+	cases := map[string]struct {
+		queue *v1alpha1.Queue
+		want  *v1alpha1.QueueUsage
+	}{
+		"the extender's default window": {
+			queue: pt.MakeQueue("team-a").UsageStatus("410", "0.3", "").Obj(),
+			want: &v1alpha1.QueueUsage{Hours: gpu("410"), Share: gpu("0.3"),
+				HalfLife: metav1.Duration{Duration: 24 * time.Hour}, Window: metav1.Duration{Duration: 168 * time.Hour}, WindowType: v1alpha1.UsageWindowSliding},
+		},
+		"another window, before or after": {
+			queue: pt.MakeQueue("team-a").UsageWindow(v1alpha1.UsageWindowTumbling, 24*time.Hour, time.Hour).UsageStatus("", "", "5").Obj(),
+			want: &v1alpha1.QueueUsage{FairShareWithoutUsage: gpu("5"),
+				HalfLife: metav1.Duration{Duration: time.Hour}, Window: metav1.Duration{Duration: 24 * time.Hour}, WindowType: v1alpha1.UsageWindowTumbling},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.queue.Status.Usage); diff != "" {
+				t.Errorf("status.usage (-want,+got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -1,8 +1,11 @@
 package partitatest
 
 import (
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
@@ -66,5 +69,42 @@ func (w *QueueWrapper) ResourceStatus(name corev1.ResourceName, allocated, fairS
 func (w *PodGroupWrapper) Phase(phase v1alpha1.PodGroupPhase, reason string) *PodGroupWrapper {
 	w.Status.Phase = phase
 	w.Status.Reason = reason
+	return w
+}
+
+// UsageStatus sets status.usage as the admission loop writes it with
+// time-based fair share on: the GPU-hours the queue used, their share of the
+// cluster's, and the GPU fair share without usage ("" leaves one out),
+// counted over a sliding 168h window with a 24h half-life (the extender's
+// defaults) unless UsageWindow set others.
+func (w *QueueWrapper) UsageStatus(gpuHours, share, fairShareWithoutUsage string) *QueueWrapper {
+	if w.Status.Usage == nil {
+		w.Status.Usage = &v1alpha1.QueueUsage{
+			HalfLife: metav1.Duration{Duration: 24 * time.Hour}, Window: metav1.Duration{Duration: 7 * 24 * time.Hour},
+			WindowType: v1alpha1.UsageWindowSliding,
+		}
+	}
+	u := w.Status.Usage
+	set := func(l *corev1.ResourceList, v string) {
+		if v == "" {
+			return
+		}
+		if *l == nil {
+			*l = corev1.ResourceList{}
+		}
+		(*l)[v1alpha1.ResourceGPU] = resource.MustParse(v)
+	}
+	set(&u.Hours, gpuHours)
+	set(&u.Share, share)
+	set(&u.FairShareWithoutUsage, fairShareWithoutUsage)
+	return w
+}
+
+// UsageWindow sets the settings status.usage was counted with.
+func (w *QueueWrapper) UsageWindow(windowType string, window, halfLife time.Duration) *QueueWrapper {
+	if w.Status.Usage == nil {
+		w.Status.Usage = &v1alpha1.QueueUsage{}
+	}
+	w.Status.Usage.WindowType, w.Status.Usage.Window, w.Status.Usage.HalfLife = windowType, metav1.Duration{Duration: window}, metav1.Duration{Duration: halfLife}
 	return w
 }

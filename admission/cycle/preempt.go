@@ -47,74 +47,106 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	if c.opts.DisablePreemption || q == nil || len(members) == 0 {
 		return false
 	}
-	saved := map[types.UID]*gpu.PodAllocation{}
-	// Victims holding GPUs through ResourceClaims free them in the claim
-	// simulation too, which places w's members when they carry claims.
-	var claims ClaimSession
-	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
-		claims = c.claimSimulation()
-	}
-	release := func(ms []*Member) {
-		for _, m := range ms {
-			if a, ok := c.snap.Allocation(m.Pod.UID); ok {
-				saved[m.Pod.UID] = a
-				c.snap.Forget(m.Pod.UID)
-			}
-			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
-				claims.Release(m.Pod)
-			}
-		}
-	}
-	restore := func(ms []*Member) {
-		for _, m := range ms {
-			if a := saved[m.Pod.UID]; a != nil {
-				_ = c.snap.Restore(a)
-				delete(saved, m.Pod.UID)
-			}
-			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
-				claims.Restore(m.Pod)
-			}
-		}
-	}
-	// fits places w's members and takes them off again; room keeps the
-	// devices of the last placement that fitted, which every search below
-	// leaves the snapshot in: what w waits for (holdFor).
-	var room []roomDevices
-	fits := func() bool {
-		placed, err := c.place(w, members, false)
-		if err == nil {
-			room = roomOf(placed)
-		}
-		for _, p := range placed {
-			c.snap.Forget(p.Member.Pod.UID)
-			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
-				claims.Forget(p.Member.Pod)
-			}
-		}
-		return err == nil
-	}
 	// Each search places the gang again, so a cycle bounds them; the
 	// look at terminating pods below is one of them.
 	if c.searches >= c.opts.MaxPreemptionSearches {
 		return false
 	}
 	c.searches++
+	s := c.newSearch(q, w, members)
 	// Pods already terminating free their room soon: if that is enough,
 	// wait for them rather than evict more.
 	terminating := c.terminatingMembers()
-	release(terminating)
-	defer restore(terminating)
-	if len(terminating) > 0 && fits() {
-		restore(terminating)
-		c.holdFor(w, room)
+	s.release(terminating)
+	defer s.restore(terminating)
+	if len(terminating) > 0 && s.fits() {
+		s.restore(terminating)
+		c.holdFor(w, s.room)
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
 		return true
 	}
 	// Elastic members beyond their gang's minimum go first, one by one.
-	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
-	if len(cands) == 0 {
+	chosen := s.choose(append(c.elasticVictims(q, w), c.victims(q, w, members)...))
+	if chosen == nil {
 		return false
 	}
+	names := c.evict(s, chosen)
+	s.restore(terminating)
+	c.holdFor(w, s.room)
+	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
+	return true
+}
+
+// search simulates evictions for w of queue q: victims' members are taken
+// off the snapshot (release) and put back (restore), and fits tells
+// whether w's members are placed then.
+type search struct {
+	c       *cycle
+	q       *queueState
+	w       *Workload
+	members []*Member
+	saved   map[types.UID]*gpu.PodAllocation
+	// claims: victims holding GPUs through ResourceClaims free them in the
+	// claim simulation too, which places w's members when they carry
+	// claims.
+	claims ClaimSession
+	// room keeps the devices of the last placement that fitted, which
+	// every search leaves the snapshot in: what w waits for (holdFor).
+	room []roomDevices
+}
+
+func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member) *search {
+	s := &search{c: c, q: q, w: w, members: members, saved: map[types.UID]*gpu.PodAllocation{}}
+	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
+		s.claims = c.claimSimulation()
+	}
+	return s
+}
+
+func (s *search) release(ms []*Member) {
+	for _, m := range ms {
+		if a, ok := s.c.snap.Allocation(m.Pod.UID); ok {
+			s.saved[m.Pod.UID] = a
+			s.c.snap.Forget(m.Pod.UID)
+		}
+		if s.claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Release(m.Pod)
+		}
+	}
+}
+
+func (s *search) restore(ms []*Member) {
+	for _, m := range ms {
+		if a := s.saved[m.Pod.UID]; a != nil {
+			_ = s.c.snap.Restore(a)
+			delete(s.saved, m.Pod.UID)
+		}
+		if s.claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Restore(m.Pod)
+		}
+	}
+}
+
+// fits places w's members and takes them off again.
+func (s *search) fits() bool {
+	placed, err := s.c.place(s.w, s.members, false)
+	if err == nil {
+		s.room = roomOf(placed)
+	}
+	for _, p := range placed {
+		s.c.snap.Forget(p.Member.Pod.UID)
+		if s.claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Forget(p.Member.Pod)
+		}
+	}
+	return err == nil
+}
+
+// choose releases candidates in order until w fits, then spares every one
+// that the placement does not need, the most important first. It returns
+// the victims, released, or nil (nothing released) when none fit.
+func (s *search) choose(cands []victim) []victim {
+	c := s.c
 	taken := map[*queueState]int64{}
 	var chosen []victim
 	found := false
@@ -135,10 +167,10 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 			// Elastic members hold only room no minimum wanted.
 			continue
 		}
-		release(v.members)
+		s.release(v.members)
 		taken[v.q] += charge
 		chosen = append(chosen, v)
-		if fits() {
+		if s.fits() {
 			found = true
 			break
 		}
@@ -148,34 +180,37 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	}
 	if !found {
 		for _, v := range chosen {
-			restore(v.members)
+			s.restore(v.members)
 		}
-		return false
+		return nil
 	}
 	// Least disruption: spare every chosen victim the placement does not
 	// need, the most important first.
 	for i := len(chosen) - 2; i >= 0; i-- {
-		restore(chosen[i].members)
-		if fits() {
+		s.restore(chosen[i].members)
+		if s.fits() {
 			chosen = slices.Delete(chosen, i, i+1)
 			continue
 		}
-		release(chosen[i].members)
+		s.release(chosen[i].members)
 	}
+	return chosen
+}
+
+// evict puts the chosen victims back on the snapshot and records their
+// evictions for w; it returns their names, for w's wait.
+func (c *cycle) evict(s *search, chosen []victim) []string {
 	names := make([]string, len(chosen))
 	for i, v := range chosen {
-		restore(v.members)
+		s.restore(v.members)
 		c.markEvicting(v)
 		names[i] = v.w.Name()
 		if v.elastic {
 			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
 		}
-		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: c.evictionMessage(v, q, w)})
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: s.w, Reclaim: v.reclaim, Message: c.evictionMessage(v, s.q, s.w)})
 	}
-	restore(terminating)
-	c.holdFor(w, room)
-	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
-	return true
+	return names
 }
 
 // holdFor withholds, for the rest of the cycle, the devices a workload

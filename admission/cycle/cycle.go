@@ -296,6 +296,9 @@ type cycle struct {
 	// headroomOf by head.
 	headrooms  []*headroom
 	headroomOf map[*Workload]*headroom
+	// moving is what the evictions chosen in the cycle will change in each
+	// queue's holdings (move).
+	moving map[*queueState][3]int64
 	// holds are the devices withheld for workloads that wait for
 	// evictions (holdFor).
 	holds []hold

@@ -160,11 +160,12 @@ func (s *search) choose(cands []victim) []victim {
 		} else {
 			charge = c.activeCharge(v.w)
 		}
-		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q]-charge < v.q.fairShare {
+		if v.reclaim && !v.elastic && v.q.allocated+c.moving[v.q][0]-taken[v.q]-charge < v.q.fairShare {
 			// Reclaim takes a victim only if its queue stays at or above
 			// its fair share without it (and the victims already chosen
-			// from it): otherwise the next cycle would reclaim back.
-			// Elastic members hold only room no minimum wanted.
+			// from it, in this search and earlier ones of the cycle):
+			// otherwise the next cycle would reclaim back. Elastic
+			// members hold only room no minimum wanted.
 			continue
 		}
 		s.release(v.members)
@@ -198,12 +199,19 @@ func (s *search) choose(cands []victim) []victim {
 }
 
 // evict puts the chosen victims back on the snapshot and records their
-// evictions for w; it returns their names, for w's wait.
+// evictions for w, and what they will move between queues (moving); it
+// returns their names, for w's wait.
 func (c *cycle) evict(s *search, chosen []victim) []string {
 	names := make([]string, len(chosen))
+	var need [3]int64
+	for _, m := range s.members {
+		need[0], need[1], need[2] = need[0]+m.GPUMilli, need[1]+m.CPUMilli, need[2]+m.Memory
+	}
+	c.move(s.q, need, 1)
 	for i, v := range chosen {
 		s.restore(v.members)
 		c.markEvicting(v)
+		c.move(v.q, c.victimCharge(v), -1)
 		names[i] = v.w.Name()
 		if v.elastic {
 			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
@@ -211,6 +219,39 @@ func (c *cycle) evict(s *search, chosen []victim) []string {
 		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: s.w, Reclaim: v.reclaim, Message: c.evictionMessage(v, s.q, s.w)})
 	}
 	return names
+}
+
+// move records that the evictions chosen in the cycle will change what q
+// holds by sign × d (milli-GPUs, milli-CPUs, bytes), once the victims are
+// gone and the workloads they make room for are admitted. Until then the
+// queues' allocation still counts the victims and not their preemptors:
+// the next search must not take from a queue what earlier ones already
+// took, nor give a queue what it is already getting.
+func (c *cycle) move(q *queueState, d [3]int64, sign int64) {
+	if q == nil {
+		return
+	}
+	if c.moving == nil {
+		c.moving = map[*queueState][3]int64{}
+	}
+	m := c.moving[q]
+	for i := range m {
+		m[i] += sign * d[i]
+	}
+	c.moving[q] = m
+}
+
+// victimCharge is what evicting v frees: milli-GPUs, milli-CPUs, bytes.
+func (c *cycle) victimCharge(v victim) [3]int64 {
+	if !v.elastic {
+		return [3]int64{c.activeCharge(v.w), v.w.activeCPU, v.w.activeMemory}
+	}
+	var out [3]int64
+	for _, m := range v.members {
+		mc, _ := c.memberCharge(m)
+		out[0], out[1], out[2] = out[0]+mc, out[1]+m.CPUMilli, out[2]+m.Memory
+	}
+	return out
 }
 
 // holdFor withholds, for the rest of the cycle, the devices a workload
@@ -312,9 +353,12 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 		}
 	}
 	// Reclaim takes back GPUs for a queue that stays within its fair
-	// share of every resource it asks for.
-	within := func(r amounts, need int64) bool { return need == 0 || r.alloc+need <= r.fairShare }
-	if q.allocated+need <= q.fairShare && within(q.cpu, needCPU) && within(q.memory, needMemory) {
+	// share of every resource it asks for, counting what the cycle's
+	// evictions already make room for.
+	moved := c.moving[q]
+	within := func(alloc, fairShare, need int64) bool { return need == 0 || alloc+need <= fairShare }
+	if q.allocated+moved[0]+need <= q.fairShare &&
+		within(q.cpu.alloc+moved[1], q.cpu.fairShare, needCPU) && within(q.memory.alloc+moved[2], q.memory.fairShare, needMemory) {
 		for _, vq := range c.overFairShare() {
 			if vq == q {
 				continue

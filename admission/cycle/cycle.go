@@ -267,10 +267,11 @@ type cycle struct {
 	extras   []extraWork
 	searches int
 	// candidates caches staticCandidates by constraint signature; nodeNames
-	// are the snapshot's nodes in name order.
+	// are the snapshot's nodes in name order; terminating caches
+	// terminatingVictims.
 	candidates  map[string][]string
 	nodeNames   []string
-	terminating []*Member
+	terminating []victim
 	// over caches overFairShare.
 	over []*queueState
 	// evictableByQueue caches evictable; spared are the workloads it left
@@ -296,6 +297,9 @@ type cycle struct {
 	// headroomOf by head.
 	headrooms  []*headroom
 	headroomOf map[*Workload]*headroom
+	// moving is what the evictions chosen in the cycle will change in each
+	// queue's holdings (move).
+	moving map[*queueState][3]int64
 	// holds are the devices withheld for workloads that wait for
 	// evictions (holdFor).
 	holds []hold
@@ -557,7 +561,7 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		// Room only shrinks within a cycle: a question already answered
 		// no is answered no again, without asking the policy.
 		msg := f.message(w, w.Pending[:required])
-		if why := c.sparedFor(q, w); why != "" {
+		if why := c.sparedFor(q, w, nil); why != "" {
 			msg += "; " + why
 		}
 		c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
@@ -578,13 +582,27 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		milli += m.GPUMilli
 	}
 	if q != nil {
-		v, err := c.checkQuota(q, w, pending, milli)
+		v, heldBack, err := c.quotaVerdict(q, w, pending, milli)
 		if err != nil {
 			c.wait(w, v1alpha1.ReasonWaitingForQuota, fmt.Sprintf("the quota policy (data.partita.quota) failed, so the workload waits: %v; check the policy ConfigMaps labelled %s=rego and the extender's log", err, v1alpha1.LabelPolicy))
 			return false
 		}
 		if !v.Allowed {
-			c.wait(w, v1alpha1.ReasonWaitingForQuota, strings.Join(v.Reasons, "; "))
+			// What a starved head's headroom alone holds back is not
+			// reclaimed: that would make the room the head is owed.
+			if heldBack {
+				c.wait(w, v1alpha1.ReasonWaitingForQuota, strings.Join(v.Reasons, "; "))
+				return false
+			}
+			if c.reclaimUnderLimit(q, w, pending, milli, w.Pending[:required]) {
+				return false
+			}
+			msg := strings.Join(v.Reasons, "; ")
+			_, scope := c.limitScope(q, pending, milli)
+			if why := c.sparedFor(q, w, scope); why != "" {
+				msg += "; " + why
+			}
+			c.wait(w, v1alpha1.ReasonWaitingForQuota, msg)
 			return false
 		}
 	}
@@ -593,7 +611,7 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		if !c.preempt(q, w, w.Pending[:required]) {
 			f, _ := c.knownFailure(w, w.Pending[:required])
 			msg := f.message(w, w.Pending[:required])
-			if why := c.sparedFor(q, w); why != "" {
+			if why := c.sparedFor(q, w, nil); why != "" {
 				msg += "; " + why
 			}
 			c.wait(w, v1alpha1.ReasonWaitingForCapacity, msg)
@@ -741,13 +759,21 @@ func (q *queueState) usage() QueueUsage {
 // holding milli milli-GPUs and requesting the members' CPU and memory,
 // with the headroom held for heads of line counted as held (headroom.go).
 func (c *cycle) checkQuota(q *queueState, w *Workload, members []*Member, milli int64) (*QuotaVerdict, error) {
+	v, _, err := c.quotaVerdict(q, w, members, milli)
+	return v, err
+}
+
+// quotaVerdict is checkQuota, and reports too whether the verdict turns w
+// away only for the headroom held for heads of line (held back).
+func (c *cycle) quotaVerdict(q *queueState, w *Workload, members []*Member, milli int64) (v *QuotaVerdict, heldBack bool, err error) {
 	if c.quota == nil {
-		return &QuotaVerdict{Allowed: true}, nil
+		return &QuotaVerdict{Allowed: true}, false, nil
 	}
 	if len(c.headrooms) > 0 {
 		return c.quotaWithHeadroom(q, w, members, milli)
 	}
-	return c.quota.CheckQuota(c.ctx, c.quotaRequest(q, w, members, milli))
+	v, err = c.quota.CheckQuota(c.ctx, c.quotaRequest(q, w, members, milli))
+	return v, false, err
 }
 
 // quotaRequest is the question checkQuota asks, with the queues' usage now.

@@ -242,6 +242,7 @@ func TestCycle(t *testing.T) {
 	nodes2, gpus2 := gpuNodes("n", 2, 1)
 	nodes1, gpus1 := gpuNodes("n", 1, 1)
 	nodes2x2, gpus2x2 := gpuNodes("n", 2, 2)
+	nodes2x4, gpus2x4 := gpuNodes("n", 2, 4)
 	gang4, pg4 := gang("train", "a", 4, 4, 1)
 	gang3of4, _ := gang("train", "a", 3, 4, 1)
 	queueA := MakeQueue("a").Obj()
@@ -249,6 +250,13 @@ func TestCycle(t *testing.T) {
 	limited := MakeQueue("a").GPU("0", "1", 1).Obj()
 	jobGang := Mapping{Gang: "job-train", MinMember: 4, Kind: "Job", Name: "train", Owner: Owner{Kind: "Job", Name: "train", UID: "uid-train"}}
 	queuedGang := Mapping{Gang: "job-one", MinMember: 1, Queue: "a", Kind: "Job", Name: "one", Owner: Owner{Kind: "Job", Name: "one", UID: "uid-one"}}
+
+	// eightEach: a runs 8 single pods, the youngest last; b asks for 8.
+	var eightEach []*corev1.Pod
+	for i := range 8 {
+		eightEach = append(eightEach, running(fmt.Sprintf("a-%d", i), "a", fmt.Sprintf("n-%d", i/4), 1, t0.Add(time.Duration(i)*time.Second)).Obj(),
+			gated(fmt.Sprintf("b-%d", i), "b", 1).Obj())
+	}
 
 	cases := map[string]struct {
 		world world
@@ -366,6 +374,25 @@ func TestCycle(t *testing.T) {
 			want: outcome{Waiting: map[string]string{
 				"ns/b-1": "WaitingForCapacity: pod needs 2 GPUs; no node has room now: node n-0: 0 GPUs free; pod needs 2 whole GPUs (container main)",
 			}},
+		},
+		"one cycle's searches together leave the victim's queue its fair share": {
+			// a holds 8 single pods and deserves 4; b deserves 4 and asks
+			// for 8 single pods. Each of b's first four reclaims one of
+			// a's; the rest wait, as a would drop below its fair share.
+			world: world{nodes: nodes2x4, gpuNodes: gpus2x4, queues: []*v1alpha1.Queue{queueA, MakeQueue("b").Obj()}, pods: eightEach},
+			want: outcome{
+				Waiting: map[string]string{
+					"ns/b-0": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-7",
+					"ns/b-1": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-6",
+					"ns/b-2": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-5",
+					"ns/b-3": "WaitingForCapacity: evicting 1 workload(s) to make room: ns/a-4",
+					"ns/b-4": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-5": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-6": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-7": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+				},
+				Evicted: []string{"ns/a-7 (reclaim)", "ns/a-6 (reclaim)", "ns/a-5 (reclaim)", "ns/a-4 (reclaim)"},
+			},
 		},
 		"a workload younger than the minimum runtime is not reclaimed": {
 			world: world{nodes: nodes2, gpuNodes: gpus2, queues: []*v1alpha1.Queue{queueA, queueB}, pods: []*corev1.Pod{

@@ -127,30 +127,31 @@ func holding(req *QuotaRequest, q *queueState, holds []*headroom) *QuotaRequest 
 	return &held
 }
 
-// quotaWithHeadroom is checkQuota with the headroom held against w: a
-// workload that only the headroom turns away is told it is held back, and
-// a head turned away is told that its headroom is held.
-func (c *cycle) quotaWithHeadroom(q *queueState, w *Workload, members []*Member, milli int64) (*QuotaVerdict, error) {
+// quotaWithHeadroom is quotaVerdict with the headroom held against w: a
+// workload that only the headroom turns away is told it is held back (and
+// heldBack is set), and a head turned away is told that its headroom is
+// held.
+func (c *cycle) quotaWithHeadroom(q *queueState, w *Workload, members []*Member, milli int64) (v *QuotaVerdict, heldBack bool, err error) {
 	req := c.quotaRequest(q, w, members, milli)
 	if holds := c.headroomAgainst(q, w); len(holds) > 0 {
 		v, err := c.quota.CheckQuota(c.ctx, holding(req, q, holds))
 		if err != nil || v.Allowed {
-			return v, err
+			return v, false, err
 		}
 		free, err := c.quota.CheckQuota(c.ctx, req)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if free.Allowed {
-			return &QuotaVerdict{Reasons: []string{c.heldBackMessage(q, req, holds)}}, nil
+			return &QuotaVerdict{Reasons: []string{c.heldBackMessage(q, req, holds)}}, true, nil
 		}
-		return c.headNote(w, free), nil
+		return c.headNote(w, free), false, nil
 	}
-	v, err := c.quota.CheckQuota(c.ctx, req)
+	v, err = c.quota.CheckQuota(c.ctx, req)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return c.headNote(w, v), nil
+	return c.headNote(w, v), false, nil
 }
 
 // heldBackMessage says whose headroom holds back the workload of req,

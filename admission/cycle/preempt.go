@@ -47,98 +47,281 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	if c.opts.DisablePreemption || q == nil || len(members) == 0 {
 		return false
 	}
-	saved := map[types.UID]*gpu.PodAllocation{}
-	// Victims holding GPUs through ResourceClaims free them in the claim
-	// simulation too, which places w's members when they carry claims.
-	var claims ClaimSession
-	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
-		claims = c.claimSimulation()
+	return c.evictFor(c.newSearch(q, w, members, nil))
+}
+
+// reclaimUnderLimit is preempt for w of queue q, which the quota policy
+// turned away when it asked for asks, milli milli-GPUs: typically because
+// an ancestor is at its limit, where a queue below its fair share is kept
+// from it by a sibling above its own. It evicts the same victims as
+// preempt would (reclaim, and preemption in w's queue), but only from the
+// subtree of the lowest of w's queues whose limit w goes over (the
+// victims' charge must come off that limit), and only for a set that the
+// policy, asked again with the victims' charges taken off their queues and
+// ancestors, allows, and after whose release members of w fit. It reports
+// whether w now waits for evictions (its wait is recorded).
+func (c *cycle) reclaimUnderLimit(q *queueState, w *Workload, asks []*Member, milli int64, members []*Member) bool {
+	if c.opts.DisablePreemption || q == nil || c.quota == nil || len(members) == 0 {
+		return false
 	}
-	release := func(ms []*Member) {
-		for _, m := range ms {
-			if a, ok := c.snap.Allocation(m.Pod.UID); ok {
-				saved[m.Pod.UID] = a
-				c.snap.Forget(m.Pod.UID)
-			}
-			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
-				claims.Release(m.Pod)
-			}
+	at, scope := c.limitScope(q, asks, milli)
+	return c.evictFor(c.newSearch(q, w, members, &underLimit{asks: asks, milli: milli, at: at, scope: scope}))
+}
+
+// underLimit is what a search for a workload the quota policy turned away
+// must also satisfy: the policy allows asks, milli with the victims gone.
+type underLimit struct {
+	asks  []*Member
+	milli int64
+	// at is the lowest of the workload's queues whose limit it goes over
+	// (limitScope), nil if none does by the numbers the cycle reads;
+	// victims come from scope's subtree.
+	at, scope *queueState
+}
+
+// limitScope returns the lowest of q and its ancestors whose GPU, CPU or
+// memory limit q taking asks would go over now, as the default policy
+// reads them, and the queue whose subtree victims must come from: that
+// one, or, when the policy turned the workload away for a reason of its
+// own, the top of q's tree. Evicting outside it frees nothing under the
+// limit.
+func (c *cycle) limitScope(q *queueState, asks []*Member, milli int64) (at, scope *queueState) {
+	var cpu, memory int64
+	for _, m := range asks {
+		cpu, memory = cpu+m.CPUMilli, memory+m.Memory
+	}
+	for a := q; a != nil; a = a.parent {
+		if over(a.LimitMilli, a.allocated+milli) || over(a.CPU.Limit, a.cpu.alloc+cpu) || over(a.Memory.Limit, a.memory.alloc+memory) {
+			return a, a
+		}
+		scope = a
+	}
+	return nil, scope
+}
+
+// inSubtree reports whether q is root or below it.
+func inSubtree(q, root *queueState) bool {
+	for a := q; a != nil; a = a.parent {
+		if a == root {
+			return true
 		}
 	}
-	restore := func(ms []*Member) {
-		for _, m := range ms {
-			if a := saved[m.Pod.UID]; a != nil {
-				_ = c.snap.Restore(a)
-				delete(saved, m.Pod.UID)
-			}
-			if claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
-				claims.Restore(m.Pod)
-			}
-		}
+	return false
+}
+
+// where is " under queue org's limit", for the wait.
+func (l *underLimit) where() string {
+	if l.at == nil {
+		return " under the quota policy (data.partita.quota)"
 	}
-	// fits places w's members and takes them off again; room keeps the
-	// devices of the last placement that fitted, which every search below
-	// leaves the snapshot in: what w waits for (holdFor).
-	var room []roomDevices
-	fits := func() bool {
-		placed, err := c.place(w, members, false)
-		if err == nil {
-			room = roomOf(placed)
-		}
-		for _, p := range placed {
-			c.snap.Forget(p.Member.Pod.UID)
-			if claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
-				claims.Forget(p.Member.Pod)
-			}
-		}
-		return err == nil
-	}
+	return fmt.Sprintf(" under queue %s's limit", l.at.Name)
+}
+
+// evictFor runs search s for its workload: it waits for pods already
+// terminating if they make enough room, else evicts the victims s chooses.
+// It reports whether the workload now waits (its wait is recorded).
+func (c *cycle) evictFor(s *search) bool {
+	q, w := s.q, s.w
 	// Each search places the gang again, so a cycle bounds them; the
 	// look at terminating pods below is one of them.
 	if c.searches >= c.opts.MaxPreemptionSearches {
 		return false
 	}
+	// Elastic members beyond their gang's minimum go first, one by one.
+	// Under a limit, only what is charged within it makes room there.
+	var scope *queueState
+	reason, where := v1alpha1.ReasonWaitingForCapacity, ""
+	if s.lim != nil {
+		scope = s.lim.scope
+		reason, where = v1alpha1.ReasonWaitingForQuota, s.lim.where()
+	}
+	cands := c.elasticVictims(q, w)
+	if scope != nil {
+		cands = slices.DeleteFunc(cands, func(v victim) bool { return !inSubtree(v.q, scope) })
+	}
+	cands = append(cands, c.victims(q, w, s.members, scope)...)
+	terminating := c.terminatingVictims()
+	// waitFor counts the terminating members whose room w waits for.
+	waitFor := 0
+	for _, v := range terminating {
+		if scope == nil || inSubtree(v.q, scope) {
+			waitFor += len(v.members)
+		}
+	}
+	if len(cands) == 0 && waitFor == 0 {
+		return false
+	}
 	c.searches++
 	// Pods already terminating free their room soon: if that is enough,
 	// wait for them rather than evict more.
-	terminating := c.terminatingMembers()
-	release(terminating)
-	defer restore(terminating)
-	if len(terminating) > 0 && fits() {
-		restore(terminating)
-		c.holdFor(w, room)
-		c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room", len(terminating)))
+	for _, v := range terminating {
+		s.release(v)
+	}
+	restoreTerminating := func() {
+		for _, v := range terminating {
+			s.restore(v)
+		}
+	}
+	if waitFor > 0 && s.fits() {
+		restoreTerminating()
+		c.holdFor(w, s.room)
+		c.wait(w, reason, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room%s", waitFor, where))
 		return true
 	}
-	// Elastic members beyond their gang's minimum go first, one by one.
-	cands := append(c.elasticVictims(q, w), c.victims(q, w, members)...)
-	if len(cands) == 0 {
+	chosen := s.choose(cands)
+	if chosen == nil {
+		restoreTerminating()
 		return false
+	}
+	names := c.evict(s, chosen)
+	restoreTerminating()
+	c.holdFor(w, s.room)
+	c.wait(w, reason, fmt.Sprintf("evicting %d workload(s) to make room%s: %s", len(chosen), where, strings.Join(names, ", ")))
+	return true
+}
+
+// search simulates evictions for w of queue q: victims' members are taken
+// off the snapshot (release) and put back (restore), and fits tells
+// whether w's members are placed then (and, under a limit, whether the
+// quota policy allows w).
+type search struct {
+	c       *cycle
+	q       *queueState
+	w       *Workload
+	members []*Member
+	saved   map[types.UID]*gpu.PodAllocation
+	// claims: victims holding GPUs through ResourceClaims free them in the
+	// claim simulation too, which places w's members when they carry
+	// claims.
+	claims ClaimSession
+	// room keeps the devices of the last placement that fitted, which
+	// every search leaves the snapshot in: what w waits for (holdFor).
+	room []roomDevices
+	// lim is set for a workload the quota policy turned away; off are the
+	// charges of the released victims then, by the queue charged.
+	lim *underLimit
+	off map[*queueState][3]int64
+}
+
+func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member, lim *underLimit) *search {
+	s := &search{c: c, q: q, w: w, members: members, lim: lim, saved: map[types.UID]*gpu.PodAllocation{}}
+	if slices.ContainsFunc(members, func(m *Member) bool { return len(m.Pod.Spec.ResourceClaims) > 0 }) {
+		s.claims = c.claimSimulation()
+	}
+	if lim != nil {
+		s.off = map[*queueState][3]int64{}
+	}
+	return s
+}
+
+func (s *search) release(v victim) {
+	for _, m := range v.members {
+		if a, ok := s.c.snap.Allocation(m.Pod.UID); ok {
+			s.saved[m.Pod.UID] = a
+			s.c.snap.Forget(m.Pod.UID)
+		}
+		if s.claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Release(m.Pod)
+		}
+	}
+	s.take(v, 1)
+}
+
+func (s *search) restore(v victim) {
+	for _, m := range v.members {
+		if a := s.saved[m.Pod.UID]; a != nil {
+			_ = s.c.snap.Restore(a)
+			delete(s.saved, m.Pod.UID)
+		}
+		if s.claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Restore(m.Pod)
+		}
+	}
+	s.take(v, -1)
+}
+
+// take records, under a limit, that v's charge is off its queue (sign 1)
+// or back on it (-1).
+func (s *search) take(v victim, sign int64) {
+	if s.lim == nil || v.q == nil {
+		return
+	}
+	ch := s.c.victimCharge(v)
+	o := s.off[v.q]
+	for i := range o {
+		o[i] += sign * ch[i]
+	}
+	s.off[v.q] = o
+}
+
+// allowed asks the quota policy again about w, with the released
+// victims' charges (take) off their queues and ancestors, and with the
+// headroom held for heads of line still held: reclaim makes no room that
+// a head is owed.
+func (s *search) allowed() bool {
+	apply := func(sign int64) {
+		for vq, o := range s.off {
+			for a := vq; a != nil; a = a.parent {
+				a.allocated -= sign * o[0]
+				a.cpu.alloc -= sign * o[1]
+				a.memory.alloc -= sign * o[2]
+			}
+		}
+	}
+	apply(1)
+	v, _, err := s.c.quotaVerdict(s.q, s.w, s.lim.asks, s.lim.milli)
+	apply(-1)
+	return err == nil && v.Allowed
+}
+
+// fits places w's members and takes them off again; under a limit the
+// quota policy must allow w first.
+func (s *search) fits() bool {
+	if s.lim != nil && !s.allowed() {
+		return false
+	}
+	placed, err := s.c.place(s.w, s.members, false)
+	if err == nil {
+		s.room = roomOf(placed)
+	}
+	for _, p := range placed {
+		s.c.snap.Forget(p.Member.Pod.UID)
+		if s.claims != nil && len(p.Member.Pod.Spec.ResourceClaims) > 0 {
+			s.claims.Forget(p.Member.Pod)
+		}
+	}
+	return err == nil
+}
+
+// keeps reports whether reclaim must leave v to its queue: the queue
+// would drop below its fair share without it and the victims already
+// chosen from it, in this search (taken) and earlier ones of the cycle;
+// the next cycle would reclaim back. Elastic members hold only room no
+// minimum wanted.
+func (c *cycle) keeps(v victim, charge int64, taken map[*queueState]int64) bool {
+	return v.reclaim && !v.elastic && v.q.allocated+c.moving[v.q][0]-taken[v.q]-charge < v.q.fairShare
+}
+
+// choose releases candidates in order until w fits, then spares every one
+// that the placement does not need, the most important first. It returns
+// the victims, released, or nil (nothing released) when none fit.
+func (s *search) choose(cands []victim) []victim {
+	c := s.c
+	if s.lim != nil && !s.enough(cands) {
+		return nil
 	}
 	taken := map[*queueState]int64{}
 	var chosen []victim
 	found := false
 	for _, v := range cands {
-		var charge int64
-		if v.elastic {
-			for _, m := range v.members {
-				mc, _ := c.memberCharge(m)
-				charge += mc
-			}
-		} else {
-			charge = c.activeCharge(v.w)
-		}
-		if v.reclaim && !v.elastic && v.q.allocated-taken[v.q]-charge < v.q.fairShare {
-			// Reclaim takes a victim only if its queue stays at or above
-			// its fair share without it (and the victims already chosen
-			// from it): otherwise the next cycle would reclaim back.
-			// Elastic members hold only room no minimum wanted.
+		charge := c.victimCharge(v)[0]
+		if c.keeps(v, charge, taken) {
 			continue
 		}
-		release(v.members)
+		s.release(v)
 		taken[v.q] += charge
 		chosen = append(chosen, v)
-		if fits() {
+		if s.fits() {
 			found = true
 			break
 		}
@@ -148,34 +331,102 @@ func (c *cycle) preempt(q *queueState, w *Workload, members []*Member) bool {
 	}
 	if !found {
 		for _, v := range chosen {
-			restore(v.members)
+			s.restore(v)
 		}
-		return false
+		return nil
 	}
 	// Least disruption: spare every chosen victim the placement does not
 	// need, the most important first.
 	for i := len(chosen) - 2; i >= 0; i-- {
-		restore(chosen[i].members)
-		if fits() {
+		s.restore(chosen[i])
+		if s.fits() {
 			chosen = slices.Delete(chosen, i, i+1)
 			continue
 		}
-		release(chosen[i].members)
+		s.release(chosen[i])
 	}
+	return chosen
+}
+
+// enough reports whether the quota policy allows w with every candidate
+// that choose could take gone: if not, no choice of them will do, and
+// nothing need be placed to find that out.
+func (s *search) enough(cands []victim) bool {
+	taken := map[*queueState]int64{}
+	var took []victim
+	for _, v := range cands {
+		charge := s.c.victimCharge(v)[0]
+		if s.c.keeps(v, charge, taken) {
+			continue
+		}
+		s.take(v, 1)
+		taken[v.q] += charge
+		took = append(took, v)
+		if len(took) >= maxVictims {
+			break
+		}
+	}
+	ok := s.allowed()
+	for _, v := range took {
+		s.take(v, -1)
+	}
+	return ok
+}
+
+// evict puts the chosen victims back on the snapshot and records their
+// evictions for w, and what they will move between queues (moving); it
+// returns their names, for w's wait.
+func (c *cycle) evict(s *search, chosen []victim) []string {
 	names := make([]string, len(chosen))
+	var need [3]int64
+	for _, m := range s.members {
+		need[0], need[1], need[2] = need[0]+m.GPUMilli, need[1]+m.CPUMilli, need[2]+m.Memory
+	}
+	c.move(s.q, need, 1)
 	for i, v := range chosen {
-		restore(v.members)
+		s.restore(v)
 		c.markEvicting(v)
+		c.move(v.q, c.victimCharge(v), -1)
 		names[i] = v.w.Name()
 		if v.elastic {
 			names[i] = fmt.Sprintf("%s (elastic member %s)", v.w.Name(), v.members[0].Pod.Name)
 		}
-		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: w, Reclaim: v.reclaim, Message: c.evictionMessage(v, q, w)})
+		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: s.w, Reclaim: v.reclaim, Message: c.evictionMessage(v, s.q, s.w)})
 	}
-	restore(terminating)
-	c.holdFor(w, room)
-	c.wait(w, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf("evicting %d workload(s) to make room: %s", len(chosen), strings.Join(names, ", ")))
-	return true
+	return names
+}
+
+// move records that the evictions chosen in the cycle will change what q
+// holds by sign × d (milli-GPUs, milli-CPUs, bytes), once the victims are
+// gone and the workloads they make room for are admitted. Until then the
+// queues' allocation still counts the victims and not their preemptors:
+// the next search must not take from a queue what earlier ones already
+// took, nor give a queue what it is already getting.
+func (c *cycle) move(q *queueState, d [3]int64, sign int64) {
+	if q == nil {
+		return
+	}
+	if c.moving == nil {
+		c.moving = map[*queueState][3]int64{}
+	}
+	m := c.moving[q]
+	for i := range m {
+		m[i] += sign * d[i]
+	}
+	c.moving[q] = m
+}
+
+// victimCharge is what evicting v frees: milli-GPUs, milli-CPUs, bytes.
+func (c *cycle) victimCharge(v victim) [3]int64 {
+	if len(v.members) == len(v.w.Active) {
+		return [3]int64{c.activeCharge(v.w), v.w.activeCPU, v.w.activeMemory}
+	}
+	var out [3]int64
+	for _, m := range v.members {
+		mc, _ := c.memberCharge(m)
+		out[0], out[1], out[2] = out[0]+mc, out[1]+m.CPUMilli, out[2]+m.Memory
+	}
+	return out
 }
 
 // holdFor withholds, for the rest of the cycle, the devices a workload
@@ -259,8 +510,9 @@ type holdLine struct {
 }
 
 // victims lists the workloads that may be evicted for w, the first to go
-// first: lowest priority, then the most recently started.
-func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim {
+// first: lowest priority, then the most recently started. A scope keeps
+// reclaim to the queues of its subtree.
+func (c *cycle) victims(q *queueState, w *Workload, members []*Member, scope *queueState) []victim {
 	var need, needCPU, needMemory int64
 	for _, m := range members {
 		need += m.GPUMilli
@@ -277,11 +529,14 @@ func (c *cycle) victims(q *queueState, w *Workload, members []*Member) []victim 
 		}
 	}
 	// Reclaim takes back GPUs for a queue that stays within its fair
-	// share of every resource it asks for.
-	within := func(r amounts, need int64) bool { return need == 0 || r.alloc+need <= r.fairShare }
-	if q.allocated+need <= q.fairShare && within(q.cpu, needCPU) && within(q.memory, needMemory) {
+	// share of every resource it asks for, counting what the cycle's
+	// evictions already make room for.
+	moved := c.moving[q]
+	within := func(alloc, fairShare, need int64) bool { return need == 0 || alloc+need <= fairShare }
+	if q.allocated+moved[0]+need <= q.fairShare &&
+		within(q.cpu.alloc+moved[1], q.cpu.fairShare, needCPU) && within(q.memory.alloc+moved[2], q.memory.fairShare, needMemory) {
 		for _, vq := range c.overFairShare() {
-			if vq == q {
+			if vq == q || (scope != nil && !inSubtree(vq, scope)) {
 				continue
 			}
 			for _, v := range c.evictable(vq.Name) {
@@ -323,16 +578,20 @@ func (c *cycle) evictable(queue string) []*Workload {
 	return vs
 }
 
-// terminatingMembers are the active members of every workload that are
-// being deleted, computed once per cycle.
-func (c *cycle) terminatingMembers() []*Member {
+// terminatingVictims are, for each workload, its active members that are
+// being deleted, with its queue; computed once per cycle.
+func (c *cycle) terminatingVictims() []victim {
 	if c.terminating == nil {
-		c.terminating = []*Member{}
+		c.terminating = []victim{}
 		for _, w := range c.st.Terminating {
+			var ms []*Member
 			for _, m := range w.Active {
 				if m.Pod.DeletionTimestamp != nil {
-					c.terminating = append(c.terminating, m)
+					ms = append(ms, m)
 				}
+			}
+			if len(ms) > 0 {
+				c.terminating = append(c.terminating, victim{w: w, q: c.queues[w.Queue], members: ms})
 			}
 		}
 	}
@@ -383,8 +642,8 @@ func formatHours(h float64) string {
 // sparedFor says which workloads that could have made room for w are not
 // evicted, and why; "" when none. It lists those of w's queue with lower
 // priority and, when w's queue may reclaim, those of queues over their
-// fair share.
-func (c *cycle) sparedFor(q *queueState, w *Workload) string {
+// fair share: within scope's subtree when scope is set (a limit's).
+func (c *cycle) sparedFor(q *queueState, w *Workload, scope *queueState) string {
 	if q == nil || len(c.opts.Unevictable) == 0 || c.opts.DisablePreemption {
 		return ""
 	}
@@ -396,7 +655,9 @@ func (c *cycle) sparedFor(q *queueState, w *Workload) string {
 	var parts []string
 	for _, s := range c.spared {
 		sameQueue := s.q == q.Name && s.w.Priority < w.Priority
-		reclaim := s.q != q.Name && q.allocated < q.fairShare && c.queues[s.q] != nil && c.queues[s.q].allocated > c.queues[s.q].fairShare
+		vq := c.queues[s.q]
+		reclaim := s.q != q.Name && q.allocated+c.moving[q][0] < q.fairShare && vq != nil && vq.allocated > vq.fairShare &&
+			(scope == nil || inSubtree(vq, scope))
 		if (sameQueue || reclaim) && s.w != w {
 			parts = append(parts, fmt.Sprintf("%s is not evicted: %s", s.w.Key, s.why))
 		}

@@ -1,0 +1,188 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// Time-based fair share (issue 29) on the dev cluster, with a short
+// half-life so that history builds in seconds.
+const (
+	usageHalfLife = 15 * time.Second
+	usageWindow   = 2 * time.Minute
+)
+
+// usageFlags turn time-based fair share on in the dev cluster's extender,
+// as a user would: partita dev up --extender-flag=....
+var usageFlags = []string{
+	"--extender-flag=--fair-share-usage-weight=1",
+	"--extender-flag=--fair-share-usage-half-life=" + usageHalfLife.String(),
+	"--extender-flag=--fair-share-usage-window=" + usageWindow.String(),
+}
+
+// queueUsage reads a queue's status.usage; nil when it has none.
+func queueUsage(ctx context.Context, t *testing.T, name string) *v1alpha1.QueueUsage {
+	t.Helper()
+	var q v1alpha1.Queue
+	if err := crClient(t).Get(ctx, client.ObjectKey{Name: name}, &q); err != nil {
+		t.Fatalf("get queue %s: %v", name, err)
+	}
+	return q.Status.Usage
+}
+
+func usageGPUHours(u *v1alpha1.QueueUsage) float64 {
+	if u == nil {
+		return 0
+	}
+	return u.Hours.Name(v1alpha1.ResourceGPU, "").AsApproximateFloat64()
+}
+
+// TestFairShareRemembersUsage: two sibling queues with equal quota (0)
+// and weight under a parent limited to 8 GPUs, on a node of 8. Queue a runs
+// all 8 alone, then b asks for 8 too. With usage off they split evenly:
+// reclaim stops at 4 and 4. With usage on, a's history (about 0.88 of what
+// the parent could have given) leaves it a share weight of 0.12 against
+// b's 1: b's fair share is 7, reclaim goes on to 7 and says that history
+// decided. The leader is killed and restarted while a runs alone: its
+// successor carries on from the usage in Queue status.
+func TestFairShareRemembersUsage(t *testing.T) {
+	ctx := testContext(t, 9*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/usage": ns}
+	// dev up removes simulated nodes it did not make unless type=e2e.
+	addGPUNode(ctx, t, ns+"-us-0", 8, map[string]string{"e2e.partita.dev/usage": ns, "type": "e2e"})
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	parent, a, b := "usage-"+ns, "usage-a-"+ns, "usage-b-"+ns
+	createQueue(ctx, t, gpuQueue(parent, ns, "0", "8", 1))
+	for _, name := range []string{a, b} {
+		q := gpuQueue(name, ns, "0", "-1", 1)
+		q.Spec.Parent = parent
+		createQueue(ctx, t, q)
+	}
+
+	// counts returns the pods of a and b bound now.
+	counts := func() (int, int) {
+		var na, nb int
+		for _, p := range listNS(ctx, t, ns) {
+			if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
+				continue
+			}
+			switch p.Labels[v1alpha1.LabelQueue] {
+			case a:
+				na++
+			case b:
+				nb++
+			}
+		}
+		return na, nb
+	}
+	// aAlone runs 8 pods of a and waits until they are bound.
+	aAlone := func(round string) {
+		t.Helper()
+		var pods []*corev1.Pod
+		for i := range 8 {
+			pods = append(pods, queuedPod(ns, fmt.Sprintf("%s-a-%d", round, i), a, sel))
+		}
+		createPods(ctx, t, clientset, pods, 4)
+		poll(t, 90*time.Second, "a's 8 pods bound", func() (bool, string) {
+			na, nb := counts()
+			return na == 8, fmt.Sprintf("a %d, b %d bound", na, nb)
+		})
+	}
+	bAsks := func(round string) {
+		t.Helper()
+		var pods []*corev1.Pod
+		for i := range 8 {
+			pods = append(pods, queuedPod(ns, fmt.Sprintf("%s-b-%d", round, i), b, sel))
+		}
+		createPods(ctx, t, clientset, pods, 4)
+	}
+
+	// Usage off (the dev cluster's default): an even split.
+	aAlone("off")
+	time.Sleep(devPreemptMinRuntime)
+	bAsks("off")
+	poll(t, 90*time.Second, "reclaim to 4 and 4", func() (bool, string) {
+		na, nb := counts()
+		return na == 4 && nb == 4, fmt.Sprintf("a %d, b %d bound", na, nb)
+	})
+	time.Sleep(10 * time.Second)
+	if na, nb := counts(); na != 4 || nb != 4 {
+		t.Errorf("usage off: a %d and b %d bound 10s later, want 4 and 4", na, nb)
+	}
+	deletePods(ctx, t, ns)
+	poll(t, 60*time.Second, "the round's pods gone", func() (bool, string) {
+		n := len(listNS(ctx, t, ns))
+		return n == 0, fmt.Sprintf("%d pods left", n)
+	})
+
+	// Usage on.
+	out := devUp(ctx, t, usageFlags...)
+	if !strings.Contains(out, "Restarting partita extender: its command line changed") {
+		t.Errorf("dev up with --extender-flag did not restart the extender:\n%s", out)
+	}
+	t.Cleanup(func() { devUp(context.WithoutCancel(ctx), t) })
+	t.Logf("dev up with usage on:\n%s", out)
+	aAlone("on")
+	ranAlone := time.Now()
+	var before float64
+	poll(t, 60*time.Second, "a's usage in its status", func() (bool, string) {
+		u := queueUsage(ctx, t, a)
+		before = usageGPUHours(u)
+		return before > 0, fmt.Sprintf("status.usage %+v", u)
+	})
+	killed := time.Now()
+	restartExtender(ctx, t, func() {}, usageFlags...)
+	poll(t, 90*time.Second, "the new leader writing a's usage", func() (bool, string) {
+		u := queueUsage(ctx, t, a)
+		return u != nil && u.UpdateTime != nil && u.UpdateTime.After(killed) && usageGPUHours(u) >= before,
+			fmt.Sprintf("status.usage %+v (before the restart: %v GPU-hours)", u, before)
+	})
+	// Three half-lives alone in all.
+	time.Sleep(time.Until(ranAlone.Add(3 * usageHalfLife)))
+	bAsks("on")
+	poll(t, 90*time.Second, "reclaim past the even split, to b 7", func() (bool, string) {
+		na, nb := counts()
+		return nb >= 7 && na <= 1, fmt.Sprintf("a %d, b %d bound", na, nb)
+	})
+	// The evicted pods are gone; their events stay.
+	evs, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=" + v1alpha1.ReasonPreempted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "history decided: queue " + a + " used"
+	var seen []string
+	for _, e := range evs.Items {
+		if strings.HasPrefix(e.InvolvedObject.Name, "on-a-") {
+			seen = append(seen, e.Message)
+		}
+	}
+	if !slices.ContainsFunc(seen, func(m string) bool { return strings.Contains(m, want) }) {
+		t.Errorf("no reclaim event of the usage round says %q; they say %q", want, seen)
+	}
+	// What a user reads: kubectl partita queues shows the usage.
+	out, err = partita(ctx, "ctl", "queues", "--kubeconfig", cluster.KubeconfigPath())
+	if err != nil {
+		t.Fatalf("partita ctl queues: %v\n%s", err, out)
+	}
+	t.Logf("partita ctl queues:\n%s", out)
+	if !strings.Contains(out, "USAGE (GPU-H)") || !strings.Contains(out, "usage: sliding 2m window, half-life 15s") {
+		t.Errorf("partita ctl queues shows no usage with usage on:\n%s", out)
+	}
+	// The parent's usage is its children's.
+	pu, au := usageGPUHours(queueUsage(ctx, t, parent)), usageGPUHours(queueUsage(ctx, t, a))
+	if pu < au || au <= 0 {
+		t.Errorf("parent %s used %v GPU-hours, its child a %v: the parent's must include it", parent, pu, au)
+	}
+}

@@ -23,7 +23,7 @@ import (
 // policy is the real default Rego bundle. One op is what the loop does per
 // cycle: copy the state, refresh the ledger snapshot, decide.
 func BenchmarkAdmissionCycle(b *testing.B) {
-	benchmarkAdmissionCycle(b, wholeRunningPod, nil)
+	benchmarkAdmissionCycle(b, wholeRunningPod, benchUsage{})
 }
 
 // BenchmarkAdmissionCycleWithUsage is BenchmarkAdmissionCycle with
@@ -33,9 +33,22 @@ func BenchmarkAdmissionCycle(b *testing.B) {
 // cycle. The settings are the worst case for the tracker, a 1h half-life in
 // a 168h window: 30-minute buckets, about 60 a queue, warmed with 31 hours
 // of history.
+//
+// Queues that hold the same for hours have shares that hardly move, and the
+// fair-share memo (keyed on usage to 1/10,000) holds; /divide drops the memo
+// before every op, so that each cycle divides twice (with and without
+// usage), as when usage moves every cycle.
 func BenchmarkAdmissionCycleWithUsage(b *testing.B) {
 	cfg := usage.Config{Weight: 1, HalfLife: time.Hour, Window: 168 * time.Hour, WindowType: v1alpha1.UsageWindowSliding}
-	benchmarkAdmissionCycle(b, wholeRunningPod, &cfg)
+	b.Run("memo", func(b *testing.B) { benchmarkAdmissionCycle(b, wholeRunningPod, benchUsage{cfg: &cfg}) })
+	b.Run("divide", func(b *testing.B) { benchmarkAdmissionCycle(b, wholeRunningPod, benchUsage{cfg: &cfg, dropMemo: true}) })
+}
+
+// benchUsage turns time-based fair share on in benchmarkAdmissionCycle:
+// cfg nil leaves it off; dropMemo divides anew every op.
+type benchUsage struct {
+	cfg      *usage.Config
+	dropMemo bool
 }
 
 func wholeRunningPod(name, q, node string, device int32, created time.Time) *corev1.Pod {
@@ -54,10 +67,11 @@ func BenchmarkMemorySliceCycle(b *testing.B) {
 			Annotation(v1alpha1.AnnotationDevicesPrefix+partitatest.DefaultContainer, partitatest.DeviceUUID(node, device)).Obj()
 		r, _ := gpu.ParsePod(p)
 		return gpu.ApplyCanonical(p, r, 81559)
-	}, nil)
+	}, benchUsage{})
 }
 
-func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string, device int32, created time.Time) *corev1.Pod, usageCfg *usage.Config) {
+func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string, device int32, created time.Time) *corev1.Pod, withUsage benchUsage) {
+	usageCfg := withUsage.cfg
 	const (
 		nodes, perNode     = 5000, 8
 		parents, leaves    = 10, 100
@@ -156,6 +170,9 @@ func benchmarkAdmissionCycle(b *testing.B, runningPod func(name, q, node string,
 		if counted != nil {
 			now = now.Add(time.Second)
 			u = counted(st, now)
+		}
+		if withUsage.dropMemo {
+			shares = cycle.FairShares{}
 		}
 		// As the extender runs it by default: every queue's head has
 		// waited past the starvation bound, so rooms are held too.

@@ -13,8 +13,10 @@ func withUsage(q Queue, gpu float64) Queue {
 	return q
 }
 
-// Expected values are worked out by hand with KAI's share weight (see
-// shareWeights): w = weight / Σweight of the wanting siblings, share
+// KAI-Scheduler has no test of its time-based division to serve as an
+// oracle (every case of its resource_division_test passes kValue 0, and its
+// env tests assert no numbers), so the expected values are worked out by
+// hand with KAI's share weight (calcShareWeights; see shareWeights): w = weight / Σweight of the wanting siblings, share
 // weight = max(0, w + k×(w − usage)), offer = pool × share weight / Σ.
 func TestDivideWithUsage(t *testing.T) {
 	const none = Unlimited

@@ -48,13 +48,17 @@ func usageGPUHours(u *v1alpha1.QueueUsage) float64 {
 }
 
 // TestFairShareRemembersUsage: two sibling queues with equal quota (0)
-// and weight under a parent limited to 8 GPUs, on a node of 8. Queue a runs
+// and weight under a parent whose parent is limited to 8 GPUs, on a node
+// of 8. Queue a runs
 // all 8 alone, then b asks for 8 too. With usage off they split evenly:
 // reclaim stops at 4 and 4. With usage on, a's history (about 0.88 of what
 // the parent could have given) leaves it a share weight of 0.12 against
 // b's 1: b's fair share is 7, reclaim goes on to 7 and says that history
 // decided. The leader is killed and restarted while a runs alone: its
-// successor carries on from the usage in Queue status.
+// successor carries on from the usage in Queue status. Then a queue under
+// a sibling of their parent asks too: the parent's usage (its children's)
+// weighs against that sibling's, and reclaim gives the newcomer most of
+// the GPUs.
 func TestFairShareRemembersUsage(t *testing.T) {
 	ctx := testContext(t, 9*time.Minute)
 	ns := extNamespace(ctx, t, clientset)
@@ -63,51 +67,49 @@ func TestFairShareRemembersUsage(t *testing.T) {
 	// dev up removes simulated nodes it did not make unless type=e2e.
 	addGPUNode(ctx, t, ns+"-us-0", 8, map[string]string{"e2e.partita.dev/usage": ns, "type": "e2e"})
 	t.Cleanup(func() { deletePods(ctx, t, ns) })
-	parent, a, b := "usage-"+ns, "usage-a-"+ns, "usage-b-"+ns
-	createQueue(ctx, t, gpuQueue(parent, ns, "0", "8", 1))
-	for _, name := range []string{a, b} {
-		q := gpuQueue(name, ns, "0", "-1", 1)
-		q.Spec.Parent = parent
-		createQueue(ctx, t, q)
+	// dept (limit 8) → parent → a, b; dept → other → c.
+	dept, parent, a, b := "usage-dept-"+ns, "usage-"+ns, "usage-a-"+ns, "usage-b-"+ns
+	other, c := "usage-other-"+ns, "usage-c-"+ns
+	createQueue(ctx, t, gpuQueue(dept, ns, "0", "8", 1))
+	for _, q := range [][2]string{{parent, dept}, {other, dept}, {a, parent}, {b, parent}, {c, other}} {
+		queue := gpuQueue(q[0], ns, "0", "-1", 1)
+		queue.Spec.Parent = q[1]
+		createQueue(ctx, t, queue)
 	}
 
-	// counts returns the pods of a and b bound now.
-	counts := func() (int, int) {
-		var na, nb int
+	// bound counts the pods of each queue bound now.
+	bound := func() map[string]int {
+		n := map[string]int{}
 		for _, p := range listNS(ctx, t, ns) {
-			if p.Spec.NodeName == "" || p.DeletionTimestamp != nil {
-				continue
-			}
-			switch p.Labels[v1alpha1.LabelQueue] {
-			case a:
-				na++
-			case b:
-				nb++
+			if p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+				n[p.Labels[v1alpha1.LabelQueue]]++
 			}
 		}
-		return na, nb
+		return n
+	}
+	counts := func() (int, int) {
+		n := bound()
+		return n[a], n[b]
+	}
+	// asks creates 8 pods of queue q named ROUND-SHORT-i.
+	asks := func(round, short, q string) {
+		t.Helper()
+		var pods []*corev1.Pod
+		for i := range 8 {
+			pods = append(pods, queuedPod(ns, fmt.Sprintf("%s-%s-%d", round, short, i), q, sel))
+		}
+		createPods(ctx, t, clientset, pods, 4)
 	}
 	// aAlone runs 8 pods of a and waits until they are bound.
 	aAlone := func(round string) {
 		t.Helper()
-		var pods []*corev1.Pod
-		for i := range 8 {
-			pods = append(pods, queuedPod(ns, fmt.Sprintf("%s-a-%d", round, i), a, sel))
-		}
-		createPods(ctx, t, clientset, pods, 4)
+		asks(round, "a", a)
 		poll(t, 90*time.Second, "a's 8 pods bound", func() (bool, string) {
 			na, nb := counts()
 			return na == 8, fmt.Sprintf("a %d, b %d bound", na, nb)
 		})
 	}
-	bAsks := func(round string) {
-		t.Helper()
-		var pods []*corev1.Pod
-		for i := range 8 {
-			pods = append(pods, queuedPod(ns, fmt.Sprintf("%s-b-%d", round, i), b, sel))
-		}
-		createPods(ctx, t, clientset, pods, 4)
-	}
+	bAsks := func(round string) { asks(round, "b", b) }
 
 	// Usage off (the dev cluster's default): an even split.
 	aAlone("off")
@@ -185,4 +187,14 @@ func TestFairShareRemembersUsage(t *testing.T) {
 	if pu < au || au <= 0 {
 		t.Errorf("parent %s used %v GPU-hours, its child a %v: the parent's must include it", parent, pu, au)
 	}
+
+	// A parent's usage weighs its subtree against its siblings: parent's
+	// subtree held all of dept's 8 GPUs throughout, other's nothing. When
+	// c (under other) asks for 8, other's share of dept is nearly all of
+	// it, and reclaim takes parent's children's pods for c.
+	asks("on", "c", c)
+	poll(t, 90*time.Second, "c (whose parent used nothing) reclaiming past an even split of dept", func() (bool, string) {
+		n := bound()
+		return n[c] >= 6, fmt.Sprintf("a %d, b %d, c %d bound", n[a], n[b], n[c])
+	})
 }

@@ -72,7 +72,8 @@ func (a *Admitter) evictAll(ctx context.Context, res *cycle.Result, now time.Tim
 			// A victim is partly evicted: nothing else goes until it is
 			// gone whole.
 			for k := range a.finishing {
-				a.rewriteWait(res, key, v1alpha1.ReasonWaitingForCapacity, fmt.Sprintf(
+				// The cycle's reason stays: room or a limit's headroom.
+				a.rewriteMessage(res, key, fmt.Sprintf(
 					"waiting until %s is evicted whole before evicting anything more", k))
 				break
 			}
@@ -209,6 +210,15 @@ func (a *Admitter) refuse(ctx context.Context, res *cycle.Result, preemptor, vic
 	logr.FromContextOrDiscard(ctx).V(2).Info("Refused to evict a workload", "workload", victim.Key.String(), "for", preemptor.Key.String(), "why", why)
 }
 
+// rewriteMessage sets the message of key's wait in res, keeping its reason.
+func (a *Admitter) rewriteMessage(res *cycle.Result, key cycle.WorkloadKey, msg string) {
+	for i := range res.Waiting {
+		if res.Waiting[i].Workload.Key == key {
+			res.Waiting[i].Message = msg
+		}
+	}
+}
+
 // rewriteWait replaces the cycle's wait of key ("evicting ...").
 func (a *Admitter) rewriteWait(res *cycle.Result, key cycle.WorkloadKey, reason, msg string) {
 	for i := range res.Waiting {
@@ -316,7 +326,9 @@ func (a *Admitter) noteRefusals(res *cycle.Result, now time.Time) {
 	}
 	for i := range res.Waiting {
 		wt := &res.Waiting[i]
-		if _, ok := a.refusedFor[wt.Workload.Key]; ok && wt.Reason == v1alpha1.ReasonWaitingForCapacity {
+		// Waits for room and for a limit's headroom both reclaim.
+		waitsForEvictions := wt.Reason == v1alpha1.ReasonWaitingForCapacity || wt.Reason == v1alpha1.ReasonWaitingForQuota
+		if _, ok := a.refusedFor[wt.Workload.Key]; ok && waitsForEvictions {
 			wt.Reason = v1alpha1.ReasonEvictionRefused
 		}
 	}

@@ -23,6 +23,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/partita-dev/partita/admission/cycle"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/envtestutil"
@@ -316,3 +318,44 @@ func TestEvictionFinishesAPartlyEvictedGang(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestRefusalsKeepTheWaitsReason: a workload that waits for a limit's
+// headroom reclaims too (cycle: reclaim under a limit); when its evictions
+// are refused it reads EvictionRefused like one that waits for room, and
+// while a victim is being evicted whole its reason stays the cycle's.
+func TestRefusalsKeepTheWaitsReason(t *testing.T) {
+	now := time.Date(2026, 12, 5, 0, 0, 0, 0, time.UTC)
+	key := func(name string) cycle.WorkloadKey { return cycle.WorkloadKey{Namespace: "ns", Pod: name} }
+	result := func() *cycle.Result {
+		return &cycle.Result{Waiting: []cycle.Wait{
+			{Workload: &cycle.Workload{Key: key("quota")}, Reason: v1alpha1.ReasonWaitingForQuota, Message: "evicting 1 workload(s) to make room under queue p's limit: ns/x"},
+			{Workload: &cycle.Workload{Key: key("room")}, Reason: v1alpha1.ReasonWaitingForCapacity, Message: "evicting 1 workload(s) to make room: ns/y"},
+			{Workload: &cycle.Workload{Key: key("members")}, Reason: v1alpha1.ReasonWaitingForMembers, Message: "gang needs 2 pods"},
+		}}
+	}
+	reasons := func(res *cycle.Result) map[string]string {
+		out := map[string]string{}
+		for _, w := range res.Waiting {
+			out[w.Workload.Key.Pod] = w.Reason + ": " + w.Message
+		}
+		return out
+	}
+
+	a := &Admitter{refusedFor: map[cycle.WorkloadKey]time.Time{key("quota"): now.Add(time.Minute), key("room"): now.Add(time.Minute), key("members"): now.Add(time.Minute)}}
+	res := result()
+	a.noteRefusals(res, now)
+	want := map[string]string{
+		"quota":   v1alpha1.ReasonEvictionRefused + ": evicting 1 workload(s) to make room under queue p's limit: ns/x",
+		"room":    v1alpha1.ReasonEvictionRefused + ": evicting 1 workload(s) to make room: ns/y",
+		"members": v1alpha1.ReasonWaitingForMembers + ": gang needs 2 pods",
+	}
+	if diff := cmp.Diff(want, reasons(res)); diff != "" {
+		t.Errorf("after a refusal (-want +got):\n%s", diff)
+	}
+
+	res = result()
+	a.rewriteMessage(res, key("quota"), "waiting until ns/v is evicted whole before evicting anything more")
+	if got, want := reasons(res)["quota"], v1alpha1.ReasonWaitingForQuota+": waiting until ns/v is evicted whole before evicting anything more"; got != want {
+		t.Errorf("while a victim is evicted whole: %q, want %q", got, want)
+	}
+}

@@ -22,7 +22,9 @@
 // only the one bucket the window's start cuts through is counted
 // pro rata. The width is the smaller of window/24 and half-life/2, whole
 // seconds; buckets older than the window or 30 half-lives (a factor below
-// 10⁻⁹) are dropped, so a queue keeps at most about 62.
+// 10⁻⁹) are dropped, so a queue keeps at most about 62 (up to 92 with a
+// half-life of a few seconds, where whole-second buckets are coarse; the
+// CRD allows 128).
 //
 // # Persistence
 //

@@ -257,3 +257,20 @@ func TestConfigString(t *testing.T) {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
+
+// TestBucketsStayWithinTheCRDBound: for half-lives from a second to days and
+// windows from a minute to a week, a queue that holds GPUs all along keeps
+// fewer buckets than status.usage.buckets allows (128).
+func TestBucketsStayWithinTheCRDBound(t *testing.T) {
+	for _, h := range []time.Duration{time.Second, 3 * time.Second, 7 * time.Second, time.Minute, time.Hour, 24 * time.Hour} {
+		for _, w := range []time.Duration{time.Minute, time.Hour, 168 * time.Hour} {
+			tr := NewTracker(config(h, w, v1alpha1.UsageWindowSliding))
+			step := max(tr.width/3, time.Second)
+			end := t0.Add(min(w, 40*h) + 3*tr.width)
+			observeEvery(tr, t0, end, step, Amounts{GPU: 1})
+			if n := len(tr.history["a"]); n >= maxBuckets {
+				t.Errorf("half-life %v, window %v: %d buckets, the CRD allows %d", h, w, n, maxBuckets)
+			}
+		}
+	}
+}

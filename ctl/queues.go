@@ -60,7 +60,7 @@ func WriteQueues(w io.Writer, r report.QueuesReport, o Output) error {
 		if usage {
 			hours := "-"
 			if q.UsageGPUHours != nil {
-				hours = report.FormatHours(*q.UsageGPUHours)
+				hours = gpu.FormatHours(*q.UsageGPUHours)
 			} else {
 				unreported = true
 			}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 
@@ -321,6 +322,20 @@ func FormatMilli(milli int64) string {
 		return sign + strconv.FormatInt(whole, 10)
 	}
 	return sign + strings.TrimRight(fmt.Sprintf("%d.%03d", whole, frac), "0")
+}
+
+// FormatHours writes GPU-hours (a queue's usage) whole from 100, with at
+// most one decimal below, and with one significant digit below 0.1, so that
+// a little use does not read as none: 410.4 → "410", 12.46 → "12.5",
+// 0.04 → "0.04".
+func FormatHours(h float64) string {
+	switch {
+	case h >= 100:
+		return strconv.FormatFloat(math.Round(h), 'f', -1, 64)
+	case h >= 0.1 || h == 0:
+		return strconv.FormatFloat(math.Round(h*10)/10, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(h, 'g', 1, 64)
 }
 
 // ParsePod reads pod's GPU request in any dialect of DESIGN §4 and returns it

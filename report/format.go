@@ -1,7 +1,6 @@
 package report
 
 import (
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -46,19 +45,6 @@ func QuantityFloat(q resource.Quantity) float64 {
 
 // quantityMilli is a GPU quantity in milli-GPUs.
 func quantityMilli(q resource.Quantity) int64 { return q.MilliValue() }
-
-// FormatHours writes GPU-hours as the admission loop's reclaim messages do:
-// whole from 100, with at most one decimal below, and one significant digit
-// below 0.1 (so that a little use does not read as none).
-func FormatHours(h float64) string {
-	switch {
-	case h >= 100:
-		return strconv.FormatFloat(math.Round(h), 'f', -1, 64)
-	case h >= 0.1 || h == 0:
-		return strconv.FormatFloat(math.Round(h*10)/10, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(h, 'g', 1, 64)
-}
 
 // UsageWindow says what a queue's status.usage covers, in the words the
 // admission loop uses for its settings (usage.Config.String, which report

@@ -89,24 +89,3 @@ func TestUsageWindowSaysWhatTheLoopSays(t *testing.T) {
 		})
 	}
 }
-
-func TestFormatHours(t *testing.T) {
-	cases := map[string]struct {
-		hours float64
-		want  string
-	}{
-		"none":            {0, "0"},
-		"a trace":         {0.0432, "0.04"},
-		"one decimal":     {12.34, "12.3"},
-		"whole below 100": {7, "7"},
-		"whole from 100":  {410.6, "411"},
-		"just below 100":  {99.96, "100"},
-	}
-	for name, tc := range cases {
-		t.Run(name, func(t *testing.T) {
-			if got := FormatHours(tc.hours); got != tc.want {
-				t.Errorf("FormatHours(%v) = %q, want %q", tc.hours, got, tc.want)
-			}
-		})
-	}
-}

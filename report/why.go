@@ -634,7 +634,7 @@ func (w *why) historyNote(q QueueReport, nums map[string]float64) string {
 	}
 	used := *q.UsageGPUHours
 	nums["usageGPUHours"] = used
-	note += fmt.Sprintf("; it used %s GPU-hours (%s)", FormatHours(used), q.UsageWindow)
+	note += fmt.Sprintf("; it used %s GPU-hours (%s)", gpu.FormatHours(used), q.UsageWindow)
 	// Fair share divides among siblings: the one that used least is the
 	// one history favours most.
 	var least *QueueReport
@@ -653,7 +653,7 @@ func (w *why) historyNote(q QueueReport, nums map[string]float64) string {
 	}
 	if least != nil {
 		nums["siblingUsageGPUHours"] = *least.UsageGPUHours
-		note += fmt.Sprintf(" against %s for queue %s", FormatHours(*least.UsageGPUHours), least.Name)
+		note += fmt.Sprintf(" against %s for queue %s", gpu.FormatHours(*least.UsageGPUHours), least.Name)
 	}
 	return note
 }

@@ -138,6 +138,21 @@ type outcome struct {
 	Evicted []string
 }
 
+// checkOutcome compares a cycle's outcome with want, whose nil maps mean
+// none.
+func checkOutcome(t *testing.T, want, got outcome) {
+	t.Helper()
+	if want.Admitted == nil {
+		want.Admitted = map[string][]string{}
+	}
+	if want.Waiting == nil {
+		want.Waiting = map[string]string{}
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("outcome (-want +got):\n%s", diff)
+	}
+}
+
 func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	t.Helper()
 	opts2 := []CacheOption{WithMapper(tablemap(w.mapped)), WithDefaultQueue(w.defaultQueue)}
@@ -602,15 +617,7 @@ func TestCycle(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, _ := runWorld(t, tc.world, tc.opts)
-			if tc.want.Admitted == nil {
-				tc.want.Admitted = map[string][]string{}
-			}
-			if tc.want.Waiting == nil {
-				tc.want.Waiting = map[string]string{}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
+			checkOutcome(t, tc.want, got)
 		})
 	}
 }
@@ -759,15 +766,7 @@ func TestElastic(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, _ := runWorld(t, tc.world, tc.opts)
-			if tc.want.Admitted == nil {
-				tc.want.Admitted = map[string][]string{}
-			}
-			if tc.want.Waiting == nil {
-				tc.want.Waiting = map[string]string{}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
+			checkOutcome(t, tc.want, got)
 		})
 	}
 }
@@ -864,15 +863,7 @@ func TestHeadOfLineHoldsRoom(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, _ := runWorld(t, tc.world, tc.opts)
-			if tc.want.Admitted == nil {
-				tc.want.Admitted = map[string][]string{}
-			}
-			if tc.want.Waiting == nil {
-				tc.want.Waiting = map[string]string{}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
+			checkOutcome(t, tc.want, got)
 		})
 	}
 }

@@ -183,15 +183,7 @@ func TestHeadOfLineHoldsHeadroom(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, _ := runWorld(t, tc.world, tc.opts)
-			if tc.want.Admitted == nil {
-				tc.want.Admitted = map[string][]string{}
-			}
-			if tc.want.Waiting == nil {
-				tc.want.Waiting = map[string]string{}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
+			checkOutcome(t, tc.want, got)
 		})
 	}
 }

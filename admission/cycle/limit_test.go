@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -193,15 +192,7 @@ func TestReclaimUnderLimit(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			got, res := runWorld(t, tc.world, tc.opts)
-			if tc.want.Admitted == nil {
-				tc.want.Admitted = map[string][]string{}
-			}
-			if tc.want.Waiting == nil {
-				tc.want.Waiting = map[string]string{}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("outcome (-want +got):\n%s", diff)
-			}
+			checkOutcome(t, tc.want, got)
 			for _, e := range res.Evictions {
 				if tc.wantNote == "" && strings.Contains(e.Message, "history decided") || !strings.HasSuffix(e.Message, tc.wantNote) {
 					t.Errorf("eviction of %s: message %q, want it to end with %q", e.Victim.Key, e.Message, tc.wantNote)

@@ -3,9 +3,7 @@ package cycle
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -624,19 +622,7 @@ func (c *cycle) historyNote(q, vq *queueState) string {
 		return ""
 	}
 	return fmt.Sprintf("; history decided: queue %s used %s GPU-hours (%s) against %s for queue %s",
-		vq.Name, formatHours(u.GPUHours[vq.Name]), u.Window, formatHours(u.GPUHours[q.Name]), q.Name)
-}
-
-// formatHours prints GPU-hours whole from 100, with at most one decimal
-// below, and with one significant digit below 0.1.
-func formatHours(h float64) string {
-	switch {
-	case h >= 100:
-		return strconv.FormatFloat(math.Round(h), 'f', -1, 64)
-	case h >= 0.1 || h == 0:
-		return strconv.FormatFloat(math.Round(h*10)/10, 'f', -1, 64)
-	}
-	return strconv.FormatFloat(h, 'g', 1, 64)
+		vq.Name, gpu.FormatHours(u.GPUHours[vq.Name]), u.Window, gpu.FormatHours(u.GPUHours[q.Name]), q.Name)
 }
 
 // sparedFor says which workloads that could have made room for w are not

@@ -2,12 +2,9 @@ package report
 
 import (
 	"strconv"
-	"strings"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 
-	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -45,27 +42,3 @@ func QuantityFloat(q resource.Quantity) float64 {
 
 // quantityMilli is a GPU quantity in milli-GPUs.
 func quantityMilli(q resource.Quantity) int64 { return q.MilliValue() }
-
-// UsageWindow says what a queue's status.usage covers, in the words the
-// admission loop uses for its settings (usage.Config.String, which report
-// may not import): "sliding 168h window, half-life 24h".
-func UsageWindow(u *v1alpha1.QueueUsage) string {
-	s := shortDuration(u.Window.Duration) + " window, half-life " + shortDuration(u.HalfLife.Duration)
-	if u.WindowType != "" {
-		s = u.WindowType + " " + s
-	}
-	return s
-}
-
-// shortDuration drops the zero minutes and seconds of time.Duration.String:
-// 168h, 1h30m, 90s.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	if t, ok := strings.CutSuffix(s, "m0s"); ok && t != "" {
-		s = t + "m"
-	}
-	if t, ok := strings.CutSuffix(s, "h0m"); ok && t != "" {
-		s = t + "h"
-	}
-	return s
-}

@@ -223,7 +223,7 @@ func queueReport(q *v1alpha1.Queue, depth int, leaf bool) QueueReport {
 		r.UsageGPUHours = statusFloat(u.Hours)
 		r.UsageShare = statusFloat(u.Share)
 		r.FairShareWithoutUsageMilli = statusMilli(u.FairShareWithoutUsage)
-		r.UsageWindow = UsageWindow(u)
+		r.UsageWindow = v1alpha1.DescribeUsageWindow(u.WindowType, u.Window.Duration, u.HalfLife.Duration)
 	}
 	r.CPU = resourceReport(q, q.Spec.Resources.CPU, v1alpha1.ResourceCPU, func(v resource.Quantity) int64 { return v.MilliValue() })
 	r.Memory = resourceReport(q, q.Spec.Resources.Memory, v1alpha1.ResourceMemory, func(v resource.Quantity) int64 { return v.Value() })

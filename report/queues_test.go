@@ -5,9 +5,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	pt "github.com/partita-dev/partita/internal/partitatest"
 )
@@ -64,27 +62,6 @@ func TestQueuesUsage(t *testing.T) {
 			got := fields{GPUHours: r.UsageGPUHours, Share: r.UsageShare, WithoutUsage: r.FairShareWithoutUsageMilli, Window: r.UsageWindow, HistoryDecided: r.HistoryDecided()}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("usage (-want,+got):\n%s", diff)
-			}
-		})
-	}
-}
-
-// TestUsageWindowSaysWhatTheLoopSays: the window a report shows reads as
-// the admission loop's own description of its settings, which report may
-// not import outside tests.
-func TestUsageWindowSaysWhatTheLoopSays(t *testing.T) {
-	cases := map[string]usage.Config{
-		"defaults":          usage.DefaultConfig(),
-		"tumbling day":      {HalfLife: 6 * time.Hour, Window: 24 * time.Hour, WindowType: v1alpha1.UsageWindowTumbling},
-		"minutes":           {HalfLife: 90 * time.Minute, Window: 10 * time.Minute, WindowType: v1alpha1.UsageWindowSliding},
-		"seconds":           {HalfLife: 45 * time.Second, Window: 90 * time.Second, WindowType: v1alpha1.UsageWindowSliding},
-		"hours and seconds": {HalfLife: time.Hour + time.Second, Window: 2 * time.Hour, WindowType: v1alpha1.UsageWindowSliding},
-	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			u := &v1alpha1.QueueUsage{HalfLife: metav1.Duration{Duration: c.HalfLife}, Window: metav1.Duration{Duration: c.Window}, WindowType: c.WindowType}
-			if diff := cmp.Diff(c.String(), UsageWindow(u)); diff != "" {
-				t.Errorf("UsageWindow (-loop,+report):\n%s", diff)
 			}
 		})
 	}

@@ -69,18 +69,7 @@ func (c Config) Validate(interval time.Duration) error {
 // String says what the usage covers, for messages: "sliding 168h window,
 // half-life 24h".
 func (c Config) String() string {
-	return fmt.Sprintf("%s %s window, half-life %s", c.WindowType, shortDuration(c.Window), shortDuration(c.HalfLife))
-}
-
-// shortDuration drops the zero minutes and seconds of time.Duration.String.
-func shortDuration(d time.Duration) string {
-	s := d.String()
-	for _, suffix := range []string{"m0s", "h0m"} {
-		if len(s) > len(suffix) && s[len(s)-len(suffix):] == suffix {
-			s = s[:len(s)-len(suffix)+1]
-		}
-	}
-	return s
+	return v1alpha1.DescribeUsageWindow(c.WindowType, c.Window, c.HalfLife)
 }
 
 // bucketWidth is the smaller of window/24 and half-life/2, in whole

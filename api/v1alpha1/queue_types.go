@@ -1,6 +1,9 @@
 package v1alpha1
 
 import (
+	"strings"
+	"time"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -121,6 +124,30 @@ const (
 	UsageWindowSliding  = "sliding"
 	UsageWindowTumbling = "tumbling"
 )
+
+// DescribeUsageWindow says what usage counted with these settings covers,
+// in the words of the admission loop's messages and of the reports:
+// "sliding 168h window, half-life 24h" (zero minutes and seconds dropped).
+func DescribeUsageWindow(windowType string, window, halfLife time.Duration) string {
+	s := shortDuration(window) + " window, half-life " + shortDuration(halfLife)
+	if windowType != "" {
+		s = windowType + " " + s
+	}
+	return s
+}
+
+// shortDuration is time.Duration.String without zero minutes and seconds:
+// 168h, 1h30m, 90s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if t, ok := strings.CutSuffix(s, "m0s"); ok && t != "" {
+		s = t + "m"
+	}
+	if t, ok := strings.CutSuffix(s, "h0m"); ok && t != "" {
+		s = t + "h"
+	}
+	return s
+}
 
 // QueueUsage is what a queue used over the usage window, decayed by the
 // half-life (DESIGN §6, time-based fair share). A parent's includes its

@@ -164,6 +164,26 @@ func TestLoadErrors(t *testing.T) {
 			file: "capacity: {gpu: 1}\nqueues: [{name: a}]\ndemand: {b: {gpu: 1}}\n",
 			want: `demand "b": names no queue`,
 		},
+		"negative usage": {
+			file: "capacity: {gpu: 1}\nqueues: [{name: a, usage: {gpu: -1}}]\n",
+			want: `queue "a" usage gpu: must be at least 0, got -1`,
+		},
+		"usage not a map": {
+			file: "capacity: {gpu: 1}\nqueues: [{name: a, usage: 0.5}]\n",
+			want: `queues[0] (a).usage: must map resources to amounts, such as {gpu: 8, memory: 64Gi}`,
+		},
+		"weight not number": {
+			file: "capacity: {gpu: 1}\nusageWeight: lots\nqueues: [{name: a}]\n",
+			want: `usageWeight: want a number such as 1 or 2, got lots`,
+		},
+		"negative usage weight": {
+			file: "capacity: {gpu: 1}\nusageWeight: -2\nqueues: [{name: a}]\n",
+			want: `usageWeight: must be at least 0, got -2`,
+		},
+		"unknown usage name": {
+			file: "capacity: {gpu: 1}\nqueues: [{name: a, usage: {gpus: 1}}]\n",
+			want: `queues[0] (a).usage: unknown resource "gpus"; want gpu, cpu, memory`,
+		},
 		"demand in a resource without capacity": {
 			file: "capacity: {gpu: 1}\nqueues: [{name: a}]\ndemand: {a: {cpu: 1}}\n",
 			want: `demand "a" cpu: is not in the capacity; add it there (0 if the cluster has none)`,

@@ -203,22 +203,4 @@ b      100       0      none   1       0      8       7           8
 	if diff := cmp.Diff(want, table.String()); diff != "" {
 		t.Errorf("table (-want,+got):\n%s", diff)
 	}
-
-	for name, tc := range map[string]struct{ file, want string }{
-		"negative usage":     {"capacity: {gpu: 1}\nqueues: [{name: a, usage: {gpu: -1}}]\n", `queue "a" usage gpu: must be at least 0, got -1`},
-		"usage not a map":    {"capacity: {gpu: 1}\nqueues: [{name: a, usage: 0.5}]\n", `queues[0] (a).usage: must map resources to amounts, such as {gpu: 8, memory: 64Gi}`},
-		"weight not number":  {"capacity: {gpu: 1}\nusageWeight: lots\nqueues: [{name: a}]\n", `usageWeight: want a number such as 1 or 2, got lots`},
-		"negative weight":    {"capacity: {gpu: 1}\nusageWeight: -2\nqueues: [{name: a}]\n", `usageWeight: must be at least 0, got -2`},
-		"unknown usage name": {"capacity: {gpu: 1}\nqueues: [{name: a, usage: {gpus: 1}}]\n", `queues[0] (a).usage: unknown resource "gpus"; want gpu, cpu, memory`},
-	} {
-		t.Run(name, func(t *testing.T) {
-			_, err := Load(strings.NewReader(tc.file))
-			if err == nil {
-				t.Fatalf("Load returned no error, want %q", tc.want)
-			}
-			if diff := cmp.Diff(tc.want, err.Error()); diff != "" {
-				t.Errorf("error (-want,+got):\n%s", diff)
-			}
-		})
-	}
 }

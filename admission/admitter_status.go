@@ -35,7 +35,7 @@ func (a *Admitter) writeQueueStatus(ctx context.Context, st *cycle.State, res *c
 		want.PendingWorkloads = r.PendingWorkloads
 		want.ChildQueues = slices.Clone(r.Children)
 		var freshUsage bool
-		want.Usage, freshUsage = a.usageStatus(r, q.Status.Usage, now)
+		want.Usage, freshUsage = a.usageStatus(ctx, r, q.Status.Usage, now)
 		a.metrics.queue(r)
 		if equality.Semantic.DeepEqual(&q.Status, want) {
 			continue

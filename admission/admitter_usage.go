@@ -1,7 +1,10 @@
 package admission
 
 import (
+	"context"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/partita-dev/partita/admission/cycle"
 	"github.com/partita-dev/partita/admission/usage"
@@ -16,6 +19,12 @@ type usageState struct {
 	// the history from the Queues' status first.
 	restore bool
 	reports map[string]usage.Report
+	// written is when this leader last wrote each queue's usage: the
+	// persist period holds even if the API server drops what was written
+	// (a Queue CRD from before status.usage), and warnedPruned says that
+	// was logged.
+	written      map[string]time.Time
+	warnedPruned bool
 }
 
 // countUsage counts what every queue held since the last cycle and returns
@@ -73,16 +82,32 @@ func (a *Admitter) capacity(st *cycle.State) usage.Amounts {
 // period (usage.Config.PersistEvery), so that usage costs a bounded number
 // of writes; otherwise the last written, with the fair share without
 // usage brought up to date (it changes only with demand).
-func (a *Admitter) usageStatus(r cycle.QueueReport, current *v1alpha1.QueueUsage, now time.Time) (st *v1alpha1.QueueUsage, fresh bool) {
+func (a *Admitter) usageStatus(ctx context.Context, r cycle.QueueReport, current *v1alpha1.QueueUsage, now time.Time) (st *v1alpha1.QueueUsage, fresh bool) {
 	u := a.usage
 	if u == nil {
 		return nil, false
 	}
 	rep := u.reports[r.Name]
 	a.metrics.usage(r.Name, rep.Hours().GPU)
-	if current == nil || current.UpdateTime == nil || now.Sub(current.UpdateTime.Time) >= a.opts.Usage.PersistEvery() {
+	period := a.opts.Usage.PersistEvery()
+	last, wrote := u.written[r.Name]
+	if current != nil && current.UpdateTime != nil && current.UpdateTime.After(last) {
+		last = current.UpdateTime.Time
+	}
+	switch {
+	case now.Sub(last) >= period:
+		if current == nil && wrote && !u.warnedPruned {
+			u.warnedPruned = true
+			logr.FromContextOrDiscard(ctx).Error(nil, "The API server drops Queue status.usage: the Queue CRD predates time-based fair share, so usage does not survive a leader change and is not shown; apply the CRDs of this release (kubectl apply --server-side -f helm/partita/crds/)", "queue", r.Name)
+		}
+		if u.written == nil {
+			u.written = map[string]time.Time{}
+		}
+		u.written[r.Name] = now
 		st, fresh = u.tracker.Status(r.Name, now, rep), true
-	} else {
+	case current == nil:
+		return nil, false
+	default:
 		st = current.DeepCopy()
 	}
 	st.FairShareWithoutUsage = nil

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	"github.com/partita-dev/partita/admission/cycle"
 	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
@@ -75,8 +76,8 @@ func TestUsageOutlivesTheLeader(t *testing.T) {
 	}
 	first := start()
 	run(first, t0.Add(3*time.Minute))
-	// The first leader is gone 5 seconds after its last write at most
-	// (persist every 10s); the second starts 20 seconds later.
+	// The first leader is gone less than a persist period (25 s) after its
+	// last write; the second starts 20 seconds later.
 	clk.Step(20 * time.Second)
 	second := start()
 	end := t0.Add(5 * time.Minute)
@@ -94,7 +95,7 @@ func TestUsageOutlivesTheLeader(t *testing.T) {
 	}
 	a := status("a")
 	// 2 GPUs for 5 minutes at a half-life of a minute, as of the last
-	// write (at most 10 s before end).
+	// write (at most one persist period, 25 s here, before the end).
 	at := a.UpdateTime.Time
 	h := 60.0
 	want := 2 * h / math.Ln2 * (1 - math.Exp2(-at.Sub(t0).Seconds()/h)) / 3600
@@ -116,8 +117,8 @@ func TestUsageOutlivesTheLeader(t *testing.T) {
 	if a.FairShareWithoutUsage == nil {
 		t.Errorf("queue a's status does not say its fair share without usage")
 	}
-	if since := end.Sub(at); since > 10*time.Second {
-		t.Errorf("usage last written %v before the end: more than one persist period", since)
+	if since, period := end.Sub(at), opts.Usage.PersistEvery(); since > period {
+		t.Errorf("usage last written %v before the end: more than one persist period (%v)", since, period)
 	}
 }
 
@@ -141,5 +142,27 @@ func TestUsageOffClearsStatus(t *testing.T) {
 	}
 	if got.Status.Usage != nil {
 		t.Errorf("status.usage left as %+v with usage off", got.Status.Usage)
+	}
+}
+
+// TestUsageWritesStayBoundedWhenDropped: with a Queue CRD from before
+// status.usage the API server drops what the loop writes, so the queue's
+// status never shows it; the loop still writes it once per persist period,
+// not every cycle.
+func TestUsageWritesStayBoundedWhenDropped(t *testing.T) {
+	t0 := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	opts := DefaultAdmitterOptions()
+	opts.Usage = usage.Config{Weight: 1, HalfLife: time.Minute, Window: 10 * time.Minute, WindowType: v1alpha1.UsageWindowSliding}
+	a := NewAdmitter(gpu.BuildLedger(nil, nil), nil, nil, nil, nil, func() bool { return true }, opts, nil, testingclock.NewFakeClock(t0))
+	a.usage.reports = map[string]usage.Report{}
+	period := opts.Usage.PersistEvery()
+	fresh := 0
+	for now := t0; now.Before(t0.Add(10 * period)); now = now.Add(time.Second) {
+		if _, ok := a.usageStatus(t.Context(), cycle.QueueReport{Name: "a"}, nil, now); ok {
+			fresh++
+		}
+	}
+	if fresh != 10 {
+		t.Errorf("%d writes in 10 persist periods of %v at a cycle a second, want 10", fresh, period)
 	}
 }

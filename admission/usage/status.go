@@ -78,7 +78,7 @@ func (t *Tracker) Restore(statuses map[string]*v1alpha1.QueueUsage) {
 }
 
 // maxBuckets is the most buckets Restore takes of a queue, the CRD's
-// bound; the tracker keeps about 62 (doc.go).
+// bound; the tracker keeps at most about 92 (doc.go).
 const maxBuckets = 128
 
 // evenIntegral is ∫ 0.5^((L−s)/h) ds over [0, L]: what a unit rate over a

@@ -133,6 +133,9 @@ func TestChartRefusesBadValues(t *testing.T) {
 		"console service type":     "console.service.type=Ingress",
 		"console prometheus URL":   "console.prometheusURL=prometheus:9090",
 		"unknown GPU backend":      "gpuBackend=device-plugin",
+		"negative usage weight":    "extender.admission.fairShareUsage.weight=-1",
+		"zero usage half-life":     "extender.admission.fairShareUsage.halfLife=0",
+		"unknown usage window":     "extender.admission.fairShareUsage.windowType=rolling",
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -498,6 +501,35 @@ func secretVolume(t *testing.T, d *appsv1.Deployment, c *corev1.Container, path 
 // certificate and its configuration names it, the webhook rotates it (or
 // cert-manager issues it), and a NetworkPolicy lets only the scheduler's
 // pods reach the port.
+// TestChartFairShareUsage: time-based fair share is off by default (no
+// flag reaches the extender) and the values pass all four flags when a
+// weight is set, --set's string weights included. cmd/partita's
+// TestExtenderTakesTheChartsUsageFlags checks the extender accepts them.
+func TestChartFairShareUsage(t *testing.T) {
+	args := func(set ...string) []string {
+		var ext appsv1.Deployment
+		if !find(t, render(t, set...), "Deployment", "partita-extender", &ext) {
+			t.Fatal("no extender Deployment")
+		}
+		var out []string
+		for _, a := range container(t, &ext, "extender").Args {
+			if strings.HasPrefix(a, "--fair-share-usage-") {
+				out = append(out, a)
+			}
+		}
+		return out
+	}
+	if got := args(); got != nil {
+		t.Errorf("default values pass %v, want no usage flag", got)
+	}
+	want := []string{"--fair-share-usage-weight=0.5", "--fair-share-usage-half-life=1h", "--fair-share-usage-window=24h", "--fair-share-usage-window-type=tumbling"}
+	got := args("--set", "extender.admission.fairShareUsage.weight=0.5", "--set", "extender.admission.fairShareUsage.halfLife=1h",
+		"--set", "extender.admission.fairShareUsage.window=24h", "--set", "extender.admission.fairShareUsage.windowType=tumbling")
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("usage flags (-want +got):\n%s", diff)
+	}
+}
+
 func TestChartExtenderTrust(t *testing.T) {
 	const clientSecret = "partita-scheduler-client-cert"
 	manifest := render(t)

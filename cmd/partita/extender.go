@@ -185,7 +185,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		return fmt.Errorf("--placement %q: want binpack or spread", f.placement)
 	}
 	if err := f.admitter.Usage.Validate(f.admitter.Interval); err != nil {
-		return err
+		return fmt.Errorf("%w (the chart sets these from extender.admission.fairShareUsage)", err)
 	}
 	if f.admitter.Usage.Enabled() && !f.admission {
 		return errors.New("--fair-share-usage-weight weighs usage in the admission loop's fair share: it needs --admission=true")

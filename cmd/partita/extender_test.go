@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"io"
+	"slices"
 	"strings"
 	"testing"
 
@@ -59,5 +61,34 @@ func TestImplicitJobGangsIsADeprecatedAlias(t *testing.T) {
 func TestInflightTTLMatchesAssumeTTL(t *testing.T) {
 	if admission.DefaultInflightTTL != extender.DefaultAssumeTTL {
 		t.Errorf("admission.DefaultInflightTTL %s, extender.DefaultAssumeTTL %s: want them equal", admission.DefaultInflightTTL, extender.DefaultAssumeTTL)
+	}
+}
+
+// TestExtenderTakesTheChartsUsageFlags: the flags the chart passes for
+// time-based fair share (helm's TestChartFairShareUsage) get past the
+// extender's checks, which come before it needs its certificates, and a
+// half-life of 0 is refused with a message naming the flag and the value.
+func TestExtenderTakesTheChartsUsageFlags(t *testing.T) {
+	chart := []string{"--fair-share-usage-weight=0.5", "--fair-share-usage-half-life=1h", "--fair-share-usage-window=24h", "--fair-share-usage-window-type=tumbling"}
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"the chart's flags":  {args: chart, want: "the extender serves HTTPS to kube-scheduler's client certificate only"},
+		"a zero half-life":   {args: append(slices.Clone(chart), "--fair-share-usage-half-life=0"), want: "--fair-share-usage-half-life must be above 0, got 0s"},
+		"without admission":  {args: append(slices.Clone(chart), "--admission=false"), want: "--fair-share-usage-weight weighs usage in the admission loop's fair share: it needs --admission=true"},
+		"a window too short": {args: append(slices.Clone(chart), "--fair-share-usage-window=500ms"), want: "(the chart sets these from extender.admission.fairShareUsage)"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := newRootCommand()
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SetArgs(append([]string{"extender"}, tc.args...))
+			err := cmd.Execute()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("extender %v: error %v, want one saying %q", tc.args, err, tc.want)
+			}
+		})
 	}
 }

@@ -743,7 +743,9 @@ func containerPID(ctx context.Context, t *testing.T, pod *corev1.Pod, container 
 }
 
 // TestRealNodeChartUpgrade: helm upgrade rolls the components on the real
-// node, and GPU pods keep working.
+// node, and GPU pods keep working. The upgrade also turns time-based fair
+// share on: the extender starts with the chart's usage flags and writes
+// the queues' usage.
 func TestRealNodeChartUpgrade(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t, 6*time.Minute)
@@ -758,7 +760,10 @@ func TestRealNodeChartUpgrade(t *testing.T) {
 	probe := startAdmissionProbe(ctx)
 	start := time.Now()
 	helm(ctx, t, "upgrade", release, cluster.ChartDir(), "-n", ns, "--reuse-values",
-		"--set", "webhook.logLevel=3", "--set", "extender.placement=spread", "--wait", "--timeout", "4m")
+		"--set", "webhook.logLevel=3", "--set", "extender.placement=spread",
+		// Time-based fair share on, with the chart's flags for it.
+		"--set", "extender.admission.fairShareUsage.weight=1", "--set", "extender.admission.fairShareUsage.windowType=tumbling",
+		"--wait", "--timeout", "4m")
 	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
 	// The old pods end after helm returns: keep asking until they have.
 	poll(t, time.Minute, "the old webhook pods gone", func() (bool, string) {
@@ -785,6 +790,11 @@ func TestRealNodeChartUpgrade(t *testing.T) {
 		t.Errorf("extender args %v, want --placement=spread", ext.Spec.Containers[0].Args)
 	}
 	waitLeader(ctx, t, "partita-extender", ext.Name)
+	// The leader counts queues' usage and writes it to their status.
+	poll(t, 90*time.Second, "the default queue's status.usage", func() (bool, string) {
+		got := kubectl(ctx, t, "get", "queues.partita.dev", v1alpha1.DefaultQueueName, "-o", "jsonpath={.status.usage.windowType} {.status.usage.halfLife}")
+		return got == "tumbling 24h0m0s", fmt.Sprintf("status.usage windowType and halfLife %q", got)
+	})
 	checkGPUPod(ctx, t, createPod(ctx, t, "default", samplePod("after-upgrade", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})))
 }
 

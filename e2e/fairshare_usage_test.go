@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/chromedp/chromedp"
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
@@ -181,6 +182,18 @@ func TestFairShareRemembersUsage(t *testing.T) {
 	t.Logf("partita ctl queues:\n%s", out)
 	if !strings.Contains(out, "USAGE (GPU-H)") || !strings.Contains(out, "usage: sliding 2m window, half-life 15s") {
 		t.Errorf("partita ctl queues shows no usage with usage on:\n%s", out)
+	}
+	// And the console's Queues page, in a real browser, shows the column
+	// and the window.
+	url := runConsole(t, "--kubeconfig", cluster.KubeconfigPath())
+	br := startBrowser(t)
+	// The URL's fragment hands the page its token; then to the queues.
+	page(t, br, time.Minute, "open the console", chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(".node")))
+	page(t, br, time.Minute, "open the queues", chromedp.Navigate(strings.SplitN(url, "#", 2)[0]+"queues"), chromedp.WaitVisible(chromedp.ID("queues")))
+	waitFor(t, br, 30*time.Second, "queue a's usage cell on the console's Queues page",
+		fmt.Sprintf(`document.querySelector('tr[data-queue=%s] td[data-field="usage"]') !== null`, jsString(a)))
+	if got := eval[string](t, br, `(document.getElementById("usage-window") || {}).textContent || ""`); !strings.Contains(got, "sliding 2m window, half-life 15s") {
+		t.Errorf("the console's Queues page says %q under the table, want the usage window", got)
 	}
 	// The parent's usage is its children's.
 	pu, au := usageGPUHours(queueUsage(ctx, t, parent)), usageGPUHours(queueUsage(ctx, t, a))

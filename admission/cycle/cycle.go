@@ -383,6 +383,13 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		}
 	}
 	c.divide()
+	// Pods already being deleted leave their queues: reclaim must not count
+	// them as held, or a queue whose victims are still terminating looks
+	// over its fair share again and loses more (a cycle or two after a
+	// reclaim, until they are gone).
+	for _, v := range c.terminatingVictims() {
+		c.move(v.q, c.victimCharge(v), -1)
+	}
 	return c
 }
 

@@ -273,6 +273,24 @@ func TestCycle(t *testing.T) {
 			gated(fmt.Sprintf("b-%d", i), "b", 1).Obj())
 	}
 
+	// afterReclaim: the cycle after b's first four reclaimed a-4..a-7:
+	// a-6 and a-7 are gone and b-0, b-1 hold their GPUs; a-4 and a-5 are
+	// still terminating.
+	var afterReclaim []*corev1.Pod
+	for i := range 8 {
+		switch {
+		case i < 4:
+			afterReclaim = append(afterReclaim, running(fmt.Sprintf("a-%d", i), "a", "n-0", 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+		case i < 6:
+			afterReclaim = append(afterReclaim, running(fmt.Sprintf("a-%d", i), "a", "n-1", 1, t0.Add(time.Duration(i)*time.Second)).Terminating(t0.Add(time.Hour)).Obj())
+		}
+		if i < 2 {
+			afterReclaim = append(afterReclaim, running(fmt.Sprintf("b-%d", i), "b", "n-1", 1, t0.Add(time.Hour)).Obj())
+		} else {
+			afterReclaim = append(afterReclaim, gated(fmt.Sprintf("b-%d", i), "b", 1).Obj())
+		}
+	}
+
 	cases := map[string]struct {
 		world world
 		opts  Options
@@ -407,6 +425,23 @@ func TestCycle(t *testing.T) {
 					"ns/b-7": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
 				},
 				Evicted: []string{"ns/a-7 (reclaim)", "ns/a-6 (reclaim)", "ns/a-5 (reclaim)", "ns/a-4 (reclaim)"},
+			},
+		},
+		"pods still terminating from a reclaim leave their queue: nothing more is evicted": {
+			// a's fair share is 4: its two terminating pods no longer
+			// count, and b's two pods waiting for them count for b. Taking
+			// a-3 for b-4 would leave a 3 and b 5 for good.
+			world: world{nodes: nodes2x4, gpuNodes: gpus2x4, queues: []*v1alpha1.Queue{queueA, MakeQueue("b").Obj()}, pods: afterReclaim},
+			opts:  Options{Now: t0.Add(2 * time.Hour)},
+			want: outcome{
+				Waiting: map[string]string{
+					"ns/b-2": "WaitingForCapacity: waiting for 2 evicted or deleted pods to terminate to make room",
+					"ns/b-3": "WaitingForCapacity: waiting for 2 evicted or deleted pods to terminate to make room",
+					"ns/b-4": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-5": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-6": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+					"ns/b-7": "WaitingForCapacity: pod needs 1 GPU; no node has room now: " + noRoom("n-0"),
+				},
 			},
 		},
 		"a workload younger than the minimum runtime is not reclaimed": {

@@ -162,6 +162,7 @@ func (c *cycle) evictFor(s *search) bool {
 	}
 	if waitFor > 0 && s.fits() {
 		restoreTerminating()
+		c.move(q, s.need(), 1)
 		c.holdFor(w, s.room)
 		c.wait(w, reason, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room%s", waitFor, where))
 		return true
@@ -376,11 +377,7 @@ func (s *search) enough(cands []victim) bool {
 // returns their names, for w's wait.
 func (c *cycle) evict(s *search, chosen []victim) []string {
 	names := make([]string, len(chosen))
-	var need [3]int64
-	for _, m := range s.members {
-		need[0], need[1], need[2] = need[0]+m.GPUMilli, need[1]+m.CPUMilli, need[2]+m.Memory
-	}
-	c.move(s.q, need, 1)
+	c.move(s.q, s.need(), 1)
 	for i, v := range chosen {
 		s.restore(v)
 		c.markEvicting(v)
@@ -392,6 +389,15 @@ func (c *cycle) evict(s *search, chosen []victim) []string {
 		c.evictions = append(c.evictions, Eviction{Victim: v.w, Members: v.members, For: s.w, Reclaim: v.reclaim, Message: c.evictionMessage(v, s.q, s.w)})
 	}
 	return names
+}
+
+// need is what the search's members ask for: milli-GPUs, milli-CPUs, bytes.
+func (s *search) need() [3]int64 {
+	var need [3]int64
+	for _, m := range s.members {
+		need[0], need[1], need[2] = need[0]+m.GPUMilli, need[1]+m.CPUMilli, need[2]+m.Memory
+	}
+	return need
 }
 
 // move records that the evictions chosen in the cycle will change what q
@@ -642,7 +648,7 @@ func (c *cycle) sparedFor(q *queueState, w *Workload, scope *queueState) string 
 	for _, s := range c.spared {
 		sameQueue := s.q == q.Name && s.w.Priority < w.Priority
 		vq := c.queues[s.q]
-		reclaim := s.q != q.Name && q.allocated+c.moving[q][0] < q.fairShare && vq != nil && vq.allocated > vq.fairShare &&
+		reclaim := s.q != q.Name && q.allocated+c.moving[q][0] < q.fairShare && vq != nil && vq.allocated+c.moving[vq][0] > vq.fairShare &&
 			(scope == nil || inSubtree(vq, scope))
 		if (sameQueue || reclaim) && s.w != w {
 			parts = append(parts, fmt.Sprintf("%s is not evicted: %s", s.w.Key, s.why))
@@ -654,13 +660,18 @@ func (c *cycle) sparedFor(q *queueState, w *Workload, scope *queueState) string 
 	return strings.Join(parts, "; ")
 }
 
-// mayEvictFor reports whether some workload could be evicted for w at all:
-// a cheap check that lets a workload that cannot fit wait without a search.
+// mayEvictFor reports whether some workload could be evicted for w at all,
+// or pods already terminating free room w could wait for: a cheap check
+// that lets a workload that cannot fit wait without a search.
 func (c *cycle) mayEvictFor(q *queueState, w *Workload) bool {
 	if c.opts.DisablePreemption || q == nil {
 		return false
 	}
 	if len(c.st.Elastic) > 0 && len(c.elasticVictims(q, w)) > 0 {
+		return true
+	}
+	// Room that pods being deleted free may be waited for.
+	if len(c.terminatingVictims()) > 0 {
 		return true
 	}
 	// Active lists are sorted by priority: the first says whether any is
@@ -670,7 +681,7 @@ func (c *cycle) mayEvictFor(q *queueState, w *Workload) bool {
 			return true
 		}
 	}
-	if q.allocated >= q.fairShare {
+	if q.allocated+c.moving[q][0] >= q.fairShare {
 		return false
 	}
 	for _, vq := range c.overFairShare() {
@@ -687,7 +698,7 @@ func (c *cycle) overFairShare() []*queueState {
 	if c.over == nil {
 		c.over = []*queueState{}
 		for _, q := range c.queues {
-			if len(q.Children) == 0 && q.allocated > q.fairShare {
+			if len(q.Children) == 0 && q.allocated+c.moving[q][0] > q.fairShare {
 				c.over = append(c.over, q)
 			}
 		}

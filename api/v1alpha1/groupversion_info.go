@@ -23,6 +23,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&Queue{}, &QueueList{},
 		&PodGroup{}, &PodGroupList{},
 		&GPUNode{}, &GPUNodeList{},
+		&Topology{}, &TopologyList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -84,6 +84,15 @@ type PodGroupSpec struct {
 	// +kubebuilder:validation:MaxLength=317
 	// +optional
 	TopologyKey string `json:"topologyKey,omitempty"`
+	// SubGroups are parts of the gang, each with its own minimum and
+	// topology levels; pods join one with the label partita.dev/sub-group.
+	// The gang's own topology (the PodGroup's partita.dev/topology*
+	// annotations) holds all of them together.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	SubGroups []SubGroup `json:"subGroups,omitempty"`
 }
 
 // PodGroupStatus is what the admission loop observes of a gang.

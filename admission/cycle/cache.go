@@ -340,7 +340,7 @@ func (c *Cache) Remap(uids []types.UID) {
 	for _, pod := range pods {
 		info := readPod(pod, c.mapper, c.claims)
 		c.lock.Lock()
-		if cur := c.pods[pod.UID]; cur != nil && cur.pod == pod && (cur.key != info.key || cur.mapping != info.mapping || cur.unready != info.unready) {
+		if cur := c.pods[pod.UID]; cur != nil && cur.pod == pod && (cur.key != info.key || !cur.mapping.Equal(info.mapping) || cur.unready != info.unready) {
 			// The pod is as it was when read (a newer one would have been
 			// mapped by UpsertPod), and its answer changed.
 			c.insertPod(info)

@@ -1,8 +1,12 @@
 package cycle
 
 import (
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // Mapping is what the workload map (data.partita.workload) says of one GPU
@@ -27,6 +31,22 @@ type Mapping struct {
 	Owner Owner
 	// Kind and Name name the workload for people: "JobSet", "llama-ft".
 	Kind, Name string
+	// Topology is what the workload asks of the network topology (the
+	// rule's topology, e.g. from the top owner's annotations); zero for
+	// nothing. The pod's own annotations count when it is zero.
+	Topology v1alpha1.TopologyRequest
+	// SubGroups are the gang's parts, and SubGroup the one this pod joins
+	// ("" for none; the pod's own partita.dev/sub-group label counts then).
+	SubGroups []v1alpha1.SubGroup
+	SubGroup  string
+}
+
+// Equal reports whether m and o say the same.
+func (m Mapping) Equal(o Mapping) bool {
+	return m.Gang == o.Gang && m.Waiting == o.Waiting && m.MinMember == o.MinMember && m.Elastic == o.Elastic &&
+		m.Queue == o.Queue && m.PriorityClassName == o.PriorityClassName && m.Owner == o.Owner &&
+		m.Kind == o.Kind && m.Name == o.Name && m.Topology == o.Topology && m.SubGroup == o.SubGroup &&
+		slices.Equal(m.SubGroups, o.SubGroups)
 }
 
 // Owner is an object an ownerReference can name.

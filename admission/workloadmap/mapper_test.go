@@ -211,7 +211,7 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 	var got cycle.Mapping
 	poll(t, 10*time.Second, "the pod to map to its JobSet", func() bool {
 		got = m.Map(pod)
-		return got == want
+		return got.Equal(want)
 	})
 
 	// The JobSet grows: the pod is asked about again, and its gang with it.
@@ -230,7 +230,7 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 	}
 	poll(t, 10*time.Second, "the pod to be asked about again", func() bool { return r.has(pod.UID) })
 	want.MinMember = 12
-	if got = m.Map(pod); got != want {
+	if got = m.Map(pod); !got.Equal(want) {
 		t.Errorf("after the JobSet grew (-want +got):\n%s", cmp.Diff(want, got))
 	}
 
@@ -271,7 +271,7 @@ func TestPodsOfAKindWhoseCRDIsNewWait(t *testing.T) {
 		t.Fatalf("a pod of a kind not watched yet: %+v, want it to wait", got)
 	}
 	poll(t, 10*time.Second, "the pod asked about again after a discovery pass", func() bool { return r.has(pod.UID) })
-	if got := m.Map(pod); got != (cycle.Mapping{}) {
+	if got := m.Map(pod); !got.Equal(cycle.Mapping{}) {
 		t.Errorf("a pod of a kind the API server does not serve: %+v, want a single pod", got)
 	}
 }

@@ -523,6 +523,10 @@ func (a *Admitter) release(ctx context.Context, m cycle.MemberAdmission, adm cyc
 	case pin:
 		pod.Annotations[v1alpha1.AnnotationNode] = m.Allocation.Node
 		pinToNode(pod, m.Allocation.Node)
+	default:
+		// kube-scheduler places it, inside the topology domains the cycle
+		// found room in for its workload.
+		keepInDomain(pod, m.Domain)
 	}
 	gates := pod.Spec.SchedulingGates[:0:0]
 	for _, g := range pod.Spec.SchedulingGates {
@@ -572,6 +576,38 @@ func pinToNode(pod *corev1.Pod, node string) {
 	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
 	for i := range terms {
 		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+}
+
+// keepInDomain adds a required node affinity to each of domain's labels
+// and values to every term (or makes the only term), like pinToNode.
+func keepInDomain(pod *corev1.Pod, domain map[string]string) {
+	if len(domain) == 0 {
+		return
+	}
+	keys := make([]string, 0, len(domain))
+	for k := range domain {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	reqs := make([]corev1.NodeSelectorRequirement, len(keys))
+	for i, k := range keys {
+		reqs[i] = corev1.NodeSelectorRequirement{Key: k, Operator: corev1.NodeSelectorOpIn, Values: []string{domain[k]}}
+	}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: reqs}}}
+		return
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, reqs...)
 	}
 }
 

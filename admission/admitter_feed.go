@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -74,6 +75,7 @@ func (a *Admitter) Watch(ctx context.Context, informers cache.Informers) error {
 			c.DeletePriorityClass(pc.Name)
 		}
 	}})
+	a.watchTopologies(ctx, informers)
 	for _, f := range feeds {
 		inf, err := informers.GetInformer(ctx, f.obj)
 		if err != nil {
@@ -110,4 +112,44 @@ func (a *Admitter) Synced() bool {
 		}
 	}
 	return true
+}
+
+// watchTopologies feeds the cache the Topologies. They are optional: an
+// API server without the Topology CRD (a chart upgraded without its new
+// CRDs), or an extender that may not read them, admits everything else as
+// before, and workloads that name a topology wait saying it does not
+// exist. They do not count towards Synced.
+func (a *Admitter) watchTopologies(ctx context.Context, informers cache.Informers) {
+	log := logr.FromContextOrDiscard(ctx)
+	inf, err := informers.GetInformer(ctx, &v1alpha1.Topology{}, cache.BlockUntilSynced(false))
+	if err != nil {
+		log.Info("Topologies are not read: workloads that name one wait; install the chart's CRDs (crds/) and let the extender read topologies", "error", err.Error())
+		return
+	}
+	_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if t, ok := o.(*v1alpha1.Topology); ok {
+				a.cache.UpsertTopology(t)
+				a.Notify()
+			}
+		},
+		UpdateFunc: func(_, o any) {
+			if t, ok := o.(*v1alpha1.Topology); ok {
+				a.cache.UpsertTopology(t)
+				a.Notify()
+			}
+		},
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if t, ok := o.(*v1alpha1.Topology); ok {
+				a.cache.DeleteTopology(t.Name)
+				a.Notify()
+			}
+		},
+	})
+	if err != nil {
+		log.Info("Topologies are not read", "error", err.Error())
+	}
 }

@@ -3,6 +3,7 @@ package cycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,8 @@ type Cache struct {
 	podGroups map[types.NamespacedName]*podGroupInfo
 	queues    map[string]*queueInfo
 	nodes     map[string]*nodeInfo
+	// topologies are the levels of each Topology, by name.
+	topologies map[string][]string
 	// generation counts changes, so that the loop can skip a cycle when
 	// nothing changed.
 	generation uint64
@@ -153,8 +156,12 @@ type podGroupInfo struct {
 	priority    string
 	timeout     int32
 	topologyKey string
-	created     time.Time
-	status      v1alpha1.PodGroupStatus
+	// topology and subGroups are what the PodGroup asks of the topology
+	// (its annotations, any dialect) and its spec.subGroups.
+	topology  v1alpha1.TopologyRequest
+	subGroups []v1alpha1.SubGroup
+	created   time.Time
+	status    v1alpha1.PodGroupStatus
 	// mapped: the loop keeps the PodGroup for a gang of the workload map
 	// (label partita.dev/workload-kind); owners are its ownerReferences.
 	mapped bool
@@ -182,6 +189,7 @@ func NewCache(opts ...CacheOption) *Cache {
 		podGroups:       map[types.NamespacedName]*podGroupInfo{},
 		queues:          map[string]*queueInfo{},
 		nodes:           map[string]*nodeInfo{},
+		topologies:      map[string][]string{},
 		built:           map[WorkloadKey]*Workload{},
 		dirty:           map[WorkloadKey]bool{},
 
@@ -404,6 +412,30 @@ func (c *Cache) DeleteNode(name string) {
 	c.generation++
 }
 
+// UpsertTopology adds or updates a Topology.
+func (c *Cache) UpsertTopology(t *v1alpha1.Topology) {
+	levels := make([]string, len(t.Spec.Levels))
+	for i, l := range t.Spec.Levels {
+		levels[i] = l.NodeLabel
+	}
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if !slices.Equal(c.topologies[t.Name], levels) {
+		c.topologies[t.Name] = levels
+		c.generation++
+	}
+}
+
+// DeleteTopology removes a Topology.
+func (c *Cache) DeleteTopology(name string) {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if _, ok := c.topologies[name]; ok {
+		delete(c.topologies, name)
+		c.generation++
+	}
+}
+
 // UpsertPodGroup adds or updates a PodGroup.
 func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
 	info := &podGroupInfo{
@@ -411,6 +443,8 @@ func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
 		queue:       pg.Spec.Queue,
 		priority:    pg.Spec.PriorityClassName,
 		topologyKey: pg.Spec.TopologyKey,
+		topology:    v1alpha1.TopologyRequestOf(pg.Annotations),
+		subGroups:   slices.Clone(pg.Spec.SubGroups),
 		created:     pg.CreationTimestamp.Time,
 		status:      *pg.Status.DeepCopy(),
 		mapped:      pg.Labels[v1alpha1.LabelWorkloadKind] != "",

@@ -146,6 +146,10 @@ type Admission struct {
 type MemberAdmission struct {
 	Member     *Member
 	Allocation *gpu.PodAllocation
+	// Domain are the node labels (and values) of the topology domains the
+	// member must stay in, for a member not pinned to its node; nil when
+	// its workload requires none.
+	Domain map[string]string
 }
 
 // Wait says why a workload waits.
@@ -297,6 +301,9 @@ type cycle struct {
 	// headroomOf by head.
 	headrooms  []*headroom
 	headroomOf map[*Workload]*headroom
+	// anchors are the nodes of the members of each workload placed in this
+	// cycle: its later members join their topology domain.
+	anchors map[*Workload][]string
 	// moving is what the evictions chosen in the cycle will change in each
 	// queue's holdings (move).
 	moving map[*queueState][3]int64
@@ -625,6 +632,17 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		}
 		return false
 	}
+	if !w.Topology.IsZero() || len(w.SubGroups) > 0 {
+		// Members beyond the minimum join the domains it was placed in.
+		if c.anchors == nil {
+			c.anchors = map[*Workload][]string{}
+		}
+		for _, p := range placed {
+			if p.Allocation.Node != "" {
+				c.anchors[w] = append(c.anchors[w], p.Allocation.Node)
+			}
+		}
+	}
 	for _, m := range pending[required:] {
 		if more, err := c.place(w, []*Member{m}, true); err == nil {
 			placed = append(placed, more...)
@@ -713,6 +731,13 @@ func (c *cycle) commit(q *queueState, w *Workload, placed []MemberAdmission) boo
 	hold := !gang && !slices.ContainsFunc(placed, func(ma MemberAdmission) bool {
 		return ma.Member.Claims != nil || (!ma.Member.memory && !placedAsScheduled(ma.Member.Pod))
 	})
+	if plan, _ := c.topoPlanOf(w); plan != nil {
+		// Members kube-scheduler places (not pinned) are kept inside the
+		// domains the cycle chose for them.
+		for i := range placed {
+			placed[i].Domain = c.memberDomain(plan, placed[i].Member, placed[i].Allocation.Node)
+		}
+	}
 	c.admissions = append(c.admissions, Admission{Workload: w, Members: placed, Pin: gang && !unpinned, Hold: hold})
 	if h := c.headroomOf[w]; h != nil {
 		// Its queues now hold what it asked for.
@@ -853,6 +878,13 @@ func capacityMessage(w *Workload, members []*Member, err error) string {
 			return fmt.Sprintf("gang needs %s; at most %d fit now: %v", shape, ge.Member, ge.Cause)
 		}
 		return fmt.Sprintf("gang needs %s; at most %d fit now", shape, ge.Member)
+	}
+	var te *topologyError
+	if errors.As(err, &te) {
+		if w.Key.IsGang() {
+			return fmt.Sprintf("gang needs %s; %v", shape, te)
+		}
+		return fmt.Sprintf("pod needs %s; %v", shape, te)
 	}
 	cause := err
 	if errors.As(err, &ge) {

@@ -40,6 +40,8 @@ type world struct {
 	silent []string
 	// claims are the ResourceClaims and templates pods name (WithClaims).
 	claims *ClaimSource
+	// topologies are the cluster's Topologies.
+	topologies []*v1alpha1.Topology
 }
 
 // tablemap is the workload map as a table: package workloadmap computes
@@ -172,6 +174,9 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 	}
 	for _, pg := range w.podGroups {
 		cache.UpsertPodGroup(pg)
+	}
+	for _, topo := range w.topologies {
+		cache.UpsertTopology(topo)
 	}
 	var gns []v1alpha1.GPUNode
 	for _, n := range w.gpuNodes {

@@ -257,6 +257,16 @@ func (c *cycle) placeOnLedger(w *Workload, members []*Member, memo bool) ([]Memb
 		}
 	}
 	defer c.openLifted()()
+	if plan, err := c.topoPlanOf(w); err != nil || plan != nil {
+		var placed []MemberAdmission
+		if err == nil {
+			placed, err = c.placeTopology(w, members, plan)
+		}
+		if err != nil && memo {
+			c.failedShapes[key] = &failure{err: err}
+		}
+		return placed, err
+	}
 	var placed []MemberAdmission
 	for _, g := range groups {
 		allocs, err := c.placeGroup(w, g)
@@ -280,11 +290,21 @@ func (c *cycle) placeOnLedger(w *Workload, members []*Member, memo bool) ([]Memb
 // workload's leading pending members it is memoised in the workload.
 func (c *cycle) placeQuestion(w *Workload, members []*Member) (string, []constraintGroup) {
 	lead := len(members) <= len(w.Pending) && len(members) > 0 && &members[0] == &w.Pending[0]
+	topo := !w.Topology.IsZero() || len(w.SubGroups) > 0
+	if topo {
+		// What the question is depends on the cycle's Topologies and on
+		// where the workload's members already run: asked afresh.
+		lead = false
+	}
 	if lead && w.placeKey != "" && len(w.placeGroups) > 0 && countMembers(w.placeGroups) == len(members) {
 		return w.placeKey, w.placeGroups
 	}
 	groups := c.groupByConstraints(members)
-	key := shapeKey(w.TopologyKey, groups)
+	prefix := w.TopologyKey
+	if topo {
+		prefix = c.topoQuestion(w, members)
+	}
+	key := shapeKey(prefix, groups)
 	if lead {
 		w.placeKey, w.placeGroups = key, groups
 	}
@@ -378,11 +398,27 @@ func shapeKey(topologyKey string, groups []constraintGroup) string {
 // placeGroup places members that share constraints, in one topology domain
 // when the workload prefers one and some domain can take them all.
 func (c *cycle) placeGroup(w *Workload, g constraintGroup) ([]*gpu.PodAllocation, error) {
+	return c.placeGroupOn(w, g, nil, false)
+}
+
+// placeGroupOn is placeGroup on nodes only (sorted; nil for any). With
+// topo, the topology placement chose nodes (spec.topologyKey is not
+// looked at again), and members that need a node each get one.
+func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, topo bool) ([]*gpu.PodAllocation, error) {
 	cands := c.staticCandidates(g.sig, g.members[0])
 	names := make([]string, 0, len(cands))
 	caps := make([]int, 0, len(cands))
+	own := topo && ownNode(g.members[0])
 	for _, name := range cands {
+		if nodes != nil {
+			if _, ok := slices.BinarySearch(nodes, name); !ok {
+				continue
+			}
+		}
 		if n := c.room(name, g.members[0]); n > 0 {
+			if own {
+				n = 1
+			}
 			names = append(names, name)
 			caps = append(caps, n)
 		}
@@ -398,7 +434,7 @@ func (c *cycle) placeGroup(w *Workload, g constraintGroup) ([]*gpu.PodAllocation
 	if reqs[0].Placement == "" {
 		placement = c.opts.Placement
 	}
-	if w.TopologyKey != "" {
+	if w.TopologyKey != "" && !topo {
 		for _, d := range c.domains(w.TopologyKey, names, caps) {
 			if a, err := c.snap.PlaceGangCapped(reqs, d.names, d.caps, placement); err == nil {
 				return a, nil

@@ -305,10 +305,26 @@ func (c *cycle) keeps(v victim, charge int64, taken map[*queueState]int64) bool 
 // that the placement does not need, the most important first. It returns
 // the victims, released, or nil (nothing released) when none fit.
 func (s *search) choose(cands []victim) []victim {
-	c := s.c
 	if s.lim != nil && !s.enough(cands) {
 		return nil
 	}
+	// A workload that needs one domain of a level gets room inside one:
+	// the victims of each domain are tried apart, so that evictions spread
+	// over every domain never free room that no domain has whole.
+	if groups := s.c.victimsByDomain(s.w, cands); groups != nil {
+		for _, g := range groups {
+			if chosen := s.chooseFrom(g); chosen != nil {
+				return chosen
+			}
+		}
+		return nil
+	}
+	return s.chooseFrom(cands)
+}
+
+// chooseFrom is choose among cands.
+func (s *search) chooseFrom(cands []victim) []victim {
+	c := s.c
 	taken := map[*queueState]int64{}
 	var chosen []victim
 	found := false

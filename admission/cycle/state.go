@@ -38,6 +38,10 @@ type Member struct {
 	// kube-scheduler's DRA plugin allocates its devices, so the loop does
 	// not place it on the ledger; it charges it to its queue.
 	Claims *dra.Demand
+	// SubGroup is the part of its gang the member belongs to (its
+	// partita.dev/sub-group label, or the workload map's answer); "" for
+	// none.
+	SubGroup string
 
 	// sig and shape memoise constraintSig and requestShape: a member is
 	// immutable, and only the loop's goroutine reads it.
@@ -79,6 +83,13 @@ type Workload struct {
 	PodGroupStatus v1alpha1.PodGroupStatus
 	// TopologyKey is the PodGroup's preferred topology domain label.
 	TopologyKey string
+	// Topology is what the workload asks of the network topology: its
+	// PodGroup's annotations, else the workload map's answer, else its
+	// members' annotations (docs/topology.md).
+	Topology v1alpha1.TopologyRequest
+	// SubGroups are the gang's parts: its PodGroup's spec.subGroups, or
+	// the workload map's.
+	SubGroups []v1alpha1.SubGroup
 	// TimeoutSeconds is the PodGroup's scheduleTimeoutSeconds, 0 for the
 	// loop's default.
 	TimeoutSeconds int32
@@ -315,6 +326,9 @@ type State struct {
 	DefaultQueue string
 	// Nodes by name.
 	Nodes map[string]*Node
+	// Topologies are the levels (node labels, broadest first) of each
+	// Topology, by name.
+	Topologies map[string][]string
 	// Generation is the cache's generation the state was taken at.
 	Generation uint64
 }
@@ -343,6 +357,7 @@ func (c *Cache) State() *State {
 		Gangs:        make([]*Workload, 0, len(c.gangs)),
 		Terminating:  make([]*Workload, 0, len(c.terminating)),
 		Nodes:        make(map[string]*Node, len(c.nodes)),
+		Topologies:   make(map[string][]string, len(c.topologies)),
 		Generation:   c.generation,
 		DefaultQueue: c.defaultQueue,
 	}
@@ -362,6 +377,9 @@ func (c *Cache) State() *State {
 	}
 	for _, q := range st.Queues {
 		slices.Sort(q.Children)
+	}
+	for name, levels := range c.topologies {
+		st.Topologies[name] = levels
 	}
 	for name, n := range c.nodes {
 		if n.node != nil {
@@ -533,6 +551,7 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 			w.PodGroupStatus = pg.status
 			w.MinMember = pg.minMember
 			w.TopologyKey = pg.topologyKey
+			w.Topology, w.SubGroups = pg.topology, pg.subGroups
 			w.TimeoutSeconds = pg.timeout
 			switch {
 			case pg.queue == "" || pg.queue == w.Queue:
@@ -556,6 +575,7 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 			}
 		}
 	}
+	c.workloadTopology(w, mapping)
 	if w.Queue == "" {
 		w.Queue = c.defaultQueue
 	}
@@ -581,6 +601,60 @@ func (c *Cache) workload(key WorkloadKey, pods map[types.UID]*podInfo) *Workload
 
 // mergeMapping combines the answers for a gang's members: the largest
 // minimum, and the first of the other fields that any member has.
+// workloadTopology completes what w asks of the topology when its
+// PodGroup asks nothing: the workload map's answer (mapping), else its
+// first member that asks; and orders its pending members so that the
+// first MinMember of them hold each sub-group's minimum.
+func (c *Cache) workloadTopology(w *Workload, mapping Mapping) {
+	if w.Topology.IsZero() {
+		w.Topology = mapping.Topology
+	}
+	if len(w.SubGroups) == 0 {
+		w.SubGroups = mapping.SubGroups
+	}
+	if w.Topology.IsZero() {
+		for _, ms := range [][]*Member{w.Pending, w.Active} {
+			for _, m := range ms {
+				if r := v1alpha1.TopologyRequestOf(m.Pod.Annotations); !r.IsZero() {
+					w.Topology = r
+					break
+				}
+			}
+			if !w.Topology.IsZero() {
+				break
+			}
+		}
+	}
+	if len(w.SubGroups) == 0 || !w.Key.IsGang() {
+		return
+	}
+	// Each sub-group's minimum counts towards the gang's: the members
+	// placed first are those the sub-groups still need, oldest first.
+	var sum int32
+	need := map[string]int32{}
+	for _, sg := range w.SubGroups {
+		sum += sg.MinMember
+		need[sg.Name] = sg.MinMember
+	}
+	w.MinMember = max(w.MinMember, sum)
+	for _, m := range w.Active {
+		if m.Pod.DeletionTimestamp == nil {
+			need[m.SubGroup]--
+		}
+	}
+	first := make([]*Member, 0, len(w.Pending))
+	var rest []*Member
+	for _, m := range w.Pending {
+		if need[m.SubGroup] > 0 {
+			need[m.SubGroup]--
+			first = append(first, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	w.Pending = append(first, rest...)
+}
+
 func mergeMapping(acc, m Mapping) Mapping {
 	if acc.Gang == "" {
 		return m
@@ -588,6 +662,12 @@ func mergeMapping(acc, m Mapping) Mapping {
 	acc.MinMember = max(acc.MinMember, m.MinMember)
 	acc.Queue = cmp.Or(acc.Queue, m.Queue)
 	acc.PriorityClassName = cmp.Or(acc.PriorityClassName, m.PriorityClassName)
+	if acc.Topology.IsZero() {
+		acc.Topology = m.Topology
+	}
+	if len(acc.SubGroups) == 0 {
+		acc.SubGroups = m.SubGroups
+	}
 	return acc
 }
 
@@ -686,7 +766,8 @@ func chargeSharedClaimsOnce(w *Workload) {
 
 func member(p *podInfo) *Member {
 	m := &Member{Pod: p.pod, Request: p.req, GPUMilli: p.gpuMilli, CPUMilli: p.cpuMilli, Memory: p.memory, Admitted: p.admitted, Bound: p.node != "",
-		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID, Elastic: p.mapping.Elastic, Claims: p.claims}
+		memory: memoryRequest(p.req), node: p.node, uid: p.pod.UID, Elastic: p.mapping.Elastic, Claims: p.claims,
+		SubGroup: cmp.Or(p.mapping.SubGroup, v1alpha1.SubGroupOf(p.pod.Labels))}
 	if m.node == "" {
 		m.node = p.pod.Annotations[v1alpha1.AnnotationNode]
 	}

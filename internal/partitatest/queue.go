@@ -119,3 +119,27 @@ func (w *PodGroupWrapper) Admitted(n int32) *PodGroupWrapper {
 	w.Status.Phase, w.Status.Admitted = v1alpha1.PodGroupAdmitted, n
 	return w
 }
+
+// Annotation sets an annotation on the PodGroup.
+func (w *PodGroupWrapper) Annotation(key, value string) *PodGroupWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
+	return w
+}
+
+// SubGroup adds a sub-group with its required and preferred levels.
+func (w *PodGroupWrapper) SubGroup(name string, minMember int32, required, preferred string) *PodGroupWrapper {
+	w.Spec.SubGroups = append(w.Spec.SubGroups, v1alpha1.SubGroup{Name: name, MinMember: minMember, TopologyRequired: required, TopologyPreferred: preferred})
+	return w
+}
+
+// MakeTopology returns a Topology with levels, broadest first.
+func MakeTopology(name string, levels ...string) *v1alpha1.Topology {
+	t := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	for _, l := range levels {
+		t.Spec.Levels = append(t.Spec.Levels, v1alpha1.TopologyLevel{NodeLabel: l})
+	}
+	return t
+}

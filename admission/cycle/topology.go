@@ -1,0 +1,582 @@
+package cycle
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+)
+
+// Topology-aware placement (docs/topology.md). A workload that names a
+// required level is placed inside one domain of it: among the domains with
+// room, the one with the least (best fit), so that large domains stay
+// whole for large gangs. Inside it, a preferred level's domains are used
+// as few as possible: the smallest single one that takes every member,
+// else the roomiest first. Sub-groups are placed one after another, the
+// largest first, each inside a domain of its own level within the gang's.
+
+// maxPreferredTries bounds the single domains tried for a preference: it
+// is a preference, and every try is a placement.
+const maxPreferredTries = 8
+
+// topoPlan is what a workload asks of the topology, resolved against the
+// cycle's Topologies.
+type topoPlan struct {
+	// levels are the named Topology's, broadest first; nil when the
+	// workload names none and its levels are plain node labels.
+	levels              []string
+	required, preferred string
+	subGroups           map[string]v1alpha1.SubGroup
+}
+
+// topologyError says why a workload cannot be placed as its topology
+// asks: a Topology or level that does not exist, or no domain with room.
+type topologyError struct {
+	// msg follows "it" or "its sub-group NAME": "needs 16 GPUs in one ...".
+	msg string
+	// sub is the sub-group concerned, "" for the whole workload.
+	sub string
+}
+
+func (e *topologyError) Error() string {
+	if e.sub != "" {
+		return "its sub-group " + e.sub + " " + e.msg
+	}
+	return "it " + e.msg
+}
+
+// topoPlanOf resolves what w asks of the topology; nil when it asks
+// nothing (spec.topologyKey alone is a preferred level).
+func (c *cycle) topoPlanOf(w *Workload) (*topoPlan, error) {
+	r := w.Topology
+	if r.IsZero() && len(w.SubGroups) == 0 && w.TopologyKey == "" {
+		return nil, nil
+	}
+	p := &topoPlan{required: r.Required, preferred: cmp.Or(r.Preferred, w.TopologyKey)}
+	if len(w.SubGroups) > 0 {
+		p.subGroups = make(map[string]v1alpha1.SubGroup, len(w.SubGroups))
+		for _, sg := range w.SubGroups {
+			p.subGroups[sg.Name] = sg
+		}
+	}
+	if r.Topology == "" {
+		// Levels named without a Topology (Kueue's keys name none) are
+		// read in the first Topology, by name, that has them all, so that
+		// a rack is told apart by its block as there; else as plain
+		// labels.
+		r.Topology = c.topologyWith(p.required, p.preferred)
+		if r.Topology == "" {
+			return p, nil
+		}
+	}
+	levels, ok := c.st.Topologies[r.Topology]
+	if !ok {
+		return nil, &topologyError{msg: fmt.Sprintf("names topology %s, which does not exist: create it (kubectl get topologies lists those that do), or name another in %s", r.Topology, v1alpha1.AnnotationTopology)}
+	}
+	p.levels = levels
+	check := func(level, what string) error {
+		if level != "" && !slices.Contains(levels, level) {
+			return &topologyError{msg: fmt.Sprintf("asks for %s level %s, which is not a level of topology %s (its levels: %s)", what, level, r.Topology, strings.Join(levels, ", "))}
+		}
+		return nil
+	}
+	if err := check(p.required, "required"); err != nil {
+		return nil, err
+	}
+	if err := check(r.Preferred, "preferred"); err != nil {
+		return nil, err
+	}
+	for _, sg := range w.SubGroups {
+		if err := check(sg.TopologyRequired, "sub-group "+sg.Name+"'s required"); err != nil {
+			return nil, err
+		}
+		if err := check(sg.TopologyPreferred, "sub-group "+sg.Name+"'s preferred"); err != nil {
+			return nil, err
+		}
+	}
+	return p, nil
+}
+
+// topologyWith is the first Topology, by name, whose levels include every
+// non-empty one of levels; "" when none does.
+func (c *cycle) topologyWith(levels ...string) string {
+	names := make([]string, 0, len(c.st.Topologies))
+	for name := range c.st.Topologies {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		if !slices.ContainsFunc(levels, func(l string) bool { return l != "" && !slices.Contains(c.st.Topologies[name], l) }) {
+			return name
+		}
+	}
+	return ""
+}
+
+// sig is the plan in a placement question's key.
+func (p *topoPlan) sig() string {
+	if p == nil {
+		return ""
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "topo[%s|%s|%s", strings.Join(p.levels, ","), p.required, p.preferred)
+	names := make([]string, 0, len(p.subGroups))
+	for n := range p.subGroups {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		sg := p.subGroups[n]
+		fmt.Fprintf(&b, "|%s:%d:%s:%s", n, sg.MinMember, sg.TopologyRequired, sg.TopologyPreferred)
+	}
+	b.WriteString("]")
+	return b.String()
+}
+
+// domainKey is the domain of level a node with labels is in: the values of
+// level and, in a Topology, of every broader level (rack r1 of block b1 is
+// not rack r1 of block b2). ok is false when a label is missing.
+func (p *topoPlan) domainKey(labels map[string]string, level string) (string, bool) {
+	if p.levels == nil {
+		v, ok := labels[level]
+		return v, ok
+	}
+	var b strings.Builder
+	for _, l := range p.levels {
+		v, ok := labels[l]
+		if !ok {
+			return "", false
+		}
+		b.WriteString(v)
+		if l == level {
+			return b.String(), true
+		}
+		b.WriteString("\x00")
+	}
+	return "", false
+}
+
+// domainLabels are the labels (and values, read from labels) that keep a
+// pod inside its domain of level: the level's and every broader one's.
+func (p *topoPlan) domainLabels(labels map[string]string, level string, into map[string]string) {
+	if level == "" {
+		return
+	}
+	if p.levels == nil {
+		if v, ok := labels[level]; ok {
+			into[level] = v
+		}
+		return
+	}
+	for _, l := range p.levels {
+		if v, ok := labels[l]; ok {
+			into[l] = v
+		}
+		if l == level {
+			return
+		}
+	}
+}
+
+// topoDomain is the candidate nodes of one domain.
+type topoDomain struct {
+	key   string
+	value string
+	nodes []string
+	free  int64
+}
+
+// partition groups nodes (in name order) by their domain of level; nodes
+// without it belong to none.
+func (c *cycle) partition(p *topoPlan, nodes []string, level string) []*topoDomain {
+	byKey := map[string]*topoDomain{}
+	var out []*topoDomain
+	for _, name := range nodes {
+		n := c.st.Nodes[name]
+		if n == nil || n.Node == nil {
+			continue
+		}
+		key, ok := p.domainKey(n.Node.Labels, level)
+		if !ok {
+			continue
+		}
+		d := byKey[key]
+		if d == nil {
+			d = &topoDomain{key: key, value: n.Node.Labels[level]}
+			byKey[key] = d
+			out = append(out, d)
+		}
+		d.nodes = append(d.nodes, name)
+		d.free += c.snap.FreeMilli(name)
+	}
+	return out
+}
+
+// topoCandidates are the nodes, in name order, any of members may run on.
+func (c *cycle) topoCandidates(members []*Member) []string {
+	var out []string
+	for _, g := range c.groupByConstraints(members) {
+		out = append(out, c.staticCandidates(g.sig, g.members[0])...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// anchorOf is the domain of level that w's members already hold (its
+// active members', or those placed earlier in this cycle): its other
+// members must join them there. "" when none does.
+func (c *cycle) anchorOf(w *Workload, p *topoPlan, level string) string {
+	if level == "" {
+		return ""
+	}
+	nodes := c.anchors[w]
+	for _, m := range w.Active {
+		if m.node != "" && m.Pod.DeletionTimestamp == nil {
+			nodes = append(nodes, m.node)
+		}
+	}
+	for _, name := range nodes {
+		if n := c.st.Nodes[name]; n != nil && n.Node != nil {
+			if key, ok := p.domainKey(n.Node.Labels, level); ok {
+				return key
+			}
+		}
+	}
+	return ""
+}
+
+// placeTopology places members of w as its plan asks, all or none.
+func (c *cycle) placeTopology(w *Workload, members []*Member, p *topoPlan) ([]MemberAdmission, error) {
+	nodes := c.topoCandidates(members)
+	if len(nodes) == 0 {
+		return nil, &gpu.GangError{Total: len(members), Cause: errNoCandidate}
+	}
+	return c.placeRequired(w, members, p, p.required, p.preferred, nodes, c.anchorOf(w, p, p.required), true)
+}
+
+// placeRequired places members inside one domain of level required among
+// nodes (any node when required is ""), best fit first; inside it, by the
+// preferred level and, at the top (subs), the sub-groups.
+func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, required, preferred string, nodes []string, anchor string, subs bool) ([]MemberAdmission, error) {
+	if required == "" {
+		return c.placeWithin(w, members, p, preferred, nodes, subs)
+	}
+	doms := c.partition(p, nodes, required)
+	var need int64
+	for _, m := range members {
+		need += m.GPUMilli
+	}
+	if anchor != "" {
+		doms = slices.DeleteFunc(doms, func(d *topoDomain) bool { return d.key != anchor })
+	}
+	// Best fit: the domain with the least room that takes them.
+	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
+	var lastErr error
+	for _, d := range doms {
+		if d.free < need {
+			continue
+		}
+		placed, err := c.placeWithin(w, members, p, preferred, d.nodes, subs)
+		if err == nil {
+			return placed, nil
+		}
+		lastErr = err
+	}
+	return nil, c.noDomain(members, p, required, doms, need, anchor, lastErr)
+}
+
+// noDomain says that no domain of level takes members: "needs 16 GPUs in
+// one network.example.com/rack; the roomiest, rack-3, has 12 free".
+func (c *cycle) noDomain(members []*Member, p *topoPlan, level string, doms []*topoDomain, need int64, anchor string, lastErr error) error {
+	_ = p
+	what := gpu.FormatMilli(need) + " GPUs"
+	if need == gpu.MilliPerGPU {
+		what = "1 GPU"
+	}
+	if len(doms) == 0 {
+		if anchor != "" {
+			return &topologyError{msg: fmt.Sprintf("needs %s in the %s its admitted members run in, which has no node with room left for them", what, level)}
+		}
+		return &topologyError{msg: fmt.Sprintf("needs %s in one %s; no node it may run on has that label", what, level)}
+	}
+	roomiest := slices.MaxFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(b.key, a.key)) })
+	msg := fmt.Sprintf("needs %s in one %s; the roomiest, %s, has %s free", what, level, roomiest.value, gpu.FormatMilli(roomiest.free))
+	if anchor != "" {
+		msg = fmt.Sprintf("needs %s in %s %s, where its admitted members run; it has %s free", what, level, roomiest.value, gpu.FormatMilli(roomiest.free))
+	}
+	if roomiest.free >= need && lastErr != nil {
+		msg += fmt.Sprintf(", but not in a shape the members fit (%v)", lastErr)
+	}
+	_ = members
+	return &topologyError{msg: msg}
+}
+
+// placeWithin places members on nodes: the sub-groups first (subs), each
+// inside a domain of its own required level, then the rest by the
+// preferred level.
+func (c *cycle) placeWithin(w *Workload, members []*Member, p *topoPlan, preferred string, nodes []string, subs bool) ([]MemberAdmission, error) {
+	if !subs || len(p.subGroups) == 0 {
+		return c.placePreferred(w, members, p, preferred, nodes)
+	}
+	bySub := map[string][]*Member{}
+	var rest []*Member
+	for _, m := range members {
+		if _, ok := p.subGroups[m.SubGroup]; ok && m.SubGroup != "" {
+			bySub[m.SubGroup] = append(bySub[m.SubGroup], m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	names := make([]string, 0, len(bySub))
+	need := map[string]int64{}
+	for n, ms := range bySub {
+		names = append(names, n)
+		for _, m := range ms {
+			need[n] += m.GPUMilli
+		}
+	}
+	// The largest first: they have the fewest domains to choose from.
+	slices.SortFunc(names, func(a, b string) int { return cmp.Or(cmp.Compare(need[b], need[a]), strings.Compare(a, b)) })
+	var placed []MemberAdmission
+	undo := func() {
+		for _, pm := range placed {
+			c.snap.Forget(pm.Member.Pod.UID)
+		}
+	}
+	for _, n := range names {
+		sg := p.subGroups[n]
+		got, err := c.placeRequired(w, bySub[n], p, sg.TopologyRequired, sg.TopologyPreferred, nodes, c.subAnchor(w, p, n, sg.TopologyRequired), false)
+		if err != nil {
+			undo()
+			return nil, subGroupError(n, err)
+		}
+		placed = append(placed, got...)
+	}
+	if len(rest) > 0 {
+		got, err := c.placePreferred(w, rest, p, preferred, nodes)
+		if err != nil {
+			undo()
+			return nil, err
+		}
+		placed = append(placed, got...)
+	}
+	return placed, nil
+}
+
+// subAnchor is the domain of level that the active members of sub-group
+// name hold, "" when none.
+func (c *cycle) subAnchor(w *Workload, p *topoPlan, name, level string) string {
+	if level == "" {
+		return ""
+	}
+	for _, m := range w.Active {
+		if m.SubGroup != name || m.node == "" || m.Pod.DeletionTimestamp != nil {
+			continue
+		}
+		if n := c.st.Nodes[m.node]; n != nil && n.Node != nil {
+			if key, ok := p.domainKey(n.Node.Labels, level); ok {
+				return key
+			}
+		}
+	}
+	return ""
+}
+
+// subGroupError names the sub-group in err.
+func subGroupError(name string, err error) error {
+	if te, ok := err.(*topologyError); ok && te.sub == "" {
+		return &topologyError{msg: te.msg, sub: name}
+	}
+	return err
+}
+
+// placePreferred places members on nodes using as few domains of level
+// preferred as it can: the smallest single domain that takes them all,
+// else the roomiest domains first, else anywhere among nodes.
+func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, preferred string, nodes []string) ([]MemberAdmission, error) {
+	if preferred == "" {
+		return c.placeOnNodes(w, members, nodes)
+	}
+	doms := c.partition(p, nodes, preferred)
+	var need int64
+	for _, m := range members {
+		need += m.GPUMilli
+	}
+	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
+	tries := 0
+	for _, d := range doms {
+		if d.free < need {
+			continue
+		}
+		if placed, err := c.placeOnNodes(w, members, d.nodes); err == nil {
+			return placed, nil
+		}
+		if tries++; tries >= maxPreferredTries {
+			break
+		}
+	}
+	if len(doms) > 1 {
+		slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.key, b.key)) })
+		var union []string
+		var free int64
+		for i, d := range doms[:len(doms)-1] {
+			union = append(union, d.nodes...)
+			free += d.free
+			if free < need || i == 0 {
+				continue
+			}
+			slices.Sort(union)
+			if placed, err := c.placeOnNodes(w, members, union); err == nil {
+				return placed, nil
+			}
+		}
+	}
+	return c.placeOnNodes(w, members, nodes)
+}
+
+// placeOnNodes places members on nodes alone, all or none.
+func (c *cycle) placeOnNodes(w *Workload, members []*Member, nodes []string) ([]MemberAdmission, error) {
+	var placed []MemberAdmission
+	for _, g := range c.groupByConstraints(members) {
+		allocs, err := c.placeGroupOn(w, g, nodes, true)
+		if err != nil {
+			for _, pm := range placed {
+				c.snap.Forget(pm.Member.Pod.UID)
+			}
+			return nil, err
+		}
+		for i, a := range allocs {
+			placed = append(placed, MemberAdmission{Member: g.members[i], Allocation: a})
+		}
+	}
+	return placed, nil
+}
+
+// ownNode reports whether a member must have a node to itself among its
+// gang's: it asks for a host port, or a required pod anti-affinity by
+// host. The cycle then places at most one such member a node, so that the
+// domain it chooses has a node for each.
+func ownNode(m *Member) bool {
+	spec := &m.Pod.Spec
+	if hasHostPort(spec) {
+		return true
+	}
+	if a := spec.Affinity; a != nil && a.PodAntiAffinity != nil {
+		for _, t := range a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+			if t.TopologyKey == "kubernetes.io/hostname" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// memberDomain is the node labels that keep a placed member inside the
+// domains its plan requires: the gang's level and its sub-group's.
+func (c *cycle) memberDomain(p *topoPlan, m *Member, node string) map[string]string {
+	if p == nil || node == "" {
+		return nil
+	}
+	n := c.st.Nodes[node]
+	if n == nil || n.Node == nil {
+		return nil
+	}
+	out := map[string]string{}
+	p.domainLabels(n.Node.Labels, p.required, out)
+	if sg, ok := p.subGroups[m.SubGroup]; ok && m.SubGroup != "" {
+		p.domainLabels(n.Node.Labels, sg.TopologyRequired, out)
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// topoQuestion is the topology part of a placement question's key: the
+// plan, where the workload already runs, and each member's sub-group.
+func (c *cycle) topoQuestion(w *Workload, members []*Member) string {
+	plan, err := c.topoPlanOf(w)
+	if err != nil {
+		return "topo-error:" + err.Error()
+	}
+	var b strings.Builder
+	b.WriteString(plan.sig())
+	if plan != nil {
+		b.WriteString("@")
+		b.WriteString(c.anchorOf(w, plan, plan.required))
+		for _, m := range members {
+			if m.SubGroup != "" {
+				b.WriteString(";")
+				b.WriteString(m.SubGroup)
+				if sg, ok := plan.subGroups[m.SubGroup]; ok {
+					b.WriteString("@")
+					b.WriteString(c.subAnchor(w, plan, m.SubGroup, sg.TopologyRequired))
+				}
+			}
+		}
+	}
+	return b.String()
+}
+
+// victimsByDomain splits cands by the domain of w's required level their
+// members run in, the domains with the most free room first (the fewest
+// evictions): nil when w requires no level. A victim with members in
+// several domains is in each; one in none of them is in none. With
+// members of w already running, only their domain is tried.
+func (c *cycle) victimsByDomain(w *Workload, cands []victim) [][]victim {
+	plan, err := c.topoPlanOf(w)
+	if err != nil || plan == nil || plan.required == "" {
+		return nil
+	}
+	anchor := c.anchorOf(w, plan, plan.required)
+	type group struct {
+		key     string
+		free    int64
+		victims []victim
+	}
+	byKey := map[string]*group{}
+	var groups []*group
+	for _, v := range cands {
+		seen := map[string]bool{}
+		for _, m := range v.members {
+			n := c.st.Nodes[m.node]
+			if m.node == "" || n == nil || n.Node == nil {
+				continue
+			}
+			key, ok := plan.domainKey(n.Node.Labels, plan.required)
+			if !ok || seen[key] || (anchor != "" && key != anchor) {
+				continue
+			}
+			seen[key] = true
+			g := byKey[key]
+			if g == nil {
+				g = &group{key: key}
+				byKey[key] = g
+				groups = append(groups, g)
+			}
+			g.victims = append(g.victims, v)
+		}
+	}
+	for _, d := range c.partition(plan, c.nodeNamesOnce(), plan.required) {
+		if g := byKey[d.key]; g != nil {
+			g.free = d.free
+		}
+	}
+	slices.SortFunc(groups, func(a, b *group) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.key, b.key)) })
+	out := make([][]victim, len(groups))
+	for i, g := range groups {
+		out[i] = g.victims
+	}
+	return out
+}
+
+// nodeNamesOnce are the snapshot's nodes in name order.
+func (c *cycle) nodeNamesOnce() []string {
+	if c.nodeNames == nil {
+		c.nodeNames = c.snap.Nodes()
+	}
+	return c.nodeNames
+}

@@ -1,0 +1,249 @@
+package cycle
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	. "github.com/partita-dev/partita/internal/partitatest"
+)
+
+const (
+	labelBlock = "network.example.com/block"
+	labelRack  = "network.example.com/rack"
+)
+
+// rackedNodes is blocks × racks × nodes of gpus each, named b0-r1-0 and
+// labelled with their block and rack; rack names repeat across blocks, as
+// a Topology's domains are told apart by every broader level.
+func rackedNodes(blocks, racks, nodes, gpus int) ([]*corev1.Node, []*v1alpha1.GPUNode) {
+	var ns []*corev1.Node
+	var gns []*v1alpha1.GPUNode
+	for b := range blocks {
+		for r := range racks {
+			for i := range nodes {
+				name := fmt.Sprintf("b%d-r%d-%d", b, r, i)
+				ns = append(ns, MakeNode(name).Label(labelBlock, fmt.Sprintf("b%d", b)).Label(labelRack, fmt.Sprintf("r%d", r)).Obj())
+				gns = append(gns, MakeGPUNode(name).Devices(gpus, "NVIDIA H100 80GB HBM3", 81559).Obj())
+			}
+		}
+	}
+	return ns, gns
+}
+
+// rackOf is "b0-r1" for node b0-r1-0.
+func rackOf(node string) string { return node[:strings.LastIndex(node, "-")] }
+
+// racksUsed are the racks each admitted workload's members were placed
+// in, and the waits, from a cycle's result.
+type racksUsed struct {
+	Racks   map[string][]string
+	Waiting map[string]string
+	Evicted []string
+}
+
+func racksOf(o outcome, evictedOn map[string]string) racksUsed {
+	out := racksUsed{Racks: map[string][]string{}, Waiting: o.Waiting}
+	for w, members := range o.Admitted {
+		var racks []string
+		for _, m := range members {
+			racks = append(racks, rackOf(m[strings.Index(m, "@")+1:]))
+		}
+		slices.Sort(racks)
+		out.Racks[w] = slices.Compact(racks)
+	}
+	for _, e := range o.Evicted {
+		name := strings.TrimPrefix(strings.Fields(e)[0], "ns/")
+		out.Evicted = append(out.Evicted, rackOf(evictedOn[name]))
+	}
+	slices.Sort(out.Evicted)
+	if len(out.Waiting) == 0 {
+		out.Waiting = nil
+	}
+	return out
+}
+
+// topoGang is a gang of n pods of q asking gpus each, with annotations
+// on its pods.
+func topoGang(name, q string, n, gpus int, ann map[string]string) []*corev1.Pod {
+	var pods []*corev1.Pod
+	for i := range n {
+		pods = append(pods, gated(fmt.Sprintf("%s-%d", name, i), q, gpus).PodGroup(name).Annotations(ann).Obj())
+	}
+	return pods
+}
+
+func TestTopologyPlacement(t *testing.T) {
+	nodes, gns := rackedNodes(2, 2, 2, 4) // 8 nodes, 4 racks of 8 GPUs
+	topo := MakeTopology("net", labelBlock, labelRack, "kubernetes.io/hostname")
+	queueA := MakeQueue("a").Obj()
+	required := map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack}
+	// busy fills n GPUs of node with single pods of queue a.
+	busy := func(node string, n int) []*corev1.Pod {
+		var out []*corev1.Pod
+		for i := range n {
+			out = append(out, running(fmt.Sprintf("busy-%s-%d", node, i), "a", node, 1, t0).Obj())
+		}
+		return out
+	}
+	pg := func(name string, n int32) *v1alpha1.PodGroup { return MakePodGroup(name, "ns").MinMember(n).Obj() }
+
+	cases := map[string]struct {
+		pods      []*corev1.Pod
+		podGroups []*v1alpha1.PodGroup
+		topos     []*v1alpha1.Topology
+		want      racksUsed
+	}{
+		"a required gang lands in one rack, the fullest that takes it": {
+			// b1-r1 has 6 free, the others 8: best fit keeps a whole rack.
+			pods:      append(busy("b1-r1-0", 2), topoGang("train", "a", 6, 1, required)...),
+			podGroups: []*v1alpha1.PodGroup{pg("train", 6)},
+			want:      racksUsed{Racks: map[string][]string{"ns/train": {"b1-r1"}}},
+		},
+		"a gang that fits the cluster but no rack waits, naming the roomiest": {
+			pods:      append(busy("b0-r0-0", 1), topoGang("big", "a", 10, 1, required)...),
+			podGroups: []*v1alpha1.PodGroup{pg("big", 10)},
+			want: racksUsed{Racks: map[string][]string{}, Waiting: map[string]string{
+				"ns/big": "WaitingForCapacity: gang needs 10 × 1 GPU; it needs 10 GPUs in one network.example.com/rack; the roomiest, r1, has 8 free",
+			}},
+		},
+		"a preferred gang spans the fewest racks": {
+			pods: topoGang("wide", "a", 12, 1, map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyPreferred: labelRack}),
+			podGroups: []*v1alpha1.PodGroup{pg("wide", 12)},
+			want:      racksUsed{Racks: map[string][]string{"ns/wide": {"b0-r0", "b0-r1"}}},
+		},
+		"a preferred gang that fits one rack takes the fullest that does": {
+			pods: append(busy("b0-r1-1", 3), topoGang("small", "a", 5, 1, map[string]string{v1alpha1.AnnotationTopologyPreferred: labelRack})...),
+			podGroups: []*v1alpha1.PodGroup{pg("small", 5)},
+			topos:     []*v1alpha1.Topology{},
+			// Without any Topology the rack label alone is the domain: r1
+			// of both blocks is one, with 13 free; r0 has 16.
+			want: racksUsed{Racks: map[string][]string{"ns/small": {"b0-r1"}}},
+		},
+		"KAI's annotations place as Partita's do": {
+			pods: append(busy("b1-r1-0", 2), topoGang("train", "a", 6, 1, map[string]string{
+				v1alpha1.AnnotationKAITopology: "net", v1alpha1.AnnotationKAITopologyRequired: labelRack,
+			})...),
+			podGroups: []*v1alpha1.PodGroup{pg("train", 6)},
+			want:      racksUsed{Racks: map[string][]string{"ns/train": {"b1-r1"}}},
+		},
+		"Kueue's annotations place as Partita's do": {
+			pods: append(busy("b1-r1-0", 2), topoGang("train", "a", 6, 1, map[string]string{
+				v1alpha1.AnnotationKueueTopologyRequired: labelRack,
+			})...),
+			podGroups: []*v1alpha1.PodGroup{pg("train", 6)},
+			// Kueue names no Topology: its level is read in the one that
+			// has it.
+			want: racksUsed{Racks: map[string][]string{"ns/train": {"b1-r1"}}},
+		},
+		"the PodGroup's annotations ask for the gang": {
+			pods: append(busy("b1-r1-0", 2), topoGang("train", "a", 6, 1, nil)...),
+			podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(6).
+				Annotation(v1alpha1.AnnotationTopology, "net").Annotation(v1alpha1.AnnotationTopologyRequired, labelRack).Obj()},
+			want: racksUsed{Racks: map[string][]string{"ns/train": {"b1-r1"}}},
+		},
+		"sub-groups each land in a rack of their own, within one block": {
+			// Block b0 has 10 free in racks of 6 and 4 (b0-r0 busy 2,
+			// b0-r1 busy 4); b1 has 16. The gang of 2 × 4 needs one block
+			// and a rack for each part: b0 takes it, one part a rack.
+			pods: func() []*corev1.Pod {
+				out := append(busy("b0-r0-0", 2), busy("b0-r1-0", 4)...)
+				for i := range 8 {
+					part := fmt.Sprintf("part-%d", i/4)
+					out = append(out, gated(fmt.Sprintf("job-%d", i), "a", 1).PodGroup("job").Label(v1alpha1.LabelSubGroup, part).Obj())
+				}
+				return out
+			}(),
+			podGroups: []*v1alpha1.PodGroup{MakePodGroup("job", "ns").MinMember(8).
+				Annotation(v1alpha1.AnnotationTopology, "net").Annotation(v1alpha1.AnnotationTopologyRequired, labelBlock).
+				SubGroup("part-0", 4, labelRack, "").SubGroup("part-1", 4, labelRack, "").Obj()},
+			want: racksUsed{Racks: map[string][]string{"ns/job": {"b0-r0", "b0-r1"}}},
+		},
+		"a topology that does not exist: the gang waits and says so": {
+			pods:      topoGang("train", "a", 2, 1, map[string]string{v1alpha1.AnnotationTopology: "nope", v1alpha1.AnnotationTopologyRequired: labelRack}),
+			podGroups: []*v1alpha1.PodGroup{pg("train", 2)},
+			want: racksUsed{Racks: map[string][]string{}, Waiting: map[string]string{
+				"ns/train": "WaitingForCapacity: gang needs 2 × 1 GPU; it names topology nope, which does not exist: create it (kubectl get topologies lists those that do), or name another in partita.dev/topology",
+			}},
+		},
+		"a level the topology does not have: the gang waits and says so": {
+			pods:      topoGang("train", "a", 2, 1, map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: "zone"}),
+			podGroups: []*v1alpha1.PodGroup{pg("train", 2)},
+			want: racksUsed{Racks: map[string][]string{}, Waiting: map[string]string{
+				"ns/train": "WaitingForCapacity: gang needs 2 × 1 GPU; it asks for required level zone, which is not a level of topology net (its levels: network.example.com/block, network.example.com/rack, kubernetes.io/hostname)",
+			}},
+		},
+		"members that need a node each still get one rack": {
+			// Host ports: one member a node. A rack has 2 nodes, so 3
+			// members need... no rack: they wait.
+			pods: func() []*corev1.Pod {
+				var out []*corev1.Pod
+				for i := range 3 {
+					p := gated(fmt.Sprintf("hp-%d", i), "a", 1).PodGroup("hp").Annotations(required).Obj()
+					p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
+					out = append(out, p)
+				}
+				return out
+			}(),
+			podGroups: []*v1alpha1.PodGroup{pg("hp", 3)},
+			want: racksUsed{Racks: map[string][]string{}, Waiting: map[string]string{
+				"ns/hp": "WaitingForCapacity: gang needs 3 × 1 GPU; it needs 3 GPUs in one network.example.com/rack; the roomiest, r0, has 8 free, but not in a shape the members fit (place gang: member 3 of 3 does not fit: no candidate node fits main: 1 × 1)",
+			}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			topos := tc.topos
+			if topos == nil {
+				topos = []*v1alpha1.Topology{topo}
+			}
+			got, _ := runWorld(t, world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{queueA}, pods: tc.pods, podGroups: tc.podGroups, topologies: topos}, Options{})
+			// Waiting busy pods are none; admitted ones are the gang's.
+			if diff := cmp.Diff(tc.want, racksOf(got, nil)); diff != "" {
+				t.Errorf("placement (-want +got):\n%s\nfull outcome: %+v", diff, got)
+			}
+		})
+	}
+}
+
+// TestTopologyReclaim: a gang that needs one rack reclaims room inside
+// one rack, not a little from each.
+func TestTopologyReclaim(t *testing.T) {
+	nodes, gns := rackedNodes(1, 2, 2, 4) // 2 racks of 8 GPUs
+	topo := MakeTopology("net", labelBlock, labelRack)
+	// a runs 16 single pods, started in turn on alternate racks, the
+	// youngest last; b (fair share 8) asks for a gang of 8 in one rack.
+	var pods []*corev1.Pod
+	on := map[string]string{}
+	for i := range 16 {
+		node := fmt.Sprintf("b0-r%d-%d", i%2, (i/2)%2)
+		name := fmt.Sprintf("a-%d", i)
+		on[name] = node
+		pods = append(pods, running(name, "a", node, 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+	}
+	pods = append(pods, topoGang("train", "b", 8, 1, map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack})...)
+	got, _ := runWorld(t, world{
+		nodes: nodes, gpuNodes: gns, topologies: []*v1alpha1.Topology{topo},
+		queues:    []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()},
+		pods:      pods,
+		podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(8).Obj()},
+	}, Options{Now: t0.Add(time.Hour)})
+	want := racksUsed{
+		Racks:   map[string][]string{},
+		Evicted: []string{"b0-r0", "b0-r0", "b0-r0", "b0-r0", "b0-r0", "b0-r0", "b0-r0", "b0-r0"},
+	}
+	res := racksOf(got, on)
+	res.Waiting = nil
+	if diff := cmp.Diff(want, res); diff != "" {
+		t.Errorf("reclaim (-want +got):\n%s\nfull outcome: %+v", diff, got)
+	}
+	if w := got.Waiting["ns/train"]; !strings.HasPrefix(w, "WaitingForCapacity: evicting 8 workload(s) to make room") {
+		t.Errorf("the gang's wait is %q, want it to say it evicts 8", w)
+	}
+}

@@ -114,12 +114,12 @@ func TestTopologyPlacement(t *testing.T) {
 			}},
 		},
 		"a preferred gang spans the fewest racks": {
-			pods: topoGang("wide", "a", 12, 1, map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyPreferred: labelRack}),
+			pods:      topoGang("wide", "a", 12, 1, map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyPreferred: labelRack}),
 			podGroups: []*v1alpha1.PodGroup{pg("wide", 12)},
 			want:      racksUsed{Racks: map[string][]string{"ns/wide": {"b0-r0", "b0-r1"}}},
 		},
 		"a preferred gang that fits one rack takes the fullest that does": {
-			pods: append(busy("b0-r1-1", 3), topoGang("small", "a", 5, 1, map[string]string{v1alpha1.AnnotationTopologyPreferred: labelRack})...),
+			pods:      append(busy("b0-r1-1", 3), topoGang("small", "a", 5, 1, map[string]string{v1alpha1.AnnotationTopologyPreferred: labelRack})...),
 			podGroups: []*v1alpha1.PodGroup{pg("small", 5)},
 			topos:     []*v1alpha1.Topology{},
 			// Without any Topology the rack label alone is the domain: r1

@@ -26,6 +26,24 @@ type Snapshot struct {
 	scans int
 	// sorted are the present nodes' slots in name order, built on first use.
 	sorted []int32
+	// changed are the slots of the nodes whose pods changed on the snapshot
+	// (assumed, restored, forgotten), in order, repeats kept: Changes.
+	changed []int32
+}
+
+// Changes are the nodes whose pods changed on the snapshot since mark (0
+// for since it was taken), possibly repeated, and the mark to pass next:
+// what lets a caller keep sums over nodes (free room by topology domain)
+// up to date without reading every node again.
+func (s *Snapshot) Changes(mark int) (nodes []string, next int) {
+	if mark >= len(s.changed) {
+		return nil, len(s.changed)
+	}
+	nodes = make([]string, 0, len(s.changed)-mark)
+	for _, slot := range s.changed[mark:] {
+		nodes = append(nodes, s.v.nodes[slot].name)
+	}
+	return nodes, len(s.changed)
 }
 
 // Fit is Ledger.Fit on the snapshot.
@@ -81,6 +99,7 @@ func (s *Snapshot) assume(a *PodAllocation, restore bool) error {
 	n := &s.v.nodes[slot]
 	n.pods = append(n.pods[:len(n.pods):len(n.pods)], e)
 	s.v.charge(n, e, 1)
+	s.changed = append(s.changed, slot)
 	if s.assumed == nil {
 		s.assumed = map[types.UID]int32{}
 	}
@@ -286,6 +305,7 @@ func (s *Snapshot) Forget(uid types.UID) {
 	if e := entryOn(n, uid); e != nil {
 		s.v.charge(n, e, -1)
 		n.pods = without(n.pods, e)
+		s.changed = append(s.changed, slot)
 	}
 	delete(s.assumed, uid)
 	delete(s.index, uid)

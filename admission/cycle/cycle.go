@@ -304,6 +304,8 @@ type cycle struct {
 	// anchors are the nodes of the members of each workload placed in this
 	// cycle: its later members join their topology domain.
 	anchors map[*Workload][]string
+	// topo caches topology domains (topology.go).
+	topo *topoState
 	// moving is what the evictions chosen in the cycle will change in each
 	// queue's holdings (move).
 	moving map[*queueState][3]int64

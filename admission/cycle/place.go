@@ -409,12 +409,17 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 	names := make([]string, 0, len(cands))
 	caps := make([]int, 0, len(cands))
 	own := topo && ownNode(g.members[0])
-	for _, name := range cands {
-		if nodes != nil {
-			if _, ok := slices.BinarySearch(nodes, name); !ok {
-				continue
+	if nodes != nil {
+		// A domain's nodes are few: walk them, not every candidate.
+		in := make([]string, 0, len(nodes))
+		for _, name := range nodes {
+			if _, ok := slices.BinarySearch(cands, name); ok {
+				in = append(in, name)
 			}
 		}
+		cands = in
+	}
+	for _, name := range cands {
 		if n := c.room(name, g.members[0]); n > 0 {
 			if own {
 				n = 1

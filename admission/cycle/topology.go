@@ -28,6 +28,7 @@ type topoPlan struct {
 	// levels are the named Topology's, broadest first; nil when the
 	// workload names none and its levels are plain node labels.
 	levels              []string
+	levelsSig           string
 	required, preferred string
 	subGroups           map[string]v1alpha1.SubGroup
 }
@@ -76,7 +77,7 @@ func (c *cycle) topoPlanOf(w *Workload) (*topoPlan, error) {
 	if !ok {
 		return nil, &topologyError{msg: fmt.Sprintf("names topology %s, which does not exist: create it (kubectl get topologies lists those that do), or name another in %s", r.Topology, v1alpha1.AnnotationTopology)}
 	}
-	p.levels = levels
+	p.levels, p.levelsSig = levels, strings.Join(levels, ",")
 	check := func(level, what string) error {
 		if level != "" && !slices.Contains(levels, level) {
 			return &topologyError{msg: fmt.Sprintf("asks for %s level %s, which is not a level of topology %s (its levels: %s)", what, level, r.Topology, strings.Join(levels, ", "))}
@@ -181,17 +182,73 @@ func (p *topoPlan) domainLabels(labels map[string]string, level string, into map
 	}
 }
 
-// topoDomain is the candidate nodes of one domain.
+// topoDomain is the candidate nodes of one domain. Domains are built once
+// a cycle for each set of nodes and level (partition), and their free room
+// kept up to date from the snapshot's changes: they are shared, and never
+// changed by their users.
 type topoDomain struct {
 	key   string
 	value string
 	nodes []string
 	free  int64
+	// set names the domain's nodes as a set, for partitions within it.
+	set string
 }
 
-// partition groups nodes (in name order) by their domain of level; nodes
-// without it belong to none.
-func (c *cycle) partition(p *topoPlan, nodes []string, level string) []*topoDomain {
+// topoState is the cycle's cache of domains.
+type topoState struct {
+	// mark is how far the snapshot's changes were read (gpu.Snapshot.Changes).
+	mark int
+	// free is what each node in a domain had free when last read.
+	free map[string]int64
+	// indexes are the domains by plan levels, level and set of nodes;
+	// nodeDoms the domains each node is in.
+	indexes  map[string][]*topoDomain
+	nodeDoms map[string][]*topoDomain
+	// cands are topoCandidates by the members' constraint signatures.
+	cands map[string][]string
+}
+
+func (c *cycle) topoCache() *topoState {
+	if c.topo == nil {
+		c.topo = &topoState{free: map[string]int64{}, indexes: map[string][]*topoDomain{}, nodeDoms: map[string][]*topoDomain{}, cands: map[string][]string{}}
+	}
+	return c.topo
+}
+
+// syncFree brings the domains' free room up to date with what changed on
+// the snapshot since it last did.
+func (c *cycle) syncFree() {
+	t := c.topoCache()
+	nodes, next := c.snap.Changes(t.mark)
+	t.mark = next
+	for _, n := range nodes {
+		doms := t.nodeDoms[n]
+		if len(doms) == 0 {
+			continue
+		}
+		f := c.snap.FreeMilli(n)
+		delta := f - t.free[n]
+		if delta == 0 {
+			continue
+		}
+		t.free[n] = f
+		for _, d := range doms {
+			d.free += delta
+		}
+	}
+}
+
+// partition groups nodes (in name order; set names them) by their domain
+// of level; nodes without it belong to none. The slice is the caller's;
+// the domains are shared.
+func (c *cycle) partition(p *topoPlan, set string, nodes []string, level string) []*topoDomain {
+	t := c.topoCache()
+	c.syncFree()
+	key := p.levelsSig + "\x01" + level + "\x01" + set
+	if doms, ok := t.indexes[key]; ok {
+		return slices.Clone(doms)
+	}
 	byKey := map[string]*topoDomain{}
 	var out []*topoDomain
 	for _, name := range nodes {
@@ -199,30 +256,51 @@ func (c *cycle) partition(p *topoPlan, nodes []string, level string) []*topoDoma
 		if n == nil || n.Node == nil {
 			continue
 		}
-		key, ok := p.domainKey(n.Node.Labels, level)
+		dk, ok := p.domainKey(n.Node.Labels, level)
 		if !ok {
 			continue
 		}
-		d := byKey[key]
+		d := byKey[dk]
 		if d == nil {
-			d = &topoDomain{key: key, value: n.Node.Labels[level]}
-			byKey[key] = d
+			d = &topoDomain{key: dk, value: n.Node.Labels[level], set: key + "\x02" + dk}
+			byKey[dk] = d
 			out = append(out, d)
 		}
 		d.nodes = append(d.nodes, name)
-		d.free += c.snap.FreeMilli(name)
+		f, seen := t.free[name]
+		if !seen {
+			f = c.snap.FreeMilli(name)
+			t.free[name] = f
+		}
+		d.free += f
+		t.nodeDoms[name] = append(t.nodeDoms[name], d)
 	}
-	return out
+	t.indexes[key] = out
+	return slices.Clone(out)
 }
 
-// topoCandidates are the nodes, in name order, any of members may run on.
-func (c *cycle) topoCandidates(members []*Member) []string {
+// topoCandidates are the nodes, in name order, any of members may run on,
+// and a name for them as a set.
+func (c *cycle) topoCandidates(members []*Member) (string, []string) {
+	groups := c.groupByConstraints(members)
+	sigs := make([]string, len(groups))
+	for i, g := range groups {
+		sigs[i] = g.sig
+	}
+	slices.Sort(sigs)
+	set := "cands:" + strings.Join(slices.Compact(sigs), "\x03")
+	t := c.topoCache()
+	if out, ok := t.cands[set]; ok {
+		return set, out
+	}
 	var out []string
-	for _, g := range c.groupByConstraints(members) {
+	for _, g := range groups {
 		out = append(out, c.staticCandidates(g.sig, g.members[0])...)
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	out = slices.Compact(out)
+	t.cands[set] = out
+	return set, out
 }
 
 // anchorOf is the domain of level that w's members already hold (its
@@ -250,21 +328,21 @@ func (c *cycle) anchorOf(w *Workload, p *topoPlan, level string) string {
 
 // placeTopology places members of w as its plan asks, all or none.
 func (c *cycle) placeTopology(w *Workload, members []*Member, p *topoPlan) ([]MemberAdmission, error) {
-	nodes := c.topoCandidates(members)
+	set, nodes := c.topoCandidates(members)
 	if len(nodes) == 0 {
 		return nil, &gpu.GangError{Total: len(members), Cause: errNoCandidate}
 	}
-	return c.placeRequired(w, members, p, p.required, p.preferred, nodes, c.anchorOf(w, p, p.required), true)
+	return c.placeRequired(w, members, p, p.required, p.preferred, set, nodes, c.anchorOf(w, p, p.required), true)
 }
 
 // placeRequired places members inside one domain of level required among
 // nodes (any node when required is ""), best fit first; inside it, by the
 // preferred level and, at the top (subs), the sub-groups.
-func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, required, preferred string, nodes []string, anchor string, subs bool) ([]MemberAdmission, error) {
+func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, required, preferred, set string, nodes []string, anchor string, subs bool) ([]MemberAdmission, error) {
 	if required == "" {
-		return c.placeWithin(w, members, p, preferred, nodes, subs)
+		return c.placeWithin(w, members, p, preferred, set, nodes, subs)
 	}
-	doms := c.partition(p, nodes, required)
+	doms := c.partition(p, set, nodes, required)
 	var need int64
 	for _, m := range members {
 		need += m.GPUMilli
@@ -279,7 +357,7 @@ func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, requi
 		if d.free < need {
 			continue
 		}
-		placed, err := c.placeWithin(w, members, p, preferred, d.nodes, subs)
+		placed, err := c.placeWithin(w, members, p, preferred, d.set, d.nodes, subs)
 		if err == nil {
 			return placed, nil
 		}
@@ -317,9 +395,9 @@ func (c *cycle) noDomain(members []*Member, p *topoPlan, level string, doms []*t
 // placeWithin places members on nodes: the sub-groups first (subs), each
 // inside a domain of its own required level, then the rest by the
 // preferred level.
-func (c *cycle) placeWithin(w *Workload, members []*Member, p *topoPlan, preferred string, nodes []string, subs bool) ([]MemberAdmission, error) {
+func (c *cycle) placeWithin(w *Workload, members []*Member, p *topoPlan, preferred, set string, nodes []string, subs bool) ([]MemberAdmission, error) {
 	if !subs || len(p.subGroups) == 0 {
-		return c.placePreferred(w, members, p, preferred, nodes)
+		return c.placePreferred(w, members, p, preferred, set, nodes)
 	}
 	bySub := map[string][]*Member{}
 	var rest []*Member
@@ -348,7 +426,7 @@ func (c *cycle) placeWithin(w *Workload, members []*Member, p *topoPlan, preferr
 	}
 	for _, n := range names {
 		sg := p.subGroups[n]
-		got, err := c.placeRequired(w, bySub[n], p, sg.TopologyRequired, sg.TopologyPreferred, nodes, c.subAnchor(w, p, n, sg.TopologyRequired), false)
+		got, err := c.placeRequired(w, bySub[n], p, sg.TopologyRequired, sg.TopologyPreferred, set, nodes, c.subAnchor(w, p, n, sg.TopologyRequired), false)
 		if err != nil {
 			undo()
 			return nil, subGroupError(n, err)
@@ -356,7 +434,7 @@ func (c *cycle) placeWithin(w *Workload, members []*Member, p *topoPlan, preferr
 		placed = append(placed, got...)
 	}
 	if len(rest) > 0 {
-		got, err := c.placePreferred(w, rest, p, preferred, nodes)
+		got, err := c.placePreferred(w, rest, p, preferred, set, nodes)
 		if err != nil {
 			undo()
 			return nil, err
@@ -396,11 +474,11 @@ func subGroupError(name string, err error) error {
 // placePreferred places members on nodes using as few domains of level
 // preferred as it can: the smallest single domain that takes them all,
 // else the roomiest domains first, else anywhere among nodes.
-func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, preferred string, nodes []string) ([]MemberAdmission, error) {
+func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, preferred, set string, nodes []string) ([]MemberAdmission, error) {
 	if preferred == "" {
 		return c.placeOnNodes(w, members, nodes)
 	}
-	doms := c.partition(p, nodes, preferred)
+	doms := c.partition(p, set, nodes, preferred)
 	var need int64
 	for _, m := range members {
 		need += m.GPUMilli
@@ -560,7 +638,7 @@ func (c *cycle) victimsByDomain(w *Workload, cands []victim) [][]victim {
 			g.victims = append(g.victims, v)
 		}
 	}
-	for _, d := range c.partition(plan, c.nodeNamesOnce(), plan.required) {
+	for _, d := range c.partition(plan, "all", c.nodeNamesOnce(), plan.required) {
 		if g := byKey[d.key]; g != nil {
 			g.free = d.free
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 func mustObject(t *testing.T, m map[string]any) *Object {
@@ -28,6 +30,18 @@ func rayCluster(t *testing.T) *Object {
 	})
 }
 
+// jobSet is JobSet team-a/ft of two replicas of 2 GPU pods each.
+func jobSet(t *testing.T, annotations map[string]any) *Object {
+	return mustObject(t, map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "namespace": "team-a", "name": "ft", "uid": "u-ft",
+		"labels": map[string]any{}, "annotations": annotations,
+		"spec": map[string]any{"replicatedJobs": []any{map[string]any{
+			"name": "workers", "replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"parallelism": int64(2), "template": map[string]any{"gpu": true}}},
+		}}},
+	})
+}
+
 func TestWorkloadDecision(t *testing.T) {
 	ctx := t.Context()
 	e, err := NewEngine(ctx)
@@ -48,6 +62,28 @@ func TestWorkloadDecision(t *testing.T) {
 		"a bare pod is a single pod": {
 			in:   &WorkloadInput{Pod: WorkloadPod{Namespace: "team-a", Name: "p"}},
 			want: &WorkloadDecision{Errors: []string{}},
+		},
+		"a JobSet's replicas are sub-groups within the job's topology": {
+			in: &WorkloadInput{
+				Pod: WorkloadPod{Namespace: "team-a", Name: "ft-workers-1-0-x", Labels: map[string]string{
+					"jobset.sigs.k8s.io/replicatedjob-name": "workers", "jobset.sigs.k8s.io/job-index": "1",
+				}},
+				Chain: []*Object{jobSet(t, map[string]any{
+					v1alpha1.AnnotationKAITopology:               "dc",
+					v1alpha1.AnnotationTopologyRequired:          "example.com/block",
+					v1alpha1.AnnotationSubGroupTopologyRequired:  "example.com/rack",
+					v1alpha1.AnnotationSubGroupTopologyPreferred: "kubernetes.io/hostname",
+				})},
+			},
+			want: &WorkloadDecision{Gang: &WorkloadGang{
+				Name: "jobset-ft", MinMember: 4, Kind: "JobSet", OwnerName: "ft",
+				Topology: v1alpha1.TopologyRequest{Topology: "dc", Required: "example.com/block"},
+				SubGroups: []v1alpha1.SubGroup{
+					{Name: "workers-0", MinMember: 2, TopologyRequired: "example.com/rack", TopologyPreferred: "kubernetes.io/hostname"},
+					{Name: "workers-1", MinMember: 2, TopologyRequired: "example.com/rack", TopologyPreferred: "kubernetes.io/hostname"},
+				},
+				SubGroup: "workers-1",
+			}, Errors: []string{}},
 		},
 	}
 	for name, tc := range cases {

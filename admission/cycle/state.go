@@ -96,6 +96,12 @@ type Workload struct {
 	// RuleQueue and PriorityClassName are what the workload map's rule
 	// names for a mapped gang, empty when nothing.
 	RuleQueue, PriorityClassName string
+	// RuleTopology and RuleSubGroups are what the workload map's rule says
+	// of a mapped gang's topology and parts: the PodGroup the loop keeps
+	// for it shows them (its partita.dev/topology* annotations and
+	// spec.subGroups).
+	RuleTopology  v1alpha1.TopologyRequest
+	RuleSubGroups []v1alpha1.SubGroup
 	// Unready says why the workload cannot be admitted yet: the workload
 	// map cannot group it, or the PodGroup that must carry the queue its
 	// rule names does not exist yet.
@@ -588,6 +594,12 @@ func mergeMapping(acc, m Mapping) Mapping {
 	acc.MinMember = max(acc.MinMember, m.MinMember)
 	acc.Queue = cmp.Or(acc.Queue, m.Queue)
 	acc.PriorityClassName = cmp.Or(acc.PriorityClassName, m.PriorityClassName)
+	if acc.Topology.IsZero() {
+		acc.Topology = m.Topology
+	}
+	if len(acc.SubGroups) == 0 {
+		acc.SubGroups = m.SubGroups
+	}
 	return acc
 }
 
@@ -600,6 +612,7 @@ func (c *Cache) mappedGang(w *Workload, m Mapping) {
 	w.MinMember = max(m.MinMember, 1)
 	w.Kind, w.OwnerName, w.Owner = m.Kind, m.Name, m.Owner
 	w.RuleQueue, w.PriorityClassName, w.priorityClass = m.Queue, m.PriorityClassName, m.PriorityClassName
+	w.RuleTopology, w.RuleSubGroups = m.Topology, m.SubGroups
 	for _, p := range w.Pending {
 		w.Elastic = w.Elastic || p.Elastic
 	}
@@ -614,7 +627,8 @@ func (c *Cache) mappedGang(w *Workload, m Mapping) {
 		// Someone else's PodGroup of that name: neither its status nor its
 		// queue is the gang's.
 		w.PodGroup, pg = PodGroupForeign, nil
-	case pg.minMember != w.MinMember || pg.queue != m.Queue || pg.priority != m.PriorityClassName:
+	case pg.minMember != w.MinMember || pg.queue != m.Queue || pg.priority != m.PriorityClassName ||
+		pg.partitaTopology != m.Topology || !slices.Equal(pg.subGroups, m.SubGroups):
 		w.PodGroup = PodGroupStale
 	default:
 		w.PodGroup = PodGroupInSync

@@ -2,14 +2,17 @@ package admission
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/admission/cycle"
@@ -21,9 +24,11 @@ import (
 // by the workload's top owner (so it goes when the workload goes), labelled
 // partita.dev/workload-kind, whose spec says what the rule says (minMember,
 // queue, priorityClassName) and whose status the loop writes as for an
-// explicit gang. The rule, not the PodGroup, is the truth for minMember: a
-// tenant who edits the PodGroup changes nothing but the PodGroup, which is
-// written again. The queue the rule names is taken only from the PodGroup,
+// explicit gang; it shows the topology the rule asks (Partita's
+// partita.dev/topology* annotations, whatever dialect the rule read) and
+// the gang's sub-groups (spec.subGroups). The rule, not the PodGroup, is
+// the truth for all of these: a tenant who edits the PodGroup changes
+// nothing but the PodGroup, which is written again. The queue the rule names is taken only from the PodGroup,
 // once it exists: creating it goes through the PodGroup webhook, which
 // refuses a queue the namespace may not use.
 
@@ -81,7 +86,10 @@ func (a *Admitter) keepMappedPodGroups(ctx context.Context, st *cycle.State, now
 					err = nil
 				}
 			} else {
-				err = a.statusClient().Patch(ctx, want, client.Merge)
+				var patch []byte
+				if patch, err = mappedPodGroupPatch(want); err == nil {
+					err = a.statusClient().Patch(ctx, want, client.RawPatch(types.MergePatchType, patch))
+				}
 			}
 			if err != nil {
 				log.V(2).Info("Failed to write the PodGroup of a mapped workload", "podGroup", key.Namespace+"/"+key.Workload, "err", err.Error())
@@ -130,7 +138,15 @@ func mappedPodGroup(w *cycle.Workload) *v1alpha1.PodGroup {
 			Labels:      map[string]string{v1alpha1.LabelWorkloadKind: labelValue(w.Kind)},
 			Annotations: map[string]string{v1alpha1.AnnotationWorkload: w.Kind + "/" + w.OwnerName},
 		},
-		Spec: v1alpha1.PodGroupSpec{MinMember: w.MinMember, Queue: w.RuleQueue, PriorityClassName: w.PriorityClassName},
+		Spec: v1alpha1.PodGroupSpec{
+			MinMember: w.MinMember, Queue: w.RuleQueue, PriorityClassName: w.PriorityClassName,
+			SubGroups: slices.Clone(w.RuleSubGroups),
+		},
+	}
+	for k, v := range topologyAnnotations(w.RuleTopology) {
+		if v != "" {
+			pg.Annotations[k] = v
+		}
 	}
 	if o := w.Owner; o.UID != "" {
 		// Not a controller, and not blocking the owner's deletion (which
@@ -139,6 +155,48 @@ func mappedPodGroup(w *cycle.Workload) *v1alpha1.PodGroup {
 		pg.OwnerReferences = []metav1.OwnerReference{{APIVersion: o.APIVersion, Kind: o.Kind, Name: o.Name, UID: o.UID}}
 	}
 	return pg
+}
+
+// topologyAnnotations are Partita's keys of a topology request, each with
+// its value, empty for a level it does not ask.
+func topologyAnnotations(r v1alpha1.TopologyRequest) map[string]string {
+	return map[string]string{
+		v1alpha1.AnnotationTopology:          r.Topology,
+		v1alpha1.AnnotationTopologyRequired:  r.Required,
+		v1alpha1.AnnotationTopologyPreferred: r.Preferred,
+	}
+}
+
+// mappedPodGroupPatch is the JSON merge patch that makes a mapped gang's
+// PodGroup say what pg says: pg itself, and a null for each topology key
+// and for the sub-groups the rule no longer asks, which pg leaves out and
+// a merge patch would otherwise keep.
+func mappedPodGroupPatch(pg *v1alpha1.PodGroup) ([]byte, error) {
+	b, err := json.Marshal(pg)
+	if err != nil {
+		return nil, fmt.Errorf("encode PodGroup: %w", err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode PodGroup: %w", err)
+	}
+	// metadata and spec are objects in any encoded PodGroup; annotations
+	// may be left out.
+	meta := m["metadata"].(map[string]any)
+	ann, _ := meta["annotations"].(map[string]any)
+	if ann == nil {
+		ann = map[string]any{}
+		meta["annotations"] = ann
+	}
+	for k := range topologyAnnotations(v1alpha1.TopologyRequest{}) {
+		if _, ok := ann[k]; !ok {
+			ann[k] = nil
+		}
+	}
+	if len(pg.Spec.SubGroups) == 0 {
+		m["spec"].(map[string]any)["subGroups"] = nil
+	}
+	return json.Marshal(m)
 }
 
 // labelValue is s cut to a valid label value ("Workload" when empty).

@@ -138,3 +138,115 @@ func TestMappedPodGroupOfAnotherOwnerIsLeftAlone(t *testing.T) {
 		t.Errorf("the gang of 1 was not admitted with its workload's name: gates %v, annotations %v", p.Spec.SchedulingGates, p.Annotations)
 	}
 }
+
+// TestMappedPodGroupShowsTheRulesTopology: the PodGroup of a mapped gang
+// shows the topology its rule asks, in Partita's keys, and its sub-groups;
+// when the rule's answer changes, the PodGroup follows, levels and
+// sub-groups the rule no longer asks included.
+func TestMappedPodGroupShowsTheRulesTopology(t *testing.T) {
+	ctx := t.Context()
+	clk := testingclock.NewFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+	owner := cycle.Owner{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "ft", UID: "uid-js"}
+	subGroups := []v1alpha1.SubGroup{
+		{Name: "workers-0", MinMember: 1, TopologyRequired: "example.com/rack"},
+		{Name: "workers-1", MinMember: 1, TopologyRequired: "example.com/rack"},
+	}
+	mapping := func(pod string, topo v1alpha1.TopologyRequest, sgs []v1alpha1.SubGroup) cycle.Mapping {
+		m := cycle.Mapping{Gang: "jobset-ft", MinMember: 2, Kind: "JobSet", Name: "ft", Owner: owner, Topology: topo, SubGroups: sgs}
+		if len(sgs) > 0 {
+			m.SubGroup = "workers-" + pod[len(pod)-1:]
+		}
+		return m
+	}
+	asked := v1alpha1.TopologyRequest{Topology: "dc", Required: "example.com/block", Preferred: "example.com/rack"}
+	table := tablemap{"w-0": mapping("w-0", asked, subGroups), "w-1": mapping("w-1", asked, subGroups)}
+	var pods []*corev1.Pod
+	for _, n := range []string{"w-0", "w-1"} {
+		pods = append(pods, pt.MakePod(n, "ns").Queue("default").GPUCount(1).SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(clk.Now()).Obj())
+	}
+	objs := []client.Object{pt.MakeQueue("default").Obj()}
+	for _, p := range pods {
+		objs = append(objs, p.DeepCopy())
+	}
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &corev1.Pod{}, &v1alpha1.PodGroup{}).Build()
+	ledger := gpu.BuildLedger([]v1alpha1.GPUNode{*pt.MakeGPUNode("n").Devices(1, "NVIDIA H100 80GB HBM3", 81559).Obj()}, nil)
+	opts := DefaultAdmitterOptions()
+	opts.Mapper = table
+	a := NewAdmitter(ledger, c, nil, nil, nil, func() bool { return true }, opts, nil, clk)
+	cache := a.Cache()
+	cache.UpsertNode(pt.MakeNode("n").Obj())
+	cache.UpsertQueue(pt.MakeQueue("default").Obj())
+	for _, p := range pods {
+		cache.UpsertPod(p)
+	}
+	// cycle runs the loop once more, past the pause after a write, and
+	// returns the PodGroup, which the informer then shows.
+	cycle := func() *v1alpha1.PodGroup {
+		t.Helper()
+		clk.Step(podGroupSettle + time.Second)
+		if err := a.Cycle(ctx); err != nil {
+			t.Fatal(err)
+		}
+		pg := &v1alpha1.PodGroup{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "ns", Name: "jobset-ft"}, pg); err != nil {
+			t.Fatalf("the mapped gang's PodGroup: %v", err)
+		}
+		cache.UpsertPodGroup(pg)
+		return pg
+	}
+	topologyOf := func(pg *v1alpha1.PodGroup) map[string]string {
+		out := map[string]string{}
+		for _, k := range []string{v1alpha1.AnnotationTopology, v1alpha1.AnnotationTopologyRequired, v1alpha1.AnnotationTopologyPreferred} {
+			if v, ok := pg.Annotations[k]; ok {
+				out[k] = v
+			}
+		}
+		return out
+	}
+
+	pg := cycle()
+	wantTopology := map[string]string{
+		v1alpha1.AnnotationTopology:          "dc",
+		v1alpha1.AnnotationTopologyRequired:  "example.com/block",
+		v1alpha1.AnnotationTopologyPreferred: "example.com/rack",
+	}
+	if diff := cmp.Diff(wantTopology, topologyOf(pg)); diff != "" {
+		t.Errorf("created PodGroup's topology (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(v1alpha1.PodGroupSpec{MinMember: 2, SubGroups: subGroups}, pg.Spec); diff != "" {
+		t.Errorf("created PodGroup's spec (-want +got):\n%s", diff)
+	}
+
+	// A tenant edits the topology: it is written back.
+	pg.Annotations[v1alpha1.AnnotationTopologyRequired] = "example.com/zone"
+	if err := c.Update(ctx, pg); err != nil {
+		t.Fatal(err)
+	}
+	cache.UpsertPodGroup(pg)
+	if pg = cycle(); pg.Annotations[v1alpha1.AnnotationTopologyRequired] != "example.com/block" {
+		t.Errorf("PodGroup's required level %q after a tenant's edit, want the rule's written back", pg.Annotations[v1alpha1.AnnotationTopologyRequired])
+	}
+
+	// The rule changes: one level and no sub-groups. The PodGroup says so,
+	// without the levels and sub-groups it no longer asks.
+	one := v1alpha1.TopologyRequest{Required: "example.com/block"}
+	table["w-0"], table["w-1"] = mapping("w-0", one, nil), mapping("w-1", one, nil)
+	cache.Remap([]types.UID{pods[0].UID, pods[1].UID})
+	pg = cycle()
+	if diff := cmp.Diff(map[string]string{v1alpha1.AnnotationTopologyRequired: "example.com/block"}, topologyOf(pg)); diff != "" {
+		t.Errorf("PodGroup's topology after the rule changed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(v1alpha1.PodGroupSpec{MinMember: 2}, pg.Spec); diff != "" {
+		t.Errorf("PodGroup's spec after the rule changed (-want +got):\n%s", diff)
+	}
+	if pg.Annotations[v1alpha1.AnnotationWorkload] != "JobSet/ft" {
+		t.Errorf("PodGroup annotations %v lost the workload's name", pg.Annotations)
+	}
+
+	// In sync: the loop writes nothing more.
+	rv := pg.ResourceVersion
+	if pg = cycle(); pg.ResourceVersion != rv {
+		t.Errorf("PodGroup written again though it says what the rule says: resourceVersion %s, was %s", pg.ResourceVersion, rv)
+	}
+}

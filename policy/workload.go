@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -12,6 +13,8 @@ import (
 	"github.com/open-policy-agent/opa/v1/ast"
 	"github.com/open-policy-agent/opa/v1/rego"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // WorkloadKind is a kind the workload map watches to resolve pods' owners
@@ -101,6 +104,15 @@ type WorkloadGang struct {
 	// Kind and OwnerName name the workload for people ("JobSet",
 	// "llama-ft").
 	Kind, OwnerName string
+	// Topology is what the workload asks of the network topology (the
+	// built-in rules read it from the top owner's annotations); zero for
+	// nothing.
+	Topology v1alpha1.TopologyRequest
+	// SubGroups are the gang's parts, in the rule's order, and SubGroup
+	// the one this pod joins ("" for none). Each sub-group's minimum counts
+	// towards MinMember.
+	SubGroups []v1alpha1.SubGroup
+	SubGroup  string
 }
 
 // WorkloadDecision is data.partita.workload's answer for one pod.
@@ -209,7 +221,7 @@ func gangOf(v any) (*WorkloadGang, error) {
 		}
 		s, ok := x.(string)
 		if !ok {
-			return fmt.Errorf("%s.%s is %T, want a string", ref, key, x)
+			return fmt.Errorf("%s.%s is %s, want a string", ref, key, jsonType(x))
 		}
 		*dst = s
 		return nil
@@ -230,7 +242,7 @@ func gangOf(v any) (*WorkloadGang, error) {
 		case "elastic":
 			b, ok := obj[k].(bool)
 			if !ok {
-				err = fmt.Errorf("%s.elastic is %T, want true or false", ref, obj[k])
+				err = fmt.Errorf("%s.elastic is %s, want true or false", ref, jsonType(obj[k]))
 			}
 			g.Elastic = b
 		case "minMember":
@@ -239,8 +251,14 @@ func gangOf(v any) (*WorkloadGang, error) {
 				err = fmt.Errorf("%s.minMember is %v, want a whole number from 1 to 100000", ref, obj[k])
 			}
 			g.MinMember = int32(n)
+		case "topology":
+			g.Topology, err = topologyOf(ref+".topology", obj[k])
+		case "subGroups":
+			g.SubGroups, err = subGroupsOf(ref+".subGroups", obj[k])
+		case "subGroup":
+			err = str(k, &g.SubGroup)
 		default:
-			err = fmt.Errorf("%s has %q; it may set name, minMember, elastic, queue, priorityClassName, kind and ownerName", ref, k)
+			err = fmt.Errorf("%s has %q; it may set name, minMember, elastic, queue, priorityClassName, kind, ownerName, topology, subGroups and subGroup", ref, k)
 		}
 		if err != nil {
 			return nil, err
@@ -255,7 +273,173 @@ func gangOf(v any) (*WorkloadGang, error) {
 	if g.MinMember == 0 {
 		return nil, fmt.Errorf("%s has no minMember", ref)
 	}
+	if err := checkSubGroups(ref, g); err != nil {
+		return nil, err
+	}
 	return g, nil
+}
+
+// maxSubGroups is the most sub-groups a PodGroup holds (spec.subGroups).
+const maxSubGroups = 64
+
+// topologyOf reads {"topology", "required", "preferred"}: a Topology's
+// name and two of its levels (node label keys), each optional.
+func topologyOf(ref string, v any) (v1alpha1.TopologyRequest, error) {
+	var r v1alpha1.TopologyRequest
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return r, fmt.Errorf("%s is %s, want an object {\"topology\", \"required\", \"preferred\"}", ref, jsonType(v))
+	}
+	for _, k := range sortedKeys(obj) {
+		var dst *string
+		switch k {
+		case "topology":
+			dst = &r.Topology
+		case "required":
+			dst = &r.Required
+		case "preferred":
+			dst = &r.Preferred
+		default:
+			return r, fmt.Errorf("%s has %q; it may set topology, required and preferred", ref, k)
+		}
+		s, ok := obj[k].(string)
+		if !ok {
+			return r, fmt.Errorf("%s.%s is %s, want a string", ref, k, jsonType(obj[k]))
+		}
+		*dst = s
+	}
+	if r.Topology != "" {
+		if errs := validation.IsDNS1123Subdomain(r.Topology); len(errs) > 0 {
+			return r, fmt.Errorf("%s.topology %q is not a valid Topology name: %s", ref, r.Topology, strings.Join(errs, "; "))
+		}
+	}
+	if err := checkLevel(ref+".required", r.Required); err != nil {
+		return r, err
+	}
+	if err := checkLevel(ref+".preferred", r.Preferred); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// checkLevel checks that a level, when set, is a node label key.
+func checkLevel(ref, level string) error {
+	if level == "" {
+		return nil
+	}
+	if errs := validation.IsQualifiedName(level); len(errs) > 0 {
+		return fmt.Errorf("%s %q is not a node label key: %s", ref, level, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// subGroupsOf reads a list of {"name", "minMember", "topologyRequired",
+// "topologyPreferred"}.
+func subGroupsOf(ref string, v any) ([]v1alpha1.SubGroup, error) {
+	arr, ok := v.([]any)
+	if !ok {
+		return nil, fmt.Errorf("%s is %s, want a list of objects {\"name\", \"minMember\", \"topologyRequired\", \"topologyPreferred\"}", ref, jsonType(v))
+	}
+	if len(arr) > maxSubGroups {
+		return nil, fmt.Errorf("%s has %d sub-groups; a PodGroup holds at most %d", ref, len(arr), maxSubGroups)
+	}
+	out := make([]v1alpha1.SubGroup, 0, len(arr))
+	seen := map[string]bool{}
+	for i, x := range arr {
+		at := fmt.Sprintf("%s[%d]", ref, i)
+		obj, ok := x.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s is %s, want an object", at, jsonType(x))
+		}
+		var sg v1alpha1.SubGroup
+		for _, k := range sortedKeys(obj) {
+			var dst *string
+			switch k {
+			case "name":
+				dst = &sg.Name
+			case "topologyRequired":
+				dst = &sg.TopologyRequired
+			case "topologyPreferred":
+				dst = &sg.TopologyPreferred
+			case "minMember":
+				n, ok := wholeNumber(obj[k])
+				if !ok || n < 1 || n > 100000 {
+					return nil, fmt.Errorf("%s.minMember is %v, want a whole number from 1 to 100000", at, obj[k])
+				}
+				sg.MinMember = int32(n)
+				continue
+			default:
+				return nil, fmt.Errorf("%s has %q; it may set name, minMember, topologyRequired and topologyPreferred", at, k)
+			}
+			s, ok := obj[k].(string)
+			if !ok {
+				return nil, fmt.Errorf("%s.%s is %s, want a string", at, k, jsonType(obj[k]))
+			}
+			*dst = s
+		}
+		if sg.Name == "" {
+			return nil, fmt.Errorf("%s has no name", at)
+		}
+		// What the label partita.dev/sub-group can say, as the PodGroup's
+		// spec.subGroups[].name allows.
+		if errs := validation.IsValidLabelValue(sg.Name); len(errs) > 0 {
+			return nil, fmt.Errorf("%s.name %q is not a valid sub-group name: %s", at, sg.Name, strings.Join(errs, "; "))
+		}
+		if seen[sg.Name] {
+			return nil, fmt.Errorf("%s.name %q names a sub-group listed before", at, sg.Name)
+		}
+		seen[sg.Name] = true
+		if sg.MinMember == 0 {
+			return nil, fmt.Errorf("%s has no minMember", at)
+		}
+		if err := checkLevel(at+".topologyRequired", sg.TopologyRequired); err != nil {
+			return nil, err
+		}
+		if err := checkLevel(at+".topologyPreferred", sg.TopologyPreferred); err != nil {
+			return nil, err
+		}
+		out = append(out, sg)
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
+}
+
+// checkSubGroups checks a gang's sub-groups against the gang: their
+// minimums count towards its minMember, and the pod's sub-group is one of
+// them.
+func checkSubGroups(ref string, g *WorkloadGang) error {
+	var sum int64
+	for _, sg := range g.SubGroups {
+		sum += int64(sg.MinMember)
+	}
+	if sum > int64(g.MinMember) {
+		return fmt.Errorf("%s.subGroups ask for %d members in all, more than the gang's minMember %d", ref, sum, g.MinMember)
+	}
+	if g.SubGroup != "" && !slices.ContainsFunc(g.SubGroups, func(sg v1alpha1.SubGroup) bool { return sg.Name == g.SubGroup }) {
+		return fmt.Errorf("%s.subGroup %q is none of the gang's subGroups", ref, g.SubGroup)
+	}
+	return nil
+}
+
+// jsonType names the JSON type of v for messages to policy authors.
+func jsonType(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "a string"
+	case bool:
+		return "a boolean"
+	case json.Number, float64, int64, int:
+		return "a number"
+	case map[string]any:
+		return "an object"
+	case []any:
+		return "a list"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // wholeNumber reads a JSON number (json.Number, as OPA hands results back,

@@ -16,6 +16,8 @@ func FuzzReadWorkload(f *testing.F) {
 		`{"gang": [{"name": "Not_A_Name", "minMember": 2}]}`,
 		`{"gang": [{"name": "x", "minMember": -1, "elastic": "yes"}]}`,
 		`{"gang": [{"name": "x", "minMember": 2, "extra": {}}]}`,
+		`{"gang": [{"name": "x", "minMember": 4, "topology": {"topology": "dc", "required": "example.com/block"}, "subGroups": [{"name": "w-0", "minMember": 2, "topologyRequired": "example.com/rack"}, {"name": "w-1", "minMember": 2}], "subGroup": "w-1"}]}`,
+		`{"gang": [{"name": "x", "minMember": 1, "topology": [], "subGroups": [{"name": "a", "minMember": 2}, null], "subGroup": "b"}]}`,
 		`{"gang": [null], "errors": [1, 2]}`,
 		`{"gang": {"name": "x"}}`,
 		`[]`,
@@ -34,8 +36,24 @@ func FuzzReadWorkload(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if g := got.Gang; g != nil && (g.Name == "" || g.MinMember < 1 || g.MinMember > 100000) {
+		g := got.Gang
+		if g == nil {
+			return
+		}
+		if g.Name == "" || g.MinMember < 1 || g.MinMember > 100000 || len(g.SubGroups) > 64 {
 			t.Errorf("readWorkload(%s) = gang %+v: not a gang a PodGroup can carry", b, g)
+		}
+		var sum int32
+		names := map[string]bool{}
+		for _, sg := range g.SubGroups {
+			if sg.Name == "" || names[sg.Name] || sg.MinMember < 1 {
+				t.Errorf("readWorkload(%s) = sub-group %+v: not one a PodGroup can carry", b, sg)
+			}
+			names[sg.Name] = true
+			sum += sg.MinMember
+		}
+		if sum > g.MinMember || g.SubGroup != "" && !names[g.SubGroup] {
+			t.Errorf("readWorkload(%s) = gang %+v: its sub-groups do not fit it", b, g)
 		}
 	})
 }

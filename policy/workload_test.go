@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 func mustObject(t *testing.T, m map[string]any) *Object {
@@ -28,6 +30,18 @@ func rayCluster(t *testing.T) *Object {
 	})
 }
 
+// jobSet is JobSet team-a/ft of two replicas of 2 GPU pods each.
+func jobSet(t *testing.T, annotations map[string]any) *Object {
+	return mustObject(t, map[string]any{
+		"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "namespace": "team-a", "name": "ft", "uid": "u-ft",
+		"labels": map[string]any{}, "annotations": annotations,
+		"spec": map[string]any{"replicatedJobs": []any{map[string]any{
+			"name": "workers", "replicas": int64(2),
+			"template": map[string]any{"spec": map[string]any{"parallelism": int64(2), "template": map[string]any{"gpu": true}}},
+		}}},
+	})
+}
+
 func TestWorkloadDecision(t *testing.T) {
 	ctx := t.Context()
 	e, err := NewEngine(ctx)
@@ -48,6 +62,28 @@ func TestWorkloadDecision(t *testing.T) {
 		"a bare pod is a single pod": {
 			in:   &WorkloadInput{Pod: WorkloadPod{Namespace: "team-a", Name: "p"}},
 			want: &WorkloadDecision{Errors: []string{}},
+		},
+		"a JobSet's replicas are sub-groups within the job's topology": {
+			in: &WorkloadInput{
+				Pod: WorkloadPod{Namespace: "team-a", Name: "ft-workers-1-0-x", Labels: map[string]string{
+					"jobset.sigs.k8s.io/replicatedjob-name": "workers", "jobset.sigs.k8s.io/job-index": "1",
+				}},
+				Chain: []*Object{jobSet(t, map[string]any{
+					v1alpha1.AnnotationKAITopology:               "dc",
+					v1alpha1.AnnotationTopologyRequired:          "example.com/block",
+					v1alpha1.AnnotationSubGroupTopologyRequired:  "example.com/rack",
+					v1alpha1.AnnotationSubGroupTopologyPreferred: "kubernetes.io/hostname",
+				})},
+			},
+			want: &WorkloadDecision{Gang: &WorkloadGang{
+				Name: "jobset-ft", MinMember: 4, Kind: "JobSet", OwnerName: "ft",
+				Topology: v1alpha1.TopologyRequest{Topology: "dc", Required: "example.com/block"},
+				SubGroups: []v1alpha1.SubGroup{
+					{Name: "workers-0", MinMember: 2, TopologyRequired: "example.com/rack", TopologyPreferred: "kubernetes.io/hostname"},
+					{Name: "workers-1", MinMember: 2, TopologyRequired: "example.com/rack", TopologyPreferred: "kubernetes.io/hostname"},
+				},
+				SubGroup: "workers-1",
+			}, Errors: []string{}},
 		},
 	}
 	for name, tc := range cases {
@@ -77,7 +113,83 @@ func TestWorkloadAnswersOfTheWrongShape(t *testing.T) {
 		"minMember 0":     {gang: `{"name": "g", "minMember": 0}`, wantErr: "minMember is 0, want a whole number from 1 to 100000"},
 		"half a member":   {gang: `{"name": "g", "minMember": 1.5}`, wantErr: "minMember is 1.5"},
 		"a typo":          {gang: `{"name": "g", "minMembers": 2}`, wantErr: `has "minMembers"; it may set name, minMember`},
-		"elastic as text": {gang: `{"name": "g", "minMember": 2, "elastic": "yes"}`, wantErr: "elastic is string, want true or false"},
+		"elastic as text": {gang: `{"name": "g", "minMember": 2, "elastic": "yes"}`, wantErr: "elastic is a string, want true or false"},
+		"topology as text": {
+			gang:    `{"name": "g", "minMember": 2, "topology": "rack"}`,
+			wantErr: `gang.topology is a string, want an object {"topology", "required", "preferred"}`,
+		},
+		"a typo in topology": {
+			gang:    `{"name": "g", "minMember": 2, "topology": {"require": "rack"}}`,
+			wantErr: `gang.topology has "require"; it may set topology, required and preferred`,
+		},
+		"a level as a number": {
+			gang:    `{"name": "g", "minMember": 2, "topology": {"required": 3}}`,
+			wantErr: "gang.topology.required is a number, want a string",
+		},
+		"a level that is no label key": {
+			gang:    `{"name": "g", "minMember": 2, "topology": {"preferred": "two racks"}}`,
+			wantErr: `gang.topology.preferred "two racks" is not a node label key`,
+		},
+		"a bad Topology name": {
+			gang:    `{"name": "g", "minMember": 2, "topology": {"topology": "DC_1"}}`,
+			wantErr: `gang.topology.topology "DC_1" is not a valid Topology name`,
+		},
+		"sub-groups as an object": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": {"a": 1}}`,
+			wantErr: "gang.subGroups is an object, want a list of objects",
+		},
+		"a sub-group as text": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": ["a"]}`,
+			wantErr: "gang.subGroups[0] is a string, want an object",
+		},
+		"a sub-group without a name": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"minMember": 1}]}`,
+			wantErr: "gang.subGroups[0] has no name",
+		},
+		"a sub-group without a minimum": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a"}]}`,
+			wantErr: "gang.subGroups[0] has no minMember",
+		},
+		"a sub-group of no members": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 0}]}`,
+			wantErr: "gang.subGroups[0].minMember is 0, want a whole number from 1 to 100000",
+		},
+		"a sub-group name no label can say": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a b", "minMember": 1}]}`,
+			wantErr: `gang.subGroups[0].name "a b" is not a valid sub-group name`,
+		},
+		"a typo in a sub-group": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 1, "topology_required": "rack"}]}`,
+			wantErr: `gang.subGroups[0] has "topology_required"; it may set name, minMember, topologyRequired and topologyPreferred`,
+		},
+		"a sub-group's level as a list": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 1, "topologyPreferred": ["rack"]}]}`,
+			wantErr: "gang.subGroups[0].topologyPreferred is a list, want a string",
+		},
+		"a sub-group's level that is no label key": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 1, "topologyRequired": "-rack"}]}`,
+			wantErr: `gang.subGroups[0].topologyRequired "-rack" is not a node label key`,
+		},
+		"two sub-groups of one name": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 1}, {"name": "a", "minMember": 1}]}`,
+			wantErr: `gang.subGroups[1].name "a" names a sub-group listed before`,
+		},
+		"sub-groups larger than the gang": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 2}, {"name": "b", "minMember": 1}]}`,
+			wantErr: "gang.subGroups ask for 3 members in all, more than the gang's minMember 2",
+		},
+		"more sub-groups than a PodGroup holds": {
+			gang:    `{"name": "g", "minMember": 100, "subGroups": [{"name": sprintf("s%d", [i]), "minMember": 1} | some i in numbers.range(1, 65)]}`,
+			wantErr: "gang.subGroups has 65 sub-groups; a PodGroup holds at most 64",
+		},
+		"the pod's sub-group unlisted": {
+			gang:    `{"name": "g", "minMember": 2, "subGroups": [{"name": "a", "minMember": 1}], "subGroup": "b"}`,
+			wantErr: `gang.subGroup "b" is none of the gang's subGroups`,
+		},
+		"the pod's sub-group as a number": {
+			gang:    `{"name": "g", "minMember": 2, "subGroup": 1}`,
+			wantErr: "gang.subGroup is a number, want a string",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -166,6 +166,11 @@ type podGroupInfo struct {
 	// (label partita.dev/workload-kind); owners are its ownerReferences.
 	mapped bool
 	owners []types.UID
+	// partitaTopology is what the PodGroup's partita.dev/topology*
+	// annotations say, in Partita's keys only (those the loop writes on a
+	// mapped one): with subGroups, a mapped PodGroup that says other than
+	// its rule is written again.
+	partitaTopology v1alpha1.TopologyRequest
 }
 
 type queueInfo struct {
@@ -448,6 +453,11 @@ func (c *Cache) UpsertPodGroup(pg *v1alpha1.PodGroup) {
 		created:     pg.CreationTimestamp.Time,
 		status:      *pg.Status.DeepCopy(),
 		mapped:      pg.Labels[v1alpha1.LabelWorkloadKind] != "",
+		partitaTopology: v1alpha1.TopologyRequest{
+			Topology:  pg.Annotations[v1alpha1.AnnotationTopology],
+			Required:  pg.Annotations[v1alpha1.AnnotationTopologyRequired],
+			Preferred: pg.Annotations[v1alpha1.AnnotationTopologyPreferred],
+		},
 	}
 	for _, o := range pg.OwnerReferences {
 		info.owners = append(info.owners, o.UID)

@@ -107,6 +107,12 @@ type Workload struct {
 	// RuleQueue and PriorityClassName are what the workload map's rule
 	// names for a mapped gang, empty when nothing.
 	RuleQueue, PriorityClassName string
+	// RuleTopology and RuleSubGroups are what the workload map's rule says
+	// of a mapped gang's topology and parts: the PodGroup the loop keeps
+	// for it shows them (its partita.dev/topology* annotations and
+	// spec.subGroups).
+	RuleTopology  v1alpha1.TopologyRequest
+	RuleSubGroups []v1alpha1.SubGroup
 	// Unready says why the workload cannot be admitted yet: the workload
 	// map cannot group it, or the PodGroup that must carry the queue its
 	// rule names does not exist yet.
@@ -680,6 +686,7 @@ func (c *Cache) mappedGang(w *Workload, m Mapping) {
 	w.MinMember = max(m.MinMember, 1)
 	w.Kind, w.OwnerName, w.Owner = m.Kind, m.Name, m.Owner
 	w.RuleQueue, w.PriorityClassName, w.priorityClass = m.Queue, m.PriorityClassName, m.PriorityClassName
+	w.RuleTopology, w.RuleSubGroups = m.Topology, m.SubGroups
 	for _, p := range w.Pending {
 		w.Elastic = w.Elastic || p.Elastic
 	}
@@ -694,7 +701,8 @@ func (c *Cache) mappedGang(w *Workload, m Mapping) {
 		// Someone else's PodGroup of that name: neither its status nor its
 		// queue is the gang's.
 		w.PodGroup, pg = PodGroupForeign, nil
-	case pg.minMember != w.MinMember || pg.queue != m.Queue || pg.priority != m.PriorityClassName:
+	case pg.minMember != w.MinMember || pg.queue != m.Queue || pg.priority != m.PriorityClassName ||
+		pg.partitaTopology != m.Topology || !slices.Equal(pg.subGroups, m.SubGroups):
 		w.PodGroup = PodGroupStale
 	default:
 		w.PodGroup = PodGroupInSync

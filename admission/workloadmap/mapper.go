@@ -343,6 +343,7 @@ func (m *Mapper) decide(ctx context.Context, pod *corev1.Pod, in *policy.Workloa
 	out := cycle.Mapping{
 		Gang: g.Name, MinMember: g.MinMember, Elastic: g.Elastic,
 		Queue: g.Queue, PriorityClassName: g.PriorityClassName, Kind: g.Kind, Name: g.OwnerName,
+		Topology: g.Topology, SubGroups: g.SubGroups, SubGroup: g.SubGroup,
 	}
 	top := topOwner(in)
 	if top != nil {

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/admission/cycle"
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/envtestutil"
 	. "github.com/partita-dev/partita/internal/partitatest"
 	"github.com/partita-dev/partita/policy"
@@ -204,7 +205,8 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 	if err := c.Create(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	pod := MakePod("llama-ft-workers-0-0", ns).GPUCount(1).Obj()
+	pod := MakePod("llama-ft-workers-0-0", ns).GPUCount(1).
+		Label("jobset.sigs.k8s.io/replicatedjob-name", "workers").Label("jobset.sigs.k8s.io/job-index", "0").Obj()
 	pod.OwnerReferences = []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: job.Name, UID: job.UID, Controller: ptr.To(true)}}
 	want := cycle.Mapping{Gang: "jobset-llama-ft", MinMember: 8, Kind: "JobSet", Name: "llama-ft",
 		Owner: cycle.Owner{APIVersion: "jobset.x-k8s.io/v1alpha2", Kind: "JobSet", Name: "llama-ft", UID: js.GetUID()}}
@@ -234,6 +236,32 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 		t.Errorf("after the JobSet grew (-want +got):\n%s", cmp.Diff(want, got))
 	}
 
+	// The JobSet asks for a block, in KAI's key, and for each replica
+	// within one rack: its pod is asked about again, and joins its
+	// replica's sub-group.
+	if err := c.Get(ctx, client.ObjectKeyFromObject(js), js); err != nil {
+		t.Fatal(err)
+	}
+	js.SetAnnotations(map[string]string{
+		v1alpha1.AnnotationKAITopologyRequired:      "example.com/block",
+		v1alpha1.AnnotationSubGroupTopologyRequired: "example.com/rack",
+	})
+	r.reset()
+	if err := c.Update(ctx, js); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, 10*time.Second, "the pod to be asked about again", func() bool { return r.has(pod.UID) })
+	want.Topology = v1alpha1.TopologyRequest{Required: "example.com/block"}
+	want.SubGroups = []v1alpha1.SubGroup{
+		{Name: "workers-0", MinMember: 4, TopologyRequired: "example.com/rack"},
+		{Name: "workers-1", MinMember: 4, TopologyRequired: "example.com/rack"},
+		{Name: "workers-2", MinMember: 4, TopologyRequired: "example.com/rack"},
+	}
+	want.SubGroup = "workers-0"
+	if got = m.Map(pod); !got.Equal(want) {
+		t.Errorf("after the JobSet asked for a topology (-want +got):\n%s", cmp.Diff(want, got))
+	}
+
 	// A Job of its own: Indexed and parallel, a gang of its parallelism.
 	solo := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "solo"},
@@ -249,6 +277,67 @@ func TestMapFollowsOwnersAndKindsThatAppear(t *testing.T) {
 		got = m.Map(soloPod)
 		return got.Gang == "job-solo" && got.MinMember == 4
 	})
+}
+
+// TestMapCarriesTheRulesTopology: what a rule answers of the topology
+// reaches the loop's Mapping, and an answer of the wrong shape keeps the
+// pod waiting with a message that says what is wrong, never a panic.
+func TestMapCarriesTheRulesTopology(t *testing.T) {
+	cases := map[string]struct {
+		rule string
+		want cycle.Mapping
+		// wantWaiting is part of the wait message, when the pod waits.
+		wantWaiting string
+	}{
+		"topology and sub-groups": {
+			rule: `{"name": "run-a", "minMember": 4, "topology": {"topology": "dc", "required": "example.com/block"},
+				"subGroups": [{"name": "r0", "minMember": 2, "topologyRequired": "example.com/rack"}, {"name": "r1", "minMember": 2, "topologyPreferred": "kubernetes.io/hostname"}],
+				"subGroup": "r1"}`,
+			want: cycle.Mapping{
+				Gang: "run-a", MinMember: 4, Kind: "Workload", Name: "run-a",
+				Topology: v1alpha1.TopologyRequest{Topology: "dc", Required: "example.com/block"},
+				SubGroups: []v1alpha1.SubGroup{
+					{Name: "r0", MinMember: 2, TopologyRequired: "example.com/rack"},
+					{Name: "r1", MinMember: 2, TopologyPreferred: "kubernetes.io/hostname"},
+				},
+				SubGroup: "r1",
+			},
+		},
+		"sub-groups of the wrong shape": {
+			rule:        `{"name": "run-a", "minMember": 4, "subGroups": [{"name": "r0", "min_member": 2}]}`,
+			wantWaiting: `data.partita.workload.gang.subGroups[0] has "min_member"; it may set name, minMember, topologyRequired and topologyPreferred`,
+		},
+		"a sub-group the gang does not list": {
+			rule:        `{"name": "run-a", "minMember": 4, "subGroups": [{"name": "r0", "minMember": 2}], "subGroup": "r9"}`,
+			wantWaiting: `data.partita.workload.gang.subGroup "r9" is none of the gang's subGroups`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			engine, err := policy.NewEngine(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := policy.DefaultBundle().Overlay(map[string]string{"custom.rego": "package partita.workload.custom\n\nrules contains " + tc.rule + "\n"})
+			if _, err := engine.Load(ctx, b, "test"); err != nil {
+				t.Fatal(err)
+			}
+			m := New(engine, noPods)
+			m.discovered = true
+			got := m.Map(MakePod("run-a-0", "team-a").GPUCount(1).Obj())
+			if tc.wantWaiting != "" {
+				if got.Gang != "" || !strings.HasPrefix(got.Waiting, "the workload policy (data.partita.workload) failed, so the pod waits") ||
+					!strings.Contains(got.Waiting, tc.wantWaiting) {
+					t.Errorf("Map = %+v, want it to wait with %q", got, tc.wantWaiting)
+				}
+				return
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("Map (-want +got):\n%s", diff)
+			}
+		})
+	}
 }
 
 // TestPodsOfAKindWhoseCRDIsNewWait: a pod owned by an object of a kind the

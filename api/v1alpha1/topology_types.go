@@ -20,6 +20,16 @@ const (
 	// LabelSubGroup on a gang's pod names the sub-group (PodGroup
 	// spec.subGroups) it belongs to.
 	LabelSubGroup = "partita.dev/sub-group"
+	// AnnotationSubGroupTopologyRequired on a workload's top owner (a
+	// JobSet, a TrainJob) asks the workload map to make each replica of
+	// each replicated Job a sub-group, whose members must run within one
+	// domain of this level (docs/workloads.md); the workload's own
+	// partita.dev/topology* keys still hold the whole gang.
+	AnnotationSubGroupTopologyRequired = "partita.dev/sub-group-topology-required"
+	// AnnotationSubGroupTopologyPreferred on a workload's top owner makes
+	// each replica a sub-group too, whose members should span as few
+	// domains of this level as possible.
+	AnnotationSubGroupTopologyPreferred = "partita.dev/sub-group-topology-preferred"
 
 	// AnnotationKAITopology and the next two are KAI-Scheduler's keys.
 	AnnotationKAITopology = "kai.scheduler/topology"

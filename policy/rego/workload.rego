@@ -26,7 +26,12 @@
 # must fit before any starts, elastic whether this pod may run as one of the
 # members beyond the minimum (admitted as room allows, reclaimed first),
 # queue and priorityClassName optional, kind/ownerName what `kubectl partita
-# why` calls the workload.
+# why` calls the workload. It may carry "topology" ({"topology", "required",
+# "preferred"}: a Topology and its levels), "subGroups" (the gang's parts:
+# [{"name", "minMember", "topologyRequired", "topologyPreferred"}]) and
+# "subGroup" (the one this pod joins); the built-in rules read the topology
+# from the top owner's annotations (with_topology) and make a JobSet's
+# replicas sub-groups when it asks (replica_parts).
 #
 # Operators add rules in a module of package partita.workload.custom (a
 # ConfigMap labelled partita.dev/policy=rego): `rules contains g if {...}` is
@@ -75,10 +80,10 @@ disabled_kinds := d if {
 
 # The answer: an operator's rule first, then the built-in rule of the top
 # owner's kind; undefined leaves the pod a single pod.
-gang := with_queue(g) if {
+gang := with_topology(with_queue(g)) if {
 	count(custom_rules) == 1
 	some g in custom_rules
-} else := with_queue(g) if {
+} else := with_topology(with_queue(g)) if {
 	count(custom_rules) == 0
 	not disabled_kinds[builtin_kind]
 	g := builtin
@@ -90,6 +95,49 @@ gang := with_queue(g) if {
 with_queue(g) := object.union({"queue": q}, g) if {
 	q := input.owner.labels["partita.dev/queue"]
 } else := g
+
+# A workload's topology (docs/topology.md) is what its top owner's
+# annotations ask, unless the rule chose one: Partita's keys first, then
+# KAI-Scheduler's, which KAI reads on the top owner too (a Job's, a JobSet's
+# metadata.annotations). Each key is read on its own, as the webhook reads a
+# pod's.
+with_topology(g) := object.union(g, {"topology": t}) if {
+	not g.topology
+	t := owner_topology
+	count(t) > 0
+} else := g
+
+owner_topology := {field: v |
+	some field, keys in topology_keys
+	v := first_annotation([top_owner], keys)
+}
+
+topology_keys := {
+	"topology": ["partita.dev/topology", "kai.scheduler/topology"],
+	"required": ["partita.dev/topology-required", "kai.scheduler/topology-required-placement"],
+	"preferred": ["partita.dev/topology-preferred", "kai.scheduler/topology-preferred-placement"],
+}
+
+# first_annotation is the first value, not empty, of keys on objs, the
+# objects in turn and for each the keys in turn; undefined when none.
+first_annotation(objs, keys) := vs[0] if {
+	vs := [v |
+		some o in objs
+		some k in keys
+		v := o.annotations[k]
+		v != ""
+	]
+	count(vs) > 0
+}
+
+# top_owner is the object the gang's PodGroup is owned by, as the workload
+# map picks it: the top of the chain, else the native Workload, else the
+# native PodGroup.
+top_owner := input.owner if {
+	input.owner.kind != "Pod"
+} else := input.workload if {
+	input.workload
+} else := input.podGroup
 
 # Two custom rules that both answer for one pod are a mistake in the
 # policy: the admission loop keeps the pod waiting with this message.
@@ -127,7 +175,7 @@ builtin := g if {
 } else := g if {
 	input.owner.kind == "JobSet"
 	top_group == "jobset.x-k8s.io"
-	g := named(input.owner, jobset_gang(input.owner))
+	g := named(input.owner, with_replica_parts(jobset_gang(input.owner), input.owner, [input.owner]))
 } else := g if {
 	input.owner.kind == "LeaderWorkerSet"
 	top_group == "leaderworkerset.x-k8s.io"
@@ -137,7 +185,7 @@ builtin := g if {
 	top_group == "trainer.kubeflow.org"
 	some js in input.chain
 	js.kind == "JobSet"
-	g := named(input.owner, jobset_gang(js))
+	g := named(input.owner, with_replica_parts(jobset_gang(js), js, [input.owner, js]))
 } else := g if {
 	input.owner.kind in {"PyTorchJob", "MPIJob"}
 	top_group == "kubeflow.org"
@@ -222,6 +270,66 @@ jobset_gang(js) := {"minMember": n, "elastic": false} if {
 		m := object.get(rj, "replicas", 1) * job_size(rj.template.spec)
 	])
 	n > 0
+}
+
+# Each replica of a replicated Job is a sub-group when the JobSet (or the
+# TrainJob above it; annotated lists the objects to read, the top owner
+# first) carries partita.dev/sub-group-topology-required or -preferred: e.g.
+# every replica (a tensor-parallel group) within one rack, while the
+# workload's own partita.dev/topology-required keeps the whole job within
+# one block. A replica is "<replicatedJob>-<jobIndex>" with its Job's pods
+# (only replicated Jobs whose pods ask for GPUs: the others are no part of
+# the gang), and the pod joins its own replica's, read from the labels
+# JobSet puts on its pods.
+with_replica_parts(g, js, annotated) := object.union(g, object.union({"subGroups": parts}, pod_part(parts))) if {
+	parts := replica_parts(js, annotated)
+	count(parts) > 0
+	count(parts) <= max_sub_groups
+} else := g
+
+replica_parts(js, annotated) := [object.union({"name": sprintf("%s-%d", [rj.name, i]), "minMember": size}, levels) |
+	levels := sub_group_levels(annotated)
+	count(levels) > 0
+	some rj in js.spec.replicatedJobs
+	rj.template.spec.template.gpu
+	size := job_size(rj.template.spec)
+	size > 0
+	n := object.get(rj, "replicas", 1)
+	n > 0
+	some i in numbers.range(0, n - 1)
+]
+
+sub_group_levels(objs) := {field: v |
+	some field, key in {
+		"topologyRequired": "partita.dev/sub-group-topology-required",
+		"topologyPreferred": "partita.dev/sub-group-topology-preferred",
+	}
+	v := first_annotation(objs, [key])
+}
+
+pod_part(parts) := {"subGroup": name} if {
+	name := sprintf("%s-%s", [
+		input.pod.labels["jobset.sigs.k8s.io/replicatedjob-name"],
+		input.pod.labels["jobset.sigs.k8s.io/job-index"],
+	])
+	some p in parts
+	p.name == name
+} else := {}
+
+# A PodGroup holds at most this many sub-groups (spec.subGroups).
+max_sub_groups := 64
+
+# A JobSet with more replicas than a PodGroup has room for sub-groups waits
+# with a message that says so, rather than start without them.
+errors contains msg if {
+	count(custom_rules) == 0
+	builtin_kind in {"jobset.x-k8s.io/JobSet", "trainer.kubeflow.org/TrainJob"}
+	not disabled_kinds[builtin_kind]
+	some js in input.chain
+	js.kind == "JobSet"
+	n := count(replica_parts(js, [input.owner, js]))
+	n > max_sub_groups
+	msg := sprintf("%s %s/%s asks for a sub-group per replica (partita.dev/sub-group-topology-*) but has %d replicas with GPUs; a PodGroup holds at most %d sub-groups: remove the annotation or use fewer replicas", [input.owner.kind, input.owner.namespace, input.owner.name, n, max_sub_groups])
 }
 
 # ---- leaderworkerset.x-k8s.io LeaderWorkerSet ---------------------------

@@ -5,6 +5,8 @@ package partita.workload.custom
 
 rules contains {"name": "mine", "minMember": 2} if input.test == "one-rule"
 
+rules contains {"name": "mine", "minMember": 2, "topology": {"preferred": "example.com/block"}} if input.test == "rule-topology"
+
 rules contains {"name": "a", "minMember": 1} if input.test == "two-rules"
 
 rules contains {"name": "b", "minMember": 1} if input.test == "two-rules"

@@ -99,6 +99,126 @@ test_trainjob_is_the_gang_of_its_jobset if {
 	g == {"name": "trainjob-ft", "minMember": 8, "elastic": false, "kind": "TrainJob", "ownerName": "ft"}
 }
 
+# ---- topology and sub-groups ----
+
+annotated(o, ann) := object.union(o, {"annotations": ann})
+
+jobset_pod(rj, idx) := pod({"jobset.sigs.k8s.io/replicatedjob-name": rj, "jobset.sigs.k8s.io/job-index": idx})
+
+test_topology_comes_from_the_top_owner if {
+	js := annotated(jobset("llama-ft"), {
+		"partita.dev/topology": "dc",
+		"partita.dev/topology-required": "example.com/block",
+		"partita.dev/topology-preferred": "example.com/rack",
+	})
+	job := annotated(obj("batch/v1", "Job", "llama-ft-workers-0", {}), {"partita.dev/topology": "ignored"})
+	g := gang_of(input_of(pod({}), [job, js]))
+	g.topology == {"topology": "dc", "required": "example.com/block", "preferred": "example.com/rack"}
+	not g.subGroups
+}
+
+test_topology_in_kai_keys_and_partita_keys_win if {
+	j := annotated(indexed_job(4, 4), {
+		"kai.scheduler/topology": "kai-topo",
+		"kai.scheduler/topology-required-placement": "example.com/block",
+		"kai.scheduler/topology-preferred-placement": "example.com/rack",
+		"partita.dev/topology-preferred": "kubernetes.io/hostname",
+	})
+	gang_of(input_of(pod({}), [j])).topology == {"topology": "kai-topo", "required": "example.com/block", "preferred": "kubernetes.io/hostname"}
+}
+
+test_no_topology_without_annotations if {
+	g := gang_of(input_of(pod({}), [annotated(indexed_job(4, 4), {"partita.dev/topology": ""})]))
+	not g.topology
+}
+
+test_topology_of_each_lws_group if {
+	l := annotated(lws(4, {}), {"partita.dev/topology-required": "example.com/rack"})
+	g := gang_of(input_of(pod({"leaderworkerset.sigs.k8s.io/group-index": "0"}), [l]))
+	g.name == "leaderworkerset-vllm-0"
+	g.topology == {"required": "example.com/rack"}
+}
+
+test_topology_of_a_native_workload if {
+	wl := annotated(obj("scheduling.k8s.io/v1beta1", "Workload", "train", {}), {"kai.scheduler/topology-required-placement": "example.com/rack"})
+	doc := {"pod": pod({}), "chain": [], "podGroup": native_pg({"gang": {"minCount": 2}}), "workload": wl}
+	gang_of(doc).topology == {"required": "example.com/rack"}
+	pg := annotated(native_pg({"gang": {"minCount": 2}}), {"partita.dev/topology-required": "example.com/block"})
+	gang_of({"pod": pod({}), "chain": [], "podGroup": pg}).topology == {"required": "example.com/block"}
+}
+
+test_topology_of_a_custom_rule if {
+	doc := object.union(input_of(pod({}), [annotated(indexed_job(4, 4), {"partita.dev/topology-required": "example.com/rack"})]), {"test": "one-rule"})
+	gang_of(doc) == {"name": "mine", "minMember": 2, "topology": {"required": "example.com/rack"}}
+	own := object.union(doc, {"test": "rule-topology"})
+	gang_of(own).topology == {"preferred": "example.com/block"}
+}
+
+test_jobset_replicas_are_sub_groups if {
+	js := annotated(jobset("llama-ft"), {
+		"partita.dev/topology-required": "example.com/block",
+		"partita.dev/sub-group-topology-required": "example.com/rack",
+	})
+	job := obj("batch/v1", "Job", "llama-ft-workers-1", {})
+	g := gang_of(input_of(jobset_pod("workers", "1"), [job, js]))
+	g == {
+		"name": "jobset-llama-ft", "minMember": 8, "elastic": false, "kind": "JobSet", "ownerName": "llama-ft",
+		"topology": {"required": "example.com/block"},
+		"subGroups": [
+			{"name": "workers-0", "minMember": 4, "topologyRequired": "example.com/rack"},
+			{"name": "workers-1", "minMember": 4, "topologyRequired": "example.com/rack"},
+		],
+		"subGroup": "workers-1",
+	}
+}
+
+test_jobset_sub_groups_preferred_and_of_every_gpu_job if {
+	js := annotated(
+		obj("jobset.x-k8s.io/v1alpha2", "JobSet", "pp", {"replicatedJobs": [
+			replicated("driver", 1, 1, false),
+			replicated("stage-a", 1, 2, true),
+			replicated("stage-b", 2, 3, true),
+			replicated("idle", 0, 3, true),
+		]}),
+		{"partita.dev/sub-group-topology-preferred": "example.com/rack"},
+	)
+	g := gang_of(input_of(jobset_pod("stage-b", "0"), [js]))
+	g.minMember == 8
+	g.subGroups == [
+		{"name": "stage-a-0", "minMember": 2, "topologyPreferred": "example.com/rack"},
+		{"name": "stage-b-0", "minMember": 3, "topologyPreferred": "example.com/rack"},
+		{"name": "stage-b-1", "minMember": 3, "topologyPreferred": "example.com/rack"},
+	]
+	g.subGroup == "stage-b-0"
+}
+
+test_jobset_pod_of_no_listed_replica_joins_none if {
+	js := annotated(jobset("x"), {"partita.dev/sub-group-topology-required": "example.com/rack"})
+	g := gang_of(input_of(pod({}), [js]))
+	count(g.subGroups) == 2
+	not g.subGroup
+	not gang_of(input_of(jobset_pod("workers", "7"), [js])).subGroup
+}
+
+test_trainjob_replicas_are_sub_groups if {
+	tj := annotated(obj("trainer.kubeflow.org/v1alpha1", "TrainJob", "ft", {}), {"partita.dev/sub-group-topology-required": "example.com/rack"})
+	js := annotated(jobset("ft"), {"partita.dev/sub-group-topology-preferred": "kubernetes.io/hostname"})
+	g := gang_of(input_of(jobset_pod("workers", "0"), [obj("batch/v1", "Job", "ft-workers-0", {}), js, tj]))
+	g.name == "trainjob-ft"
+	g.subGroups[0] == {"name": "workers-0", "minMember": 4, "topologyRequired": "example.com/rack", "topologyPreferred": "kubernetes.io/hostname"}
+	g.subGroup == "workers-0"
+}
+
+test_jobset_with_too_many_replicas_for_sub_groups_waits if {
+	js := annotated(obj("jobset.x-k8s.io/v1alpha2", "JobSet", "big", {"replicatedJobs": [replicated("w", 65, 1, true)]}), {"partita.dev/sub-group-topology-required": "example.com/rack"})
+	doc := input_of(jobset_pod("w", "0"), [js])
+	g := gang_of(doc)
+	g.minMember == 65
+	not g.subGroups
+	errs := workload.errors with input as doc
+	errs == {"JobSet team-a/big asks for a sub-group per replica (partita.dev/sub-group-topology-*) but has 65 replicas with GPUs; a PodGroup holds at most 64 sub-groups: remove the annotation or use fewer replicas"}
+}
+
 # ---- LeaderWorkerSet ----
 
 lws(size, leader) := obj("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", "vllm", {

@@ -54,6 +54,17 @@ type NodeTotals struct {
 	Pods int `json:"pods"`
 }
 
+// add sums n into t: counts and amounts add up, the largest free share is
+// the larger of the two.
+func (t *NodeTotals) add(n NodeTotals) {
+	t.GPUs += n.GPUs
+	t.Healthy += n.Healthy
+	t.UsedMilli += n.UsedMilli
+	t.FreeMilli += n.FreeMilli
+	t.LargestFreeMilli = max(t.LargestFreeMilli, n.LargestFreeMilli)
+	t.Pods += n.Pods
+}
+
 // DeviceReport is one GPU and the slices it holds.
 type DeviceReport struct {
 	// Index is the device's index on its node.
@@ -199,13 +210,7 @@ func Nodes(c *Cluster) NodesReport {
 		}
 		nr.Pods = len(podsOn[nu.Name])
 		out.Nodes = append(out.Nodes, nr)
-		t := &out.Total
-		t.GPUs += nr.GPUs
-		t.Healthy += nr.Healthy
-		t.UsedMilli += nr.UsedMilli
-		t.FreeMilli += nr.FreeMilli
-		t.LargestFreeMilli = max(t.LargestFreeMilli, nr.LargestFreeMilli)
-		t.Pods += nr.Pods
+		out.Total.add(nr.NodeTotals)
 	}
 	if out.Nodes == nil {
 		out.Nodes = []NodeReport{}

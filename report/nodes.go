@@ -20,6 +20,9 @@ type NodesReport struct {
 	Total NodeTotals `json:"total"`
 	// Stranded are allocations the ledger cannot serve (gpu.Stranded).
 	Stranded []StrandedReport `json:"stranded,omitempty"`
+	// Topology groups the nodes by the levels of a Topology, when one was
+	// asked for (NodesByTopology).
+	Topology *TopologyReport `json:"topology,omitempty"`
 }
 
 // NodeReport is one node's devices.

@@ -3,6 +3,7 @@ package report
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -13,9 +14,8 @@ import (
 // wrapping error lists those that do.
 var ErrTopologyNotFound = errors.New("topology not found")
 
-// FindTopology is the Topology named name among ts, or an error wrapping
-// ErrTopologyNotFound that names the Topologies there are, or says how to
-// make one when there are none.
+// FindTopology is the Topology named name among ts, or the error of
+// TopologyNotFound.
 func FindTopology(ts []v1alpha1.Topology, name string) (*v1alpha1.Topology, error) {
 	names := make([]string, 0, len(ts))
 	for i := range ts {
@@ -24,13 +24,20 @@ func FindTopology(ts []v1alpha1.Topology, name string) (*v1alpha1.Topology, erro
 		}
 		names = append(names, ts[i].Name)
 	}
+	return nil, TopologyNotFound(name, names)
+}
+
+// TopologyNotFound is the error for a Topology called name that is not
+// among those called names: it wraps ErrTopologyNotFound and names those
+// there are, or says how to make one when there are none.
+func TopologyNotFound(name string, names []string) error {
 	if len(names) == 0 {
-		return nil, fmt.Errorf("read Topology %q: %w; the cluster has no Topologies: create one that lists node labels as levels, broadest first "+
+		return fmt.Errorf("read Topology %q: %w; the cluster has no Topologies: create one that lists node labels as levels, broadest first "+
 			"(apiVersion: partita.dev/v1alpha1, kind: Topology, spec.levels: [{nodeLabel: topology.kubernetes.io/zone}, {nodeLabel: kubernetes.io/hostname}])",
 			name, ErrTopologyNotFound)
 	}
-	sort.Strings(names)
-	return nil, fmt.Errorf("read Topology %q: %w; the cluster has %s (kubectl get topologies)", name, ErrTopologyNotFound, strings.Join(names, ", "))
+	names = slices.Sorted(slices.Values(names))
+	return fmt.Errorf("read Topology %q: %w; the cluster has %s (kubectl get topologies)", name, ErrTopologyNotFound, strings.Join(names, ", "))
 }
 
 // Levels are t's level labels, broadest first.

@@ -181,11 +181,13 @@ type Viewer struct {
 	// Pods are the namespaces whose workloads the caller may see: those
 	// where they may list pods.
 	Pods NamespaceSet
-	// GPUNodes, Queues and Policy: the caller may list GPUNodes, Queues,
-	// and the policy ConfigMaps of Partita's namespace.
-	GPUNodes bool
-	Queues   bool
-	Policy   bool
+	// GPUNodes, Queues, Topologies and Policy: the caller may list
+	// GPUNodes, Queues, Topologies, and the policy ConfigMaps of Partita's
+	// namespace.
+	GPUNodes   bool
+	Queues     bool
+	Topologies bool
+	Policy     bool
 }
 
 // viewer asks the Authorizer what u may see of s.
@@ -197,6 +199,7 @@ func viewer(ctx context.Context, authz Authorizer, u UserInfo, s *Snapshot, part
 	}{
 		{Attributes{Verb: "list", Group: groupPartita, Resource: "gpunodes"}, &v.GPUNodes},
 		{Attributes{Verb: "list", Group: groupPartita, Resource: "queues"}, &v.Queues},
+		{Attributes{Verb: "list", Group: groupPartita, Resource: "topologies"}, &v.Topologies},
 		{Attributes{Verb: "list", Resource: "configmaps", Namespace: partitaNamespace}, &v.Policy},
 	}
 	for _, c := range checks {

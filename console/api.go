@@ -72,7 +72,8 @@ type Whoami struct {
 	// Can are the cluster-wide actions the caller may take:
 	// createQueues, updateQueues.
 	Can map[string]bool `json:"can"`
-	// See says what the caller may read: gpuNodes, queues, policy.
+	// See says what the caller may read: gpuNodes, queues, topologies,
+	// policy.
 	See map[string]bool `json:"see"`
 	// Namespaces are the namespaces the console knows of, with what the
 	// caller may do in each.
@@ -98,7 +99,7 @@ func handleWhoami(c *call) (any, error) {
 		return nil, err
 	}
 	out := Whoami{User: c.user, Mode: c.s.opts.Mode, Can: map[string]bool{}, AllNamespaces: v.Pods.All,
-		See: map[string]bool{"gpuNodes": v.GPUNodes, "queues": v.Queues, "policy": v.Policy}, DefaultNamespace: c.s.opts.DefaultNamespace}
+		See: map[string]bool{"gpuNodes": v.GPUNodes, "queues": v.Queues, "topologies": v.Topologies, "policy": v.Policy}, DefaultNamespace: c.s.opts.DefaultNamespace}
 	for name, a := range map[string]Attributes{
 		"createQueues": {Verb: "create", Group: groupPartita, Resource: "queues"},
 		"updateQueues": {Verb: "patch", Group: groupPartita, Resource: "queues"},
@@ -137,6 +138,7 @@ type mapRequest struct {
 	Namespace string `query:"namespace" json:"-" description:"keep nodes holding a slice of a pod of this namespace"`
 	Node      string `query:"node" json:"-" description:"keep nodes whose name contains this"`
 	Model     string `query:"model" json:"-" description:"keep nodes with a GPU of this model"`
+	Topology  string `query:"topology" json:"-" description:"group the nodes kept by the levels of this Topology: domains"`
 }
 
 // MapView is the workload map for one caller.
@@ -152,8 +154,40 @@ type MapView struct {
 	Queues     []string `json:"queues"`
 	Namespaces []string `json:"namespaces"`
 	Models     []string `json:"models"`
+	// Topologies are what the nodes may be grouped by: the cluster's
+	// Topologies, by name; empty for a caller who may not list them.
+	Topologies []TopologyView `json:"topologies"`
+	// Topology is the Topology asked for (topology=), Domains the nodes
+	// grouped by its levels: each level's domains within the broader
+	// level's, the nodes without a level's label in a domain of their
+	// own (missing), last.
+	Topology string      `json:"topology,omitempty"`
+	Domains  []MapDomain `json:"domains,omitempty"`
 	// Note says what the caller cannot see, if anything.
 	Note string `json:"note,omitempty"`
+}
+
+// MapDomain is one domain of a Topology's level: the nodes that share the
+// values of its label and of every broader level's (report.GroupByLevels,
+// as kubectl partita nodes --topology groups them), with their GPUs.
+type MapDomain struct {
+	// Level is the level's node label.
+	Level string `json:"level"`
+	// Value is the label's value; "" with Missing.
+	Value string `json:"value"`
+	// Missing is set for the domain of the nodes without the label.
+	Missing   bool `json:"missing,omitempty"`
+	NodeCount int  `json:"nodeCount"`
+	// GPUs counts the nodes' devices, HealthyGPUs those that take work.
+	GPUs        int `json:"gpus"`
+	HealthyGPUs int `json:"healthyGPUs"`
+	// UsedMilli and FreeMilli sum the nodes' devices as the map shows them.
+	UsedMilli int64 `json:"usedMilli"`
+	FreeMilli int64 `json:"freeMilli"`
+	// Domains are the next level's domains within this one.
+	Domains []MapDomain `json:"domains,omitempty"`
+	// Nodes name the domain's nodes at the narrowest level.
+	Nodes []string `json:"nodes,omitempty"`
 }
 
 func handleMap(c *call) (any, error) {
@@ -190,13 +224,76 @@ func handleMap(c *call) (any, error) {
 	if !v.Pods.All {
 		out.Note = "slices of pods in namespaces where you may not list pods are shown as hidden, without names"
 	}
+	out.Topologies = []TopologyView{}
+	if v.Topologies {
+		out.Topologies = c.snap.topologies
+	}
+	if in.Topology != "" {
+		if !v.Topologies {
+			return nil, forbidden("%s may not list topologies.partita.dev, so the console cannot group the map by one", c.user.Name)
+		}
+		i := slices.IndexFunc(c.snap.topologies, func(t TopologyView) bool { return t.Name == in.Topology })
+		if i < 0 {
+			names := make([]string, len(c.snap.topologies))
+			for j, t := range c.snap.topologies {
+				names[j] = t.Name
+			}
+			return nil, notFound("%v", report.TopologyNotFound(in.Topology, names))
+		}
+		out.Topology, out.Domains = in.Topology, mapDomains(c.snap.topologies[i].Levels, out.Nodes)
+	}
 	return out, nil
 }
 
+// mapDomains groups nodes by levels, each domain with its nodes' GPUs as
+// the map shows them.
+func mapDomains(levels []string, nodes []MapNode) []MapDomain {
+	byName := make(map[string]*MapNode, len(nodes))
+	names := make([]string, 0, len(nodes))
+	for i := range nodes {
+		byName[nodes[i].Name] = &nodes[i]
+		names = append(names, nodes[i].Name)
+	}
+	var convert func(ds []report.Domain) []MapDomain
+	convert = func(ds []report.Domain) []MapDomain {
+		if ds == nil {
+			return nil
+		}
+		out := make([]MapDomain, 0, len(ds))
+		for _, d := range ds {
+			md := MapDomain{Level: d.Level, Value: d.Value, Missing: d.Missing, NodeCount: len(d.Nodes), Domains: convert(d.Domains)}
+			for _, name := range d.Nodes {
+				for _, g := range byName[name].GPUs {
+					md.GPUs++
+					if g.Healthy {
+						md.HealthyGPUs++
+					}
+					md.UsedMilli += g.UsedMilli
+					md.FreeMilli += g.FreeMilli
+				}
+			}
+			if d.Domains == nil {
+				md.Nodes = d.Nodes
+			}
+			out = append(out, md)
+		}
+		return out
+	}
+	out := convert(report.GroupByLevels(levels, names, func(n string) map[string]string { return byName[n].Labels }))
+	if out == nil {
+		out = []MapDomain{}
+	}
+	return out
+}
+
 // filterNode is n as v may see it: the slices of namespaces v may not see
-// become hidden milli.
+// become hidden milli, and the level labels go unless v may list
+// Topologies.
 func filterNode(n *MapNode, v Viewer) MapNode {
 	out := *n
+	if !v.Topologies {
+		out.Labels = nil
+	}
 	if v.Pods.All {
 		return out
 	}

@@ -507,6 +507,94 @@ func TestAPIShared(t *testing.T) {
 			t.Errorf("the console's why says %q of the request, want %q (report %+v)", request, want, got)
 		}
 	})
+
+	t.Run("the map groups nodes by the levels of a Topology, for who may list Topologies", func(t *testing.T) {
+		const block, rack = "example.com/block", "example.com/rack"
+		gn := pt.MakeGPUNode("n2").Devices(2, "NVIDIA-H100-80GB-HBM3", h100MiB).Obj()
+		st := gn.Status
+		c.create(t, gn)
+		gn.Status = st
+		if err := c.admin.Status().Update(t.Context(), gn); err != nil {
+			t.Fatal(err)
+		}
+		c.create(t, pt.MakeNode("n1").Label(block, "b1").Label(rack, "r1").Label("unrelated", "x").Obj())
+		// n2 has a block and no rack.
+		c.create(t, pt.MakeNode("n2").Label(block, "b2").Obj())
+		var m console.MapView
+		call(t, base, "GET", "/api/v1/map", admin, nil).decode(t, &m)
+		sc := openNodesStream(t, base, admin, m.Version)
+		c.create(t, pt.MakeTopology("gb200", block, rack).Obj())
+		// The open page is told to read the map again: its choice of
+		// Topologies changed.
+		resync := false
+		for !resync && sc.Scan() {
+			resync = sc.Text() == "event: resync"
+		}
+		if !resync {
+			t.Fatalf("no resync event after a Topology was created (%v)", sc.Err())
+		}
+
+		// n1's numbers are what the map shows of it: the subtests before
+		// this one put pods on it.
+		want := func(n1 console.MapNode) []console.MapDomain {
+			var used, free int64
+			for _, g := range n1.GPUs {
+				used, free = used+g.UsedMilli, free+g.FreeMilli
+			}
+			return []console.MapDomain{
+				{Level: block, Value: "b1", NodeCount: 1, GPUs: 4, HealthyGPUs: 4, UsedMilli: used, FreeMilli: free, Domains: []console.MapDomain{
+					{Level: rack, Value: "r1", NodeCount: 1, GPUs: 4, HealthyGPUs: 4, UsedMilli: used, FreeMilli: free, Nodes: []string{"n1"}},
+				}},
+				{Level: block, Value: "b2", NodeCount: 1, GPUs: 2, HealthyGPUs: 2, FreeMilli: 2000, Domains: []console.MapDomain{
+					{Level: rack, Missing: true, NodeCount: 1, GPUs: 2, HealthyGPUs: 2, FreeMilli: 2000, Nodes: []string{"n2"}},
+				}},
+			}
+		}
+		diff := ""
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			m = console.MapView{}
+			a := call(t, base, "GET", "/api/v1/map?topology=gb200", admin, nil)
+			if a.status == http.StatusOK {
+				a.decode(t, &m)
+				diff = cmp.Diff(want(m.Nodes[0]), m.Domains)
+			} else {
+				diff = string(a.body)
+			}
+			if diff == "" || time.Now().After(deadline) {
+				break
+			}
+		}
+		if diff != "" {
+			t.Fatalf("admin's map by gb200 (-want,+got):\n%s", diff)
+		}
+		if diff := cmp.Diff([]console.TopologyView{{Name: "gb200", Levels: []string{block, rack}}}, m.Topologies); diff != "" {
+			t.Errorf("admin's topologies (-want,+got):\n%s", diff)
+		}
+		labels := map[string]map[string]string{}
+		for _, n := range m.Nodes {
+			labels[n.Name] = n.Labels
+		}
+		if diff := cmp.Diff(map[string]map[string]string{"n1": {block: "b1", rack: "r1"}, "n2": {block: "b2"}}, labels); diff != "" {
+			t.Errorf("the nodes' level labels (-want,+got):\n%s", diff)
+		}
+
+		a := call(t, base, "GET", "/api/v1/map?topology=gb300", admin, nil)
+		wantStatus(t, a, http.StatusNotFound, "a Topology that is not there")
+		var e console.APIError
+		a.decode(t, &e)
+		if want := `read Topology "gb300": topology not found; the cluster has gb200 (kubectl get topologies)`; e.Error.Message != want {
+			t.Errorf("not found says %q, want %q", e.Error.Message, want)
+		}
+
+		// alice may not list Topologies: she gets none, nor the labels.
+		a = call(t, base, "GET", "/api/v1/map?topology=gb200", alice, nil)
+		wantStatus(t, a, http.StatusForbidden, "alice's map by a Topology")
+		m = console.MapView{}
+		call(t, base, "GET", "/api/v1/map", alice, nil).decode(t, &m)
+		if len(m.Topologies) != 0 || m.Nodes[0].Labels != nil {
+			t.Errorf("alice's map offers topologies %v and labels %v", m.Topologies, m.Nodes[0].Labels)
+		}
+	})
 }
 
 func TestAPILocalUserWithOneNamespace(t *testing.T) {

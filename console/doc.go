@@ -16,7 +16,9 @@
 //   - Snapshot (snapshot.go): an immutable picture built from the Source
 //     after each batch of changes: the map, the queues, the workloads. Every
 //     number comes from the code the scheduler and `kubectl partita` use:
-//     package gpu's ledger and package report's nodes, queues and why.
+//     package gpu's ledger and package report's nodes, queues and why; the
+//     map's nodes are grouped by a Topology's levels as `kubectl partita
+//     nodes --topology` groups them (report.GroupByLevels).
 //   - Workloads (workload.go): the one place that says which workload a pod
 //     belongs to (kind and name) and what it holds; new workload kinds are
 //     added there.

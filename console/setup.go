@@ -157,11 +157,11 @@ func Start(ctx context.Context, cfg Config) (*Instance, error) {
 		return nil, fmt.Errorf("create client for %s: %w", cfg.Rest.Host, err)
 	}
 	self := SelfReviewer{Client: cs}
-	servesDRA, err := dra.Served(cfg.Rest, "resourceclaims", "resourceclaimtemplates", "deviceclasses")
+	served, err := ServesAPIs(cfg.Rest)
 	if err != nil {
-		return nil, fmt.Errorf("ask the API server whether it serves DRA: %w", err)
+		return nil, err
 	}
-	cov, err := DiscoverCoverage(ctx, self, cl, cfg.PartitaNamespace, []string{cfg.DefaultNamespace}, servesDRA)
+	cov, err := DiscoverCoverage(ctx, self, cl, cfg.PartitaNamespace, []string{cfg.DefaultNamespace}, served)
 	if err != nil {
 		return nil, fmt.Errorf("ask the API server what the console may read: %w", err)
 	}

@@ -52,6 +52,9 @@ type Coverage struct {
 	GPUNodes bool `json:"gpuNodes"`
 	Nodes    bool `json:"nodes"`
 	Queues   bool `json:"queues"`
+	// Topologies: the Topologies were listed (where the API server serves
+	// them).
+	Topologies bool `json:"topologies"`
 	// Policy: the policy ConfigMaps of Partita's namespace were listed.
 	Policy bool `json:"policy"`
 	// Pods, PodGroups and Jobs are the namespaces listed.
@@ -69,12 +72,15 @@ type Coverage struct {
 
 // Lists are the objects a snapshot is built from, as a Source read them.
 type Lists struct {
-	GPUNodes  []v1alpha1.GPUNode
-	Nodes     []corev1.Node
-	Pods      []corev1.Pod
-	Queues    []v1alpha1.Queue
-	PodGroups []v1alpha1.PodGroup
-	Jobs      []batchv1.Job
+	GPUNodes []v1alpha1.GPUNode
+	Nodes    []corev1.Node
+	Pods     []corev1.Pod
+	Queues   []v1alpha1.Queue
+	// Topologies group the map's nodes by their levels, as the caller
+	// chooses.
+	Topologies []v1alpha1.Topology
+	PodGroups  []v1alpha1.PodGroup
+	Jobs       []batchv1.Job
 	// PolicyConfigMaps are the ConfigMaps labelled partita.dev/policy=rego
 	// in Partita's namespace.
 	PolicyConfigMaps       []corev1.ConfigMap
@@ -116,6 +122,11 @@ type Snapshot struct {
 	nodeIndex  map[string]int
 	nodeHashes map[string]uint64
 
+	// topologies are the Topologies by name, what the map may group by;
+	// topologyHash tells a page that they changed.
+	topologies   []TopologyView
+	topologyHash uint64
+
 	queues    []QueueView
 	queueHash uint64
 
@@ -154,10 +165,21 @@ type MapNode struct {
 	// Topology is the value of the map's topology label on the node, "" if
 	// it has none (or the caller may not read Nodes).
 	Topology string `json:"topology,omitempty"`
+	// Labels are the node's labels that are levels of a Topology, for the
+	// page to group the nodes by the levels of the one chosen; left out
+	// for a caller who may not list Topologies.
+	Labels map[string]string `json:"labels,omitempty"`
 	// Isolation is how the node applies slices.
 	Isolation v1alpha1.IsolationMode `json:"isolation"`
 	// GPUs are its devices, by index.
 	GPUs []MapGPU `json:"gpus"`
+}
+
+// TopologyView is a Topology the map may group nodes by.
+type TopologyView struct {
+	Name string `json:"name"`
+	// Levels are its level labels, broadest first.
+	Levels []string `json:"levels"`
 }
 
 // MapGPU is one GPU cell: the device and the slices it holds.
@@ -327,6 +349,31 @@ func (s *Snapshot) buildMap(l Lists, o BuildOptions) {
 			}
 		}
 	}
+	s.topologies = make([]TopologyView, 0, len(l.Topologies))
+	levels := map[string]bool{}
+	for i := range l.Topologies {
+		t := &l.Topologies[i]
+		s.topologies = append(s.topologies, TopologyView{Name: t.Name, Levels: report.Levels(t)})
+		for _, lv := range t.Spec.Levels {
+			levels[lv.NodeLabel] = true
+		}
+	}
+	slices.SortFunc(s.topologies, func(a, b TopologyView) int { return strings.Compare(a.Name, b.Name) })
+	s.topologyHash = hashJSON(s.topologies)
+	// Only the level labels: the map goes to every page, and a node has
+	// many labels no view reads.
+	levelLabels := map[string]map[string]string{}
+	for i := range l.Nodes {
+		n := &l.Nodes[i]
+		for k := range levels {
+			if v, ok := n.Labels[k]; ok {
+				if levelLabels[n.Name] == nil {
+					levelLabels[n.Name] = map[string]string{}
+				}
+				levelLabels[n.Name][k] = v
+			}
+		}
+	}
 	// Slices of pods the Source could not read (a user who may list pods
 	// in some namespaces only) are known from the agent's report in
 	// GPUNode.status.slices: counted, never named.
@@ -347,7 +394,7 @@ func (s *Snapshot) buildMap(l Lists, o BuildOptions) {
 	s.nodeIndex = make(map[string]int, len(rep.Nodes))
 	s.nodeHashes = make(map[string]uint64, len(rep.Nodes))
 	for _, n := range rep.Nodes {
-		mn := MapNode{Name: n.Name, Topology: topology[n.Name], Isolation: n.Isolation, GPUs: make([]MapGPU, 0, len(n.Devices))}
+		mn := MapNode{Name: n.Name, Topology: topology[n.Name], Labels: levelLabels[n.Name], Isolation: n.Isolation, GPUs: make([]MapGPU, 0, len(n.Devices))}
 		for _, d := range n.Devices {
 			g := MapGPU{
 				Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB, Health: d.Health,

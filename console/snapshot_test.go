@@ -262,3 +262,85 @@ func TestHashChangesWithTheNodeOnly(t *testing.T) {
 		t.Errorf("no change sends %d nodes", len(ev.Nodes))
 	}
 }
+
+func TestBuildMapTopologies(t *testing.T) {
+	const block, rack = "example.com/block", "example.com/rack"
+	l := Lists{
+		GPUNodes: []v1alpha1.GPUNode{node("n1", 1), node("n2", 1)},
+		Nodes: []corev1.Node{
+			*pt.MakeNode("n1").Label(block, "b1").Label(rack, "r1").Label("topology.kubernetes.io/zone", "z").Obj(),
+			*pt.MakeNode("n2").Obj(),
+		},
+		Topologies: []v1alpha1.Topology{*pt.MakeTopology("racks", block, rack).Obj(), *pt.MakeTopology("blocks", block).Obj()},
+		Coverage:   everything(),
+	}
+	s := Build(l, BuildOptions{TopologyKey: "topology.kubernetes.io/zone"}, 1, time.Now(), time.Now())
+	if diff := cmp.Diff([]TopologyView{{Name: "blocks", Levels: []string{block}}, {Name: "racks", Levels: []string{block, rack}}}, s.topologies); diff != "" {
+		t.Errorf("topologies (-want,+got):\n%s", diff)
+	}
+	// Only the level labels; the topology key's value has a field of its own.
+	if diff := cmp.Diff(map[string]string{block: "b1", rack: "r1"}, s.nodes[0].Labels); diff != "" || s.nodes[0].Topology != "z" || s.nodes[1].Labels != nil {
+		t.Errorf("n1 labels (-want,+got):\n%s; n1 topology %q, n2 labels %v", diff, s.nodes[0].Topology, s.nodes[1].Labels)
+	}
+	cases := map[string]struct {
+		view Viewer
+		want map[string]string
+	}{
+		"who may list Topologies gets the labels": {view: Viewer{Pods: AllNamespaces(), Topologies: true}, want: map[string]string{block: "b1", rack: "r1"}},
+		"who may not does not":                    {view: Viewer{Pods: AllNamespaces()}},
+		"nor with some namespaces only":           {view: Viewer{Pods: Namespaces("team-a")}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, filterNode(&s.nodes[0], tc.view).Labels); diff != "" {
+				t.Errorf("labels (-want,+got):\n%s", diff)
+			}
+		})
+	}
+	other := Build(Lists{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Topologies: l.Topologies[:1], Coverage: everything()}, BuildOptions{}, 2, time.Now(), time.Now())
+	if other.topologyHash == s.topologyHash {
+		t.Errorf("the topology hash did not change when a Topology went")
+	}
+}
+
+func TestMapDomains(t *testing.T) {
+	const zone, host = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
+	gpu := func(healthy bool, used, free int64) MapGPU {
+		return MapGPU{Healthy: healthy, UsedMilli: used, FreeMilli: free}
+	}
+	nodes := []MapNode{
+		{Name: "a", Labels: map[string]string{zone: "z1", host: "a"}, GPUs: []MapGPU{gpu(true, 250, 750), gpu(false, 0, 0)}},
+		{Name: "b", Labels: map[string]string{zone: "z1", host: "b"}, GPUs: []MapGPU{gpu(true, 1000, 0)}},
+		{Name: "c", GPUs: []MapGPU{gpu(true, 0, 1000)}},
+	}
+	cases := map[string]struct {
+		levels []string
+		nodes  []MapNode
+		want   []MapDomain
+	}{
+		"zones, then hosts": {
+			levels: []string{zone, host}, nodes: nodes,
+			want: []MapDomain{
+				{Level: zone, Value: "z1", NodeCount: 2, GPUs: 3, HealthyGPUs: 2, UsedMilli: 1250, FreeMilli: 750, Domains: []MapDomain{
+					{Level: host, Value: "a", NodeCount: 1, GPUs: 2, HealthyGPUs: 1, UsedMilli: 250, FreeMilli: 750, Nodes: []string{"a"}},
+					{Level: host, Value: "b", NodeCount: 1, GPUs: 1, HealthyGPUs: 1, UsedMilli: 1000, Nodes: []string{"b"}},
+				}},
+				{Level: zone, Missing: true, NodeCount: 1, GPUs: 1, HealthyGPUs: 1, FreeMilli: 1000, Domains: []MapDomain{
+					{Level: host, Missing: true, NodeCount: 1, GPUs: 1, HealthyGPUs: 1, FreeMilli: 1000, Nodes: []string{"c"}},
+				}},
+			},
+		},
+		"the nodes the filters kept only": {
+			levels: []string{zone}, nodes: nodes[1:2],
+			want: []MapDomain{{Level: zone, Value: "z1", NodeCount: 1, GPUs: 1, HealthyGPUs: 1, UsedMilli: 1000, Nodes: []string{"b"}}},
+		},
+		"no nodes": {levels: []string{zone}, want: []MapDomain{}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, mapDomains(tc.levels, tc.nodes)); diff != "" {
+				t.Errorf("domains (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

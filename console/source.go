@@ -14,8 +14,10 @@ import (
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/policy"
 	"github.com/partita-dev/partita/report"
 )
@@ -34,9 +37,9 @@ import (
 // list them, else extra (the kubeconfig's namespace) and the namespaces the
 // queues name.
 //
-// servesDRA says the API server serves resource.k8s.io/v1's claims,
-// templates and DeviceClasses (dra.Served): only then are they tried.
-func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, partitaNamespace string, extra []string, servesDRA bool) (Coverage, error) {
+// served says which of the APIs that a cluster may lack it serves: only
+// those are tried.
+func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, partitaNamespace string, extra []string, served ServedAPIs) (Coverage, error) {
 	var u UserInfo // SelfReviewer ignores it; SubjectReviewer is not used here
 	can := func(group, res, ns string) (bool, error) {
 		for _, verb := range []string{"list", "watch"} {
@@ -64,8 +67,13 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 	if cov.Policy, err = can("", "configmaps", partitaNamespace); err != nil {
 		return Coverage{}, err
 	}
-	if servesDRA {
+	if served.DRA {
 		if cov.DeviceClasses, err = can(resourceapi.GroupName, "deviceclasses", ""); err != nil {
+			return Coverage{}, err
+		}
+	}
+	if served.Topologies {
+		if cov.Topologies, err = can(groupPartita, "topologies", ""); err != nil {
 			return Coverage{}, err
 		}
 	}
@@ -80,7 +88,7 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 		{groupPartita, "podgroups", &cov.PodGroups},
 		{batchv1.GroupName, "jobs", &cov.Jobs},
 	}
-	if servesDRA {
+	if served.DRA {
 		namespaced = append(namespaced, []struct {
 			group, res string
 			dst        *NamespaceSet
@@ -117,6 +125,39 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 		*c.dst = set
 	}
 	return cov, nil
+}
+
+// ServedAPIs says which APIs that a cluster may lack its API server
+// serves (ServesAPIs).
+type ServedAPIs struct {
+	// DRA: resource.k8s.io/v1's claims, templates and DeviceClasses.
+	DRA bool
+	// Topologies: partita.dev's Topology, which Partita's CRDs of before
+	// it lack.
+	Topologies bool
+}
+
+// ServesAPIs asks the API server's discovery which of ServedAPIs it serves.
+func ServesAPIs(cfg *rest.Config) (ServedAPIs, error) {
+	var s ServedAPIs
+	var err error
+	if s.DRA, err = dra.Served(cfg, "resourceclaims", "resourceclaimtemplates", "deviceclasses"); err != nil {
+		return ServedAPIs{}, fmt.Errorf("ask the API server whether it serves DRA: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return ServedAPIs{}, fmt.Errorf("create discovery client: %w", err)
+	}
+	list, err := dc.ServerResourcesForGroupVersion(v1alpha1.GroupVersion.String())
+	switch {
+	case apierrors.IsNotFound(err):
+		// No Partita CRDs at all: Start says so when it watches GPUNodes.
+	case err != nil:
+		return ServedAPIs{}, fmt.Errorf("discover %s: %w", v1alpha1.GroupVersion, err)
+	default:
+		s.Topologies = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "topologies" })
+	}
+	return s, nil
 }
 
 func candidateNamespaces(ctx context.Context, can func(group, res, ns string) (bool, error), r client.Reader, queues bool, extra []string) ([]string, error) {
@@ -238,6 +279,7 @@ func (s *Source) watched() []client.Object {
 	add(cov.GPUNodes, &v1alpha1.GPUNode{})
 	add(cov.Nodes, &corev1.Node{})
 	add(cov.Queues, &v1alpha1.Queue{})
+	add(cov.Topologies, &v1alpha1.Topology{})
 	add(cov.Policy, &corev1.ConfigMap{})
 	add(cov.Pods.All || len(cov.Pods.Names) > 0, &corev1.Pod{})
 	add(cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &v1alpha1.PodGroup{})
@@ -368,6 +410,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		gns  v1alpha1.GPUNodeList
 		ns   corev1.NodeList
 		qs   v1alpha1.QueueList
+		ts   v1alpha1.TopologyList
 		cms  corev1.ConfigMapList
 		pods corev1.PodList
 		pgs  v1alpha1.PodGroupList
@@ -380,7 +423,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		ok bool
 		o  client.ObjectList
 	}{
-		{cov.GPUNodes, &gns}, {cov.Nodes, &ns}, {cov.Queues, &qs}, {cov.Policy, &cms},
+		{cov.GPUNodes, &gns}, {cov.Nodes, &ns}, {cov.Queues, &qs}, {cov.Topologies, &ts}, {cov.Policy, &cms},
 		{cov.Pods.All || len(cov.Pods.Names) > 0, &pods},
 		{cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &pgs},
 		{cov.Jobs.All || len(cov.Jobs.Names) > 0, &jobs},
@@ -393,6 +436,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		}
 	}
 	l.GPUNodes, l.Nodes, l.Queues, l.PolicyConfigMaps = gns.Items, ns.Items, qs.Items, cms.Items
+	l.Topologies = ts.Items
 	l.Pods, l.PodGroups, l.Jobs = pods.Items, pgs.Items, jobs.Items
 	l.ResourceClaims, l.ResourceClaimTemplates, l.DeviceClasses = rcs.Items, rcts.Items, dcs.Items
 	// Informer order is a map's: sort so that equal clusters give equal

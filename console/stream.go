@@ -135,7 +135,10 @@ func handleEvents(c *call) (any, error) {
 			prev = nil
 		}
 		if topics["nodes"] {
-			if !nv.GPUNodes {
+			// The map's choice of Topologies, and their levels, came with
+			// the page: it reads them again when they change.
+			topologies := lastViewer.Topologies != nv.Topologies || nv.Topologies && last.topologyHash != next.topologyHash
+			if !nv.GPUNodes || topologies {
 				_ = send("resync", VersionEvent{Version: next.Version})
 				return nil, nil
 			}
@@ -186,7 +189,8 @@ func (c *call) nodesEvent(prev, next *Snapshot, v Viewer) NodesEvent {
 
 // sameView reports whether two viewers see the same namespaces.
 func sameView(a, b Viewer) bool {
-	if a.Pods.All != b.Pods.All || a.GPUNodes != b.GPUNodes || a.Queues != b.Queues || len(a.Pods.Names) != len(b.Pods.Names) {
+	if a.Pods.All != b.Pods.All || a.GPUNodes != b.GPUNodes || a.Queues != b.Queues || a.Topologies != b.Topologies ||
+		len(a.Pods.Names) != len(b.Pods.Names) {
 		return false
 	}
 	for ns := range a.Pods.Names {

@@ -27,16 +27,27 @@ func WriteNodes(w io.Writer, r report.NodesReport, o Output) error {
 		}
 	}
 	tw.row("\n")
-	tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
-	for _, n := range r.Nodes {
-		tw.row("%s\t%d\t%d\t%s\t%s\t%s\t%d\t%s\n", n.Name, n.GPUs, n.Healthy, gpu.FormatMilli(n.UsedMilli),
-			gpu.FormatMilli(n.FreeMilli), gpu.FormatMilli(n.LargestFreeMilli), n.Pods, n.Isolation)
+	if r.Topology != nil {
+		writeTopology(tw, r)
+	} else {
+		tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
+		for _, n := range r.Nodes {
+			tw.row("%s\t%s\n", n.Name, nodeCells(n))
+		}
 	}
 	t := r.Total
-	tw.row("TOTAL (%s)\t%d\t%d\t%s\t%s\t%s\t%d\t\n", plural(len(r.Nodes), "node", "nodes"), t.GPUs, t.Healthy, gpu.FormatMilli(t.UsedMilli),
-		gpu.FormatMilli(t.FreeMilli), gpu.FormatMilli(t.LargestFreeMilli), t.Pods)
+	tw.row("TOTAL (%s)\t", plural(len(r.Nodes), "node", "nodes"))
+	if r.Topology != nil {
+		tw.row("%d\t", len(r.Nodes))
+	}
+	tw.row("%s\t\n", totalsCells(t))
 	if err := tw.flush(); err != nil {
 		return fmt.Errorf("write nodes: %w", err)
+	}
+	if r.Topology != nil && r.Topology.Note != "" {
+		if _, err := fmt.Fprintln(w, "note: "+r.Topology.Note); err != nil {
+			return fmt.Errorf("write nodes: %w", err)
+		}
 	}
 	for _, n := range r.Nodes {
 		if note := draNote(n); note != "" {
@@ -55,6 +66,40 @@ func WriteNodes(w io.Writer, r report.NodesReport, o Output) error {
 		}
 	}
 	return nil
+}
+
+// totalsCells are the GPUS to PODS cells of a node, domain or total line.
+func totalsCells(t report.NodeTotals) string {
+	return fmt.Sprintf("%d\t%d\t%s\t%s\t%s\t%d", t.GPUs, t.Healthy, gpu.FormatMilli(t.UsedMilli),
+		gpu.FormatMilli(t.FreeMilli), gpu.FormatMilli(t.LargestFreeMilli), t.Pods)
+}
+
+// nodeCells are a node line's cells after its name.
+func nodeCells(n report.NodeReport) string {
+	return totalsCells(n.NodeTotals) + "\t" + string(n.Isolation)
+}
+
+// writeTopology writes the node lines as a tree of r.Topology's domains,
+// each line with the sums of its nodes, indented a step per level, the
+// node lines under the narrowest level's domains.
+func writeTopology(tw *table, r report.NodesReport) {
+	byName := make(map[string]report.NodeReport, len(r.Nodes))
+	for _, n := range r.Nodes {
+		byName[n.Name] = n
+	}
+	tw.row("TOPOLOGY %s\tNODES\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n", r.Topology.Name)
+	var walk func(ds []report.TopologyDomain, depth int)
+	walk = func(ds []report.TopologyDomain, depth int) {
+		indent := strings.Repeat("  ", depth)
+		for _, d := range ds {
+			tw.row("%s%s\t%d\t%s\t\n", indent, report.DomainName(d.Level, d.Value, d.Missing), d.NodeCount, totalsCells(d.NodeTotals))
+			walk(d.Domains, depth+1)
+			for _, name := range d.Nodes {
+				tw.row("%s  %s\t\t%s\n", indent, name, nodeCells(byName[name]))
+			}
+		}
+	}
+	walk(r.Topology.Domains, 0)
 }
 
 // draNote says which of n's GPUs other DRA drivers manage: "n1: GPUs 0, 1

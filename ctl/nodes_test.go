@@ -2,6 +2,7 @@ package ctl
 
 import (
 	"bytes"
+	"encoding/json"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -136,5 +137,217 @@ func TestNodesReport(t *testing.T) {
 	}
 	if want := "ns/a 0.5, ns/b:y 0.25"; !bytes.Contains(b.Bytes(), []byte(want)) {
 		t.Errorf("table does not name the containers of a pod with two GPU containers (%q):\n%s", want, b.String())
+	}
+}
+
+// topologyCluster is four nodes in two blocks of racks, one without
+// labels, a notebook on gpu-0, and the Topology gb200 over block and rack.
+func topologyCluster() *report.Cluster {
+	const block, rack = "example.com/block", "example.com/rack"
+	h100 := func(name string, n int) v1alpha1.GPUNode {
+		return *pt.MakeGPUNode(name).Devices(n, "NVIDIA-H100-80GB-HBM3", 81920).Obj()
+	}
+	return &report.Cluster{
+		GPUNodes: []v1alpha1.GPUNode{h100("gpu-0", 4), h100("gpu-1", 4), h100("gpu-2", 4), h100("gpu-3", 2)},
+		Nodes: []corev1.Node{
+			*pt.MakeNode("gpu-0").Label(block, "b1").Label(rack, "r1").Obj(),
+			*pt.MakeNode("gpu-1").Label(block, "b1").Label(rack, "r2").Obj(),
+			// Rack r1 of block b2: not gpu-0's rack.
+			*pt.MakeNode("gpu-2").Label(block, "b2").Label(rack, "r1").Obj(),
+			*pt.MakeNode("gpu-3").Obj(),
+		},
+		Pods:       []corev1.Pod{*pt.MakePod("nb", "team-a").GPUFraction("0.25").BoundTo("gpu-0", 0).Obj()},
+		Topologies: []v1alpha1.Topology{*pt.MakeTopology("gb200", block, rack).Obj(), *pt.MakeTopology("zones", "topology.kubernetes.io/zone").Obj()},
+	}
+}
+
+func TestNodesTopologyTable(t *testing.T) {
+	devices := `NODE   DEVICE  MODEL           HEALTH   USED  FREE           SLICES
+gpu-0  0       H100-80GB-HBM3  Healthy  0.25  0.75 / 60Gi    team-a/nb 0.25
+gpu-0  1-3     H100-80GB-HBM3  Healthy  0     1 / 80Gi each
+gpu-1  0-3     H100-80GB-HBM3  Healthy  0     1 / 80Gi each
+gpu-2  0-3     H100-80GB-HBM3  Healthy  0     1 / 80Gi each
+gpu-3  0-1     H100-80GB-HBM3  Healthy  0     1 / 80Gi each
+
+`
+	cases := map[string]struct {
+		cluster  func() *report.Cluster
+		topology string
+		want     string
+	}{
+		"blocks, racks, and a node without either": {
+			cluster: topologyCluster, topology: "gb200",
+			want: devices + `TOPOLOGY gb200           NODES  GPUS  HEALTHY  USED  FREE   LARGEST FREE  PODS  ISOLATION
+example.com/block=b1     2      8     8        0.25  7.75   1             1
+  example.com/rack=r1    1      4     4        0.25  3.75   1             1
+    gpu-0                       4     4        0.25  3.75   1             1     time-slicing
+  example.com/rack=r2    1      4     4        0     4      1             0
+    gpu-1                       4     4        0     4      1             0     time-slicing
+example.com/block=b2     1      4     4        0     4      1             0
+  example.com/rack=r1    1      4     4        0     4      1             0
+    gpu-2                       4     4        0     4      1             0     time-slicing
+(no example.com/block)   1      2     2        0     2      1             0
+  (no example.com/rack)  1      2     2        0     2      1             0
+    gpu-3                       2     2        0     2      1             0     time-slicing
+TOTAL (4 nodes)          4      14    14       0.25  13.75  1             1
+`,
+		},
+		"a level no node has": {
+			cluster: topologyCluster, topology: "zones",
+			want: devices + `TOPOLOGY zones                    NODES  GPUS  HEALTHY  USED  FREE   LARGEST FREE  PODS  ISOLATION
+(no topology.kubernetes.io/zone)  4      14    14       0.25  13.75  1             1
+  gpu-0                                  4     4        0.25  3.75   1             1     time-slicing
+  gpu-1                                  4     4        0     4      1             0     time-slicing
+  gpu-2                                  4     4        0     4      1             0     time-slicing
+  gpu-3                                  2     2        0     2      1             0     time-slicing
+TOTAL (4 nodes)                   4      14    14       0.25  13.75  1             1
+`,
+		},
+		"a reader who may not list Nodes is told why every node lacks the labels": {
+			cluster: func() *report.Cluster {
+				c := topologyCluster()
+				c.GPUNodes, c.Nodes, c.Pods, c.NodesForbidden = c.GPUNodes[3:], nil, nil, true
+				return c
+			},
+			topology: "gb200",
+			want: `NODE   DEVICE  MODEL           HEALTH   USED  FREE           SLICES
+gpu-3  0-1     H100-80GB-HBM3  Healthy  0     1 / 80Gi each
+
+TOPOLOGY gb200           NODES  GPUS  HEALTHY  USED  FREE  LARGEST FREE  PODS  ISOLATION
+(no example.com/block)   1      2     2        0     2     1             0
+  (no example.com/rack)  1      2     2        0     2     1             0
+    gpu-3                       2     2        0     2     1             0     time-slicing
+TOTAL (1 node)           1      2     2        0     2     1             0
+note: you may not list Nodes, so their labels are unknown and every node shows without them
+`,
+		},
+		"no GPUNodes": {
+			cluster: func() *report.Cluster {
+				return &report.Cluster{Topologies: topologyCluster().Topologies}
+			},
+			topology: "gb200",
+			want:     "No GPUNodes: no node runs Partita's agent yet.\n",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, err := report.NodesByTopology(tc.cluster(), tc.topology)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := WriteNodes(&b, r, OutputTable); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, b.String()); diff != "" {
+				t.Errorf("nodes --topology %s (-want,+got):\n%s", tc.topology, diff)
+			}
+		})
+	}
+}
+
+// TestNodesTopologyJSON: -o json with --topology is the JSON without it
+// plus one field, topology.
+func TestNodesTopologyJSON(t *testing.T) {
+	c := topologyCluster()
+	c.GPUNodes, c.Nodes = c.GPUNodes[1:3], c.Nodes[1:3]
+	decode := func(r report.NodesReport) map[string]json.RawMessage {
+		t.Helper()
+		var b bytes.Buffer
+		if err := WriteNodes(&b, r, OutputJSON); err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(b.Bytes(), &m); err != nil {
+			t.Fatalf("decode %s: %v", b.String(), err)
+		}
+		return m
+	}
+	plain := decode(report.Nodes(c))
+	grouped, err := report.NodesByTopology(c, "gb200")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decode(grouped)
+	topology, ok := got["topology"]
+	if !ok {
+		t.Fatalf("no topology field in %v", got)
+	}
+	delete(got, "topology")
+	if _, ok := plain["topology"]; ok {
+		t.Errorf("nodes -o json without --topology has a topology field")
+	}
+	if diff := cmp.Diff(plain, got, cmp.Transformer("string", func(r json.RawMessage) string { return string(r) })); diff != "" {
+		t.Errorf("fields other than topology (-without,+with --topology):\n%s", diff)
+	}
+	var indented bytes.Buffer
+	if err := json.Indent(&indented, topology, "", "  "); err != nil {
+		t.Fatal(err)
+	}
+	want := `{
+  "name": "gb200",
+  "levels": [
+    "example.com/block",
+    "example.com/rack"
+  ],
+  "domains": [
+    {
+      "level": "example.com/block",
+      "value": "b1",
+      "nodeCount": 1,
+      "gpus": 4,
+      "healthy": 4,
+      "usedMilli": 0,
+      "freeMilli": 4000,
+      "largestFreeMilli": 1000,
+      "pods": 0,
+      "domains": [
+        {
+          "level": "example.com/rack",
+          "value": "r2",
+          "nodeCount": 1,
+          "gpus": 4,
+          "healthy": 4,
+          "usedMilli": 0,
+          "freeMilli": 4000,
+          "largestFreeMilli": 1000,
+          "pods": 0,
+          "nodes": [
+            "gpu-1"
+          ]
+        }
+      ]
+    },
+    {
+      "level": "example.com/block",
+      "value": "b2",
+      "nodeCount": 1,
+      "gpus": 4,
+      "healthy": 4,
+      "usedMilli": 0,
+      "freeMilli": 4000,
+      "largestFreeMilli": 1000,
+      "pods": 0,
+      "domains": [
+        {
+          "level": "example.com/rack",
+          "value": "r1",
+          "nodeCount": 1,
+          "gpus": 4,
+          "healthy": 4,
+          "usedMilli": 0,
+          "freeMilli": 4000,
+          "largestFreeMilli": 1000,
+          "pods": 0,
+          "nodes": [
+            "gpu-2"
+          ]
+        }
+      ]
+    }
+  ]
+}`
+	if diff := cmp.Diff(want, indented.String()); diff != "" {
+		t.Errorf("topology (-want,+got):\n%s", diff)
 	}
 }

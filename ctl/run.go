@@ -12,11 +12,24 @@ import (
 
 // RunNodes reads the cluster and writes `nodes`.
 func RunNodes(ctx context.Context, r client.Reader, w io.Writer, o Output) error {
-	c, err := report.Load(ctx, r, report.What{GPUNodes: true})
+	return RunNodesByTopology(ctx, r, w, o, "")
+}
+
+// RunNodesByTopology is RunNodes with the nodes grouped by the levels of
+// the Topology called topology; "" groups nothing (`nodes --topology`).
+func RunNodesByTopology(ctx context.Context, r client.Reader, w io.Writer, o Output, topology string) error {
+	c, err := report.Load(ctx, r, report.What{GPUNodes: true, Topologies: topology != ""})
 	if err != nil {
 		return err
 	}
-	return WriteNodes(w, report.Nodes(c), o)
+	if topology == "" {
+		return WriteNodes(w, report.Nodes(c), o)
+	}
+	rep, err := report.NodesByTopology(c, topology)
+	if err != nil {
+		return err
+	}
+	return WriteNodes(w, rep, o)
 }
 
 // RunQueues reads the cluster and writes `queues`.

@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/report"
 
 	pt "github.com/partita-dev/partita/internal/partitatest"
@@ -120,5 +121,77 @@ func TestRunErrors(t *testing.T) {
 	}
 	if _, err := ParseOutput("yaml"); err == nil {
 		t.Error("ParseOutput(yaml) did not fail")
+	}
+}
+
+func TestRunNodesByTopology(t *testing.T) {
+	gn := pt.MakeGPUNode("n1").Devices(1, "H100", 81920).Obj()
+	node := pt.MakeNode("n1").Label("example.com/rack", "r1").Obj()
+	racks := pt.MakeTopology("racks", "example.com/rack").Obj()
+	zones := pt.MakeTopology("zones", "topology.kubernetes.io/zone").Obj()
+	s, err := Scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An API server with Partita's CRDs from before Topology.
+	oldCRDs := fake.NewClientBuilder().WithScheme(s).WithObjects(gn, node).WithInterceptorFuncs(interceptor.Funcs{
+		List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*v1alpha1.TopologyList); ok {
+				return &meta.NoKindMatchError{GroupKind: schema.GroupKind{Group: "partita.dev", Kind: "Topology"}, SearchedVersions: []string{"v1alpha1"}}
+			}
+			return c.List(ctx, list, opts...)
+		},
+	}).Build()
+	cases := map[string]struct {
+		client   client.Reader
+		topology string
+		wantErr  error
+		want     string
+	}{
+		"grouped": {
+			client: fakeClient(t, gn, node, racks, zones), topology: "racks",
+			want: `NODE  DEVICE  MODEL  HEALTH   USED  FREE      SLICES
+n1    0       H100   Healthy  0     1 / 80Gi
+
+TOPOLOGY racks       NODES  GPUS  HEALTHY  USED  FREE  LARGEST FREE  PODS  ISOLATION
+example.com/rack=r1  1      1     1        0     1     1             0
+  n1                        1     1        0     1     1             0     time-slicing
+TOTAL (1 node)       1      1     1        0     1     1             0
+`,
+		},
+		"a Topology that is not there": {
+			client: fakeClient(t, gn, node, racks, zones), topology: "blocks", wantErr: report.ErrTopologyNotFound,
+			want: `read Topology "blocks": topology not found; the cluster has racks, zones (kubectl get topologies)`,
+		},
+		"CRDs from before Topology": {
+			client: oldCRDs, topology: "racks",
+			want: `list Topologies: the cluster does not serve topologies.partita.dev: Partita's CRDs predate Topology (apply crds/ or upgrade the chart): no matches for kind "Topology" in version "partita.dev/v1alpha1"`,
+		},
+		"without --topology the Topologies are not read": {
+			client: oldCRDs,
+			want: `NODE  DEVICE  MODEL  HEALTH   USED  FREE      SLICES
+n1    0       H100   Healthy  0     1 / 80Gi
+
+NODE            GPUS  HEALTHY  USED  FREE  LARGEST FREE  PODS  ISOLATION
+n1              1     1        0     1     1             0     time-slicing
+TOTAL (1 node)  1     1        0     1     1             0
+`,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var b bytes.Buffer
+			err := RunNodesByTopology(context.Background(), tc.client, &b, OutputTable, tc.topology)
+			got := b.String()
+			if err != nil {
+				got = err.Error()
+			}
+			if tc.wantErr != nil && !errors.Is(err, tc.wantErr) {
+				t.Errorf("err = %v, want %v", err, tc.wantErr)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("nodes --topology %q (-want,+got):\n%s", tc.topology, diff)
+			}
+		})
 	}
 }

@@ -24,6 +24,11 @@ type Cluster struct {
 	// Nodes are every Node; the fit check matches a pod's node selector and
 	// affinity against their labels. Empty when the reader may not list them.
 	Nodes []corev1.Node
+	// NodesForbidden is set when the reader may not list Nodes, so that a
+	// view grouped by node labels can say why it knows none.
+	NodesForbidden bool
+	// Topologies are every Topology (What.Topologies).
+	Topologies []v1alpha1.Topology
 	// Pods are every pod that may hold or wait for GPUs.
 	Pods []corev1.Pod
 	// Queues are every Queue.
@@ -74,6 +79,8 @@ type What struct {
 	GPUNodes bool
 	// Queues reads Queues.
 	Queues bool
+	// Topologies reads Topologies.
+	Topologies bool
 	// PodGroupsAndEvents reads PodGroups and Events of Namespace.
 	PodGroupsAndEvents bool
 	// Namespace limits PodGroups and Events; "" reads all namespaces.
@@ -96,6 +103,8 @@ func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
 		// node selectors: Forbidden is not fatal here.
 		if err := r.List(ctx, &nodes); err != nil && !apierrors.IsForbidden(err) {
 			return nil, listError("Nodes", err)
+		} else if err != nil {
+			c.NodesForbidden = true
 		}
 		c.Nodes = nodes.Items
 		var claims resourceapi.ResourceClaimList
@@ -122,6 +131,16 @@ func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
 			return nil, listError("Queues", err)
 		}
 		c.Queues = qs.Items
+	}
+	if what.Topologies {
+		var ts v1alpha1.TopologyList
+		if err := r.List(ctx, &ts); meta.IsNoMatchError(err) {
+			// Partita's other CRDs may well be there, from before Topology.
+			return nil, fmt.Errorf("list Topologies: the cluster does not serve topologies.partita.dev: Partita's CRDs predate Topology (apply crds/ or upgrade the chart): %w", err)
+		} else if err != nil {
+			return nil, listError("Topologies", err)
+		}
+		c.Topologies = ts.Items
 	}
 	if what.PodGroupsAndEvents {
 		var pgs v1alpha1.PodGroupList

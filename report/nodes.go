@@ -20,6 +20,9 @@ type NodesReport struct {
 	Total NodeTotals `json:"total"`
 	// Stranded are allocations the ledger cannot serve (gpu.Stranded).
 	Stranded []StrandedReport `json:"stranded,omitempty"`
+	// Topology groups the nodes by the levels of a Topology, when one was
+	// asked for (NodesByTopology).
+	Topology *TopologyReport `json:"topology,omitempty"`
 }
 
 // NodeReport is one node's devices.
@@ -52,6 +55,17 @@ type NodeTotals struct {
 	LargestFreeMilli int64 `json:"largestFreeMilli"`
 	// Pods counts pods holding devices.
 	Pods int `json:"pods"`
+}
+
+// add sums n into t: counts and amounts add up, the largest free share is
+// the larger of the two.
+func (t *NodeTotals) add(n NodeTotals) {
+	t.GPUs += n.GPUs
+	t.Healthy += n.Healthy
+	t.UsedMilli += n.UsedMilli
+	t.FreeMilli += n.FreeMilli
+	t.LargestFreeMilli = max(t.LargestFreeMilli, n.LargestFreeMilli)
+	t.Pods += n.Pods
 }
 
 // DeviceReport is one GPU and the slices it holds.
@@ -199,13 +213,7 @@ func Nodes(c *Cluster) NodesReport {
 		}
 		nr.Pods = len(podsOn[nu.Name])
 		out.Nodes = append(out.Nodes, nr)
-		t := &out.Total
-		t.GPUs += nr.GPUs
-		t.Healthy += nr.Healthy
-		t.UsedMilli += nr.UsedMilli
-		t.FreeMilli += nr.FreeMilli
-		t.LargestFreeMilli = max(t.LargestFreeMilli, nr.LargestFreeMilli)
-		t.Pods += nr.Pods
+		out.Total.add(nr.NodeTotals)
 	}
 	if out.Nodes == nil {
 		out.Nodes = []NodeReport{}

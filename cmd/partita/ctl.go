@@ -40,6 +40,7 @@ func newCtlCommand(use string) *cobra.Command {
 		Long: `Views of what Partita did, from the cluster in your kubeconfig:
 
   nodes      each GPU node's devices with their slices, health and free capacity
+             (--topology NAME: grouped by the levels of a Topology)
   queues     the queue tree with quota, limit, allocation, fair share and pods
   why POD    why a pod waits: gates, gang, queue limit, fair share, events, fit
   console    the web console (map, queues, workloads) on 127.0.0.1, as you
@@ -52,6 +53,7 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 	conn.AddFlags(cmd.PersistentFlags())
 	cmd.PersistentFlags().StringVarP(&output, "output", "o", "table", "output format: table or json")
 
+	var topology string
 	nodes := &cobra.Command{
 		Use:   "nodes",
 		Short: "Each GPU node's devices, their slices and free capacity",
@@ -61,9 +63,10 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 			if err != nil {
 				return err
 			}
-			return ctl.RunNodes(cmd.Context(), c, cmd.OutOrStdout(), o)
+			return ctl.RunNodesByTopology(cmd.Context(), c, cmd.OutOrStdout(), o, topology)
 		},
 	}
+	nodes.Flags().StringVar(&topology, "topology", "", "group the nodes by the levels of this Topology (kubectl get topologies), each domain with its nodes' GPUs")
 	queues := &cobra.Command{
 		Use:   "queues",
 		Short: "The queue tree: quota, limit, allocated, fair share, pending, pods",

@@ -14,6 +14,7 @@ func TestCommandForArgv0(t *testing.T) {
 	}{
 		"as partita":            {argv0: "/usr/bin/partita", args: []string{"ctl", "why", "--help"}, wantUsage: "partita ctl why POD [flags]"},
 		"as the kubectl plugin": {argv0: "/home/me/bin/kubectl-partita", args: []string{"why", "--help"}, wantUsage: "kubectl partita why POD [flags]"},
+		"nodes by topology":     {argv0: "/home/me/bin/kubectl-partita", args: []string{"nodes", "--help"}, wantUsage: "--topology string"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

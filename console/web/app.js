@@ -231,6 +231,10 @@
 
   // ---- Workload map ---------------------------------------------------------
   const filters = { queue: "", namespace: "", node: "", model: "" };
+  // What the map groups nodes by: "none", "key" (the console's
+  // --topology-key label) or "topology:NAME" (a Topology's levels, nested);
+  // null until the page picks its default.
+  let grouping = null;
 
   async function viewMap() {
     setMain(h("h1", {}, "Workload map"), h("p", { class: "muted" }, "Loading the map…"));
@@ -238,15 +242,24 @@
     let m;
     try { m = await api("/api/v1/map"); } catch (e) { setMain(h("h1", {}, "Workload map"), errorBox(e)); return; }
     const t1 = performance.now();
-    mapState = { version: m.version, topologyKey: m.topologyKey, nodes: new Map(), selected: null };
+    mapState = { version: m.version, topologyKey: m.topologyKey, topologies: m.topologies || [], nodes: new Map(), selected: null };
     for (const n of m.nodes) mapState.nodes.set(n.name, n);
+    // The choice outlives the page; a Topology since deleted falls back.
+    const choices = ["none"].concat(m.topologyKey ? ["key"] : [], mapState.topologies.map((t) => "topology:" + t.name));
+    if (!choices.includes(grouping)) grouping = m.topologyKey ? "key" : "none";
     const sel = (name, values) => h("select", { onchange: (e) => { filters[name] = e.target.value; applyFilters(); }, "aria-label": name },
       h("option", { value: "" }, "all"), values.map((v) => h("option", { value: v, selected: filters[name] === v }, v)));
+    const groupSel = h("select", { id: "map-grouping", "aria-label": "group by", onchange: (e) => { grouping = e.target.value; renderMap(); } },
+      h("option", { value: "none", selected: grouping === "none" }, "nothing"),
+      m.topologyKey ? h("option", { value: "key", selected: grouping === "key" }, "label " + m.topologyKey) : null,
+      mapState.topologies.map((t) => h("option", { value: "topology:" + t.name, selected: grouping === "topology:" + t.name, title: t.levels.join(" › ") },
+        "topology " + t.name)));
     const toolbar = h("div", { class: "toolbar" },
       h("label", {}, "Queue", sel("queue", m.queues)),
       h("label", {}, "Namespace", sel("namespace", m.namespaces)),
       h("label", {}, "Node", h("input", { type: "search", value: filters.node, placeholder: "name contains", oninput: (e) => { filters.node = e.target.value; applyFilters(); } })),
-      h("label", {}, "GPU model", sel("model", m.models)));
+      h("label", {}, "GPU model", sel("model", m.models)),
+      h("label", {}, "Group by", groupSel));
     const legend = h("div", { class: "legend", id: "legend" });
     const summary = h("div", { class: "summary", id: "summary" });
     const grid = h("div", { id: "map", class: "grow" });
@@ -280,7 +293,10 @@
       if (old) old.replaceWith(nodeElement(n));
     }
     mapState.version = ev.version;
-    if (ev.full || (ev.removed && ev.removed.length) || changed.some((n) => !document.querySelector('.node[data-node="' + CSS.escape(n) + '"]'))) renderMap();
+    // Grouped by a Topology, a change may move a node (its labels) and
+    // changes its domains' numbers: draw the map again.
+    if (ev.full || (ev.removed && ev.removed.length) || grouping.startsWith("topology:") ||
+      changed.some((n) => !document.querySelector('.node[data-node="' + CSS.escape(n) + '"]'))) renderMap();
     else { applyFilters(); renderSummary(); }
     // What the benchmark reads: when the change reached the console, when
     // the console sent it, when this page showed it, and the pods now on
@@ -295,21 +311,64 @@
   function renderMap() {
     const grid = document.getElementById("map");
     if (!grid) return;
-    const byDomain = new Map();
     const nodes = [...mapState.nodes.values()].sort((a, b) => a.name.localeCompare(b.name, undefined, { numeric: true }));
-    for (const n of nodes) {
-      const d = n.topology || "";
-      if (!byDomain.has(d)) byDomain.set(d, []);
-      byDomain.get(d).push(n);
+    let sections;
+    const topology = grouping.startsWith("topology:") && mapState.topologies.find((t) => "topology:" + t.name === grouping);
+    if (topology) {
+      sections = groupByLevels(nodes, topology.levels).map((d) => domainSection(d, 0));
+    } else if (grouping === "key") {
+      const byDomain = new Map();
+      for (const n of nodes) {
+        const d = n.topology || "";
+        if (!byDomain.has(d)) byDomain.set(d, []);
+        byDomain.get(d).push(n);
+      }
+      const domains = [...byDomain.keys()].sort();
+      sections = domains.map((d) => h("section", { class: "domain", dataset: { domain: d } },
+        domains.length > 1 || d ? h("h2", {}, (mapState.topologyKey || "topology") + ": " + (d || "(none)")) : null,
+        h("div", { class: "nodes" }, byDomain.get(d).map(nodeElement))));
+    } else {
+      sections = nodes.length ? [h("section", { class: "domain" }, h("div", { class: "nodes" }, nodes.map(nodeElement)))] : [];
     }
-    const domains = [...byDomain.keys()].sort();
-    const sections = domains.map((d) => h("section", { class: "domain", dataset: { domain: d } },
-      domains.length > 1 || d ? h("h2", {}, (mapState.topologyKey || "topology") + ": " + (d || "(none)")) : null,
-      h("div", { class: "nodes" }, byDomain.get(d).map(nodeElement))));
     if (!nodes.length) sections.push(h("p", { class: "muted" }, "No GPU nodes: no node runs Partita's agent yet."));
     fill(grid, sections);
     applyFilters();
     renderSummary();
+  }
+
+  // groupByLevels groups nodes by levels (node labels, broadest first) as
+  // the API's domains do (report.GroupByLevels): a domain per value of the
+  // first level, each split by the next, the nodes without the label last.
+  // It works on the page's live nodes, so the map stays grouped as they
+  // change.
+  function groupByLevels(nodes, levels) {
+    if (!levels.length) return [];
+    const [level, ...rest] = levels;
+    const byKey = new Map();
+    for (const n of nodes) {
+      const has = !!n.labels && Object.prototype.hasOwnProperty.call(n.labels, level);
+      const key = has ? "=" + n.labels[level] : "missing";
+      if (!byKey.has(key)) byKey.set(key, { level, value: has ? n.labels[level] : "", missing: !has, nodes: [] });
+      byKey.get(key).nodes.push(n);
+    }
+    const domains = [...byKey.values()].sort((a, b) => (a.missing - b.missing) || (a.value < b.value ? -1 : a.value > b.value ? 1 : 0));
+    for (const d of domains) d.domains = rest.length ? groupByLevels(d.nodes, rest) : null;
+    return domains;
+  }
+
+  // domainSection is a domain headed by its level and value and its
+  // nodes' free and total GPUs, holding the next level's domains or, at
+  // the narrowest, its nodes.
+  function domainSection(d, depth) {
+    let total = 0, free = 0;
+    for (const n of d.nodes) for (const g of n.gpus) { total++; free += g.freeMilli; }
+    const name = d.missing ? "(no " + d.level + ")" : d.level + "=" + d.value;
+    const dataset = { level: d.level, value: d.value };
+    if (d.missing) dataset.missing = "true";
+    return h("section", { class: "domain nested", dataset },
+      h("h" + Math.min(2 + depth, 6), { class: "domain-head" }, h("span", { class: "domain-name" }, name),
+        h("span", { class: "domain-gpus" }, d.nodes.length + (d.nodes.length === 1 ? " node · " : " nodes · ") + gpus(free) + " / " + total + " GPUs free")),
+      d.domains ? d.domains.map((c) => domainSection(c, depth + 1)) : h("div", { class: "nodes" }, d.nodes.map(nodeElement)));
   }
 
   function nodeElement(n) {

@@ -91,6 +91,14 @@ func TestMakeQueueAndPodGroup(t *testing.T) {
 	}
 }
 
+func TestMakeTopology(t *testing.T) {
+	got := pt.MakeTopology("gb200", "example.com/block").Level("example.com/rack", "kubernetes.io/hostname").Obj()
+	want := v1alpha1.TopologySpec{Levels: []v1alpha1.TopologyLevel{{NodeLabel: "example.com/block"}, {NodeLabel: "example.com/rack"}, {NodeLabel: "kubernetes.io/hostname"}}}
+	if diff := cmp.Diff(want, got.Spec); diff != "" || got.Name != "gb200" {
+		t.Errorf("MakeTopology %q spec (-want,+got):\n%s", got.Name, diff)
+	}
+}
+
 func TestQueueUsageStatus(t *testing.T) {
 	gpu := func(v string) corev1.ResourceList {
 		return corev1.ResourceList{v1alpha1.ResourceGPU: resource.MustParse(v)}

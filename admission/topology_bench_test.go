@@ -37,7 +37,7 @@ func BenchmarkTopologyCycle(b *testing.B) {
 		b.Fatal(err)
 	}
 	cache := cycle.NewCache()
-	cache.UpsertTopology(partitatest.MakeTopology("net", zone, block, rack, host))
+	cache.UpsertTopology(partitatest.MakeTopology("net", zone, block, rack, host).Obj())
 	var gns []v1alpha1.GPUNode
 	for i := range nodes {
 		name := fmt.Sprintf("node-%04d", i)

@@ -81,7 +81,7 @@ func topoGang(name, q string, n, gpus int, ann map[string]string) []*corev1.Pod 
 
 func TestTopologyPlacement(t *testing.T) {
 	nodes, gns := rackedNodes(2, 2, 2, 4) // 8 nodes, 4 racks of 8 GPUs
-	topo := MakeTopology("net", labelBlock, labelRack, "kubernetes.io/hostname")
+	topo := MakeTopology("net", labelBlock, labelRack, "kubernetes.io/hostname").Obj()
 	queueA := MakeQueue("a").Obj()
 	required := map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack}
 	// busy fills n GPUs of node with single pods of queue a.
@@ -216,7 +216,7 @@ func TestTopologyPlacement(t *testing.T) {
 // one rack, not a little from each.
 func TestTopologyReclaim(t *testing.T) {
 	nodes, gns := rackedNodes(1, 2, 2, 4) // 2 racks of 8 GPUs
-	topo := MakeTopology("net", labelBlock, labelRack)
+	topo := MakeTopology("net", labelBlock, labelRack).Obj()
 	// a runs 16 single pods, started in turn on alternate racks, the
 	// youngest last; b (fair share 8) asks for a gang of 8 in one rack.
 	var pods []*corev1.Pod

@@ -134,12 +134,3 @@ func (w *PodGroupWrapper) SubGroup(name string, minMember int32, required, prefe
 	w.Spec.SubGroups = append(w.Spec.SubGroups, v1alpha1.SubGroup{Name: name, MinMember: minMember, TopologyRequired: required, TopologyPreferred: preferred})
 	return w
 }
-
-// MakeTopology returns a Topology with levels, broadest first.
-func MakeTopology(name string, levels ...string) *v1alpha1.Topology {
-	t := &v1alpha1.Topology{ObjectMeta: metav1.ObjectMeta{Name: name}}
-	for _, l := range levels {
-		t.Spec.Levels = append(t.Spec.Levels, v1alpha1.TopologyLevel{NodeLabel: l})
-	}
-	return t
-}

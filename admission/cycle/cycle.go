@@ -104,6 +104,10 @@ type Options struct {
 	// admitted, each member pinned to a node, only when all their claims
 	// can be allocated at once. Nil ungates claim gangs unpinned.
 	Claims ClaimAllocator
+	// firstFit places a gang in the first domain of its required level,
+	// by name, that takes it, instead of the one with the least room: what
+	// the placement-quality benchmark compares best fit with.
+	firstFit bool
 }
 
 // Usage is the queues' past usage, which time-based fair share weighs.

@@ -352,6 +352,9 @@ func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, requi
 	}
 	// Best fit: the domain with the least room that takes them.
 	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
+	if c.opts.firstFit {
+		slices.SortFunc(doms, func(a, b *topoDomain) int { return strings.Compare(a.key, b.key) })
+	}
 	var lastErr error
 	for _, d := range doms {
 		if d.free < need {

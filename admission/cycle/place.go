@@ -406,8 +406,6 @@ func (c *cycle) placeGroup(w *Workload, g constraintGroup) ([]*gpu.PodAllocation
 // looked at again), and members that need a node each get one.
 func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, topo bool) ([]*gpu.PodAllocation, error) {
 	cands := c.staticCandidates(g.sig, g.members[0])
-	names := make([]string, 0, len(cands))
-	caps := make([]int, 0, len(cands))
 	own := topo && ownNode(g.members[0])
 	if nodes != nil {
 		// A domain's nodes are few: walk them, not every candidate.
@@ -419,6 +417,8 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 		}
 		cands = in
 	}
+	names := make([]string, 0, len(cands))
+	caps := make([]int, 0, len(cands))
 	for _, name := range cands {
 		if n := c.room(name, g.members[0]); n > 0 {
 			if own {

@@ -62,6 +62,26 @@ func TestReleasePatch(t *testing.T) {
 			}(),
 			release: func(p *corev1.Pod) { pinToNode(p, "n2") },
 		},
+		"kept in its topology domain, the user's terms kept": {
+			orig: func() *corev1.Pod {
+				p := gated().Obj()
+				p.Spec.Affinity = &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{term(zone), term()}},
+				}}
+				return p
+			}(),
+			release: func(p *corev1.Pod) {
+				keepInDomain(p, map[string]string{"example.com/rack": "r1", "example.com/block": "b0"})
+				terms := p.Spec.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+				if len(terms) != 2 || len(terms[0].MatchExpressions) != 3 || terms[0].MatchExpressions[1].Key != "example.com/block" {
+					t.Errorf("keepInDomain gives terms %+v, want block then rack added to each", terms)
+				}
+			},
+		},
+		"kept in its topology domain, no affinity before": {
+			orig:    gated().Obj(),
+			release: func(p *corev1.Pod) { keepInDomain(p, map[string]string{"example.com/rack": "r1"}) },
+		},
 		"an annotation removed": {
 			orig:    gated().Annotation(v1alpha1.AnnotationReservation, "old").Obj(),
 			release: func(p *corev1.Pod) { delete(p.Annotations, v1alpha1.AnnotationReservation) },

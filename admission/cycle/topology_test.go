@@ -247,3 +247,44 @@ func TestTopologyReclaim(t *testing.T) {
 		t.Errorf("the gang's wait is %q, want it to say it evicts 8", w)
 	}
 }
+
+// TestTopologyMembersOfTheirOwnNode: members with host ports are placed
+// one a node inside one rack, left to kube-scheduler (not pinned), and
+// released with the rack's labels to stay in.
+func TestTopologyMembersOfTheirOwnNode(t *testing.T) {
+	nodes, gns := rackedNodes(1, 2, 2, 4)
+	var pods []*corev1.Pod
+	for i := range 2 {
+		p := gated(fmt.Sprintf("hp-%d", i), "a", 1).PodGroup("hp").Annotations(map[string]string{
+			v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack,
+		}).Obj()
+		p.Spec.Containers[0].Ports = []corev1.ContainerPort{{ContainerPort: 8080, HostPort: 8080}}
+		pods = append(pods, p)
+	}
+	_, res := runWorld(t, world{
+		nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, pods: pods,
+		podGroups:  []*v1alpha1.PodGroup{MakePodGroup("hp", "ns").MinMember(2).Obj()},
+		topologies: []*v1alpha1.Topology{MakeTopology("net", labelBlock, labelRack).Obj()},
+	}, Options{})
+	if len(res.Admissions) != 1 {
+		t.Fatalf("admissions %+v, want the gang's", res.Admissions)
+	}
+	a := res.Admissions[0]
+	if a.Pin {
+		t.Errorf("the gang is pinned; members with host ports are left to kube-scheduler")
+	}
+	got := map[string]map[string]string{}
+	var onNodes []string
+	for _, m := range a.Members {
+		got[m.Member.Pod.Name] = m.Domain
+		onNodes = append(onNodes, m.Allocation.Node)
+	}
+	rack := map[string]string{labelBlock: "b0", labelRack: rackOf(onNodes[0])[len("b0-"):]}
+	want := map[string]map[string]string{"hp-0": rack, "hp-1": rack}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("domains (-want +got):\n%s", diff)
+	}
+	if onNodes[0] == onNodes[1] {
+		t.Errorf("both members simulated on %s; each needs a node", onNodes[0])
+	}
+}

@@ -321,3 +321,42 @@ func TestTopologyReclaimInsideOneRack(t *testing.T) {
 		t.Errorf("evicted pods ran in racks %v, want 8 from %s, where the gang runs", evictedFrom, gangRacks[0])
 	}
 }
+
+// TestTopologyPreferredSpansFewestRacks: a gang that prefers a rack but
+// fits none spans as few racks as it can, the roomiest first: with 4, 6
+// and 8 GPUs free in three racks, 12 members take two racks, not three.
+func TestTopologyPreferredSpansFewestRacks(t *testing.T) {
+	ctx := testContext(t, 4*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel, topo := rackedCluster(ctx, t, ns, 1, 3)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
+	q := "topo-" + ns
+	createQueue(ctx, t, gpuQueue(q, ns, "0", "-1", 1))
+	var busy []*corev1.Pod
+	for i, node := range []string{"b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r1-0", "b0-r1-0"} {
+		busy = append(busy, queuedPod(ns, fmt.Sprintf("busy-%d", i), q, map[string]string{"kubernetes.io/hostname": ns + "-" + node}))
+	}
+	createPods(ctx, t, clientset, busy, 2)
+	waitBound(ctx, t, ns, "busy-", len(busy))
+	c := crClient(t)
+	if err := c.Create(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "wide", Namespace: ns, Annotations: map[string]string{
+		v1alpha1.AnnotationTopology: topo, v1alpha1.AnnotationTopologyPreferred: e2eRack,
+	}}, Spec: v1alpha1.PodGroupSpec{MinMember: 12, Queue: q}}); err != nil {
+		t.Fatalf("create PodGroup: %v", err)
+	}
+	createPods(ctx, t, clientset, gangPods(ns, "wide", 12, sel), 4)
+	waitBound(ctx, t, ns, "wide-", 12)
+	var racks []string
+	for _, p := range listNS(ctx, t, ns) {
+		if strings.HasPrefix(p.Name, "wide-") {
+			if rk := rackOfNode(ns, p.Spec.NodeName); !slices.Contains(racks, rk) {
+				racks = append(racks, rk)
+			}
+		}
+	}
+	slices.Sort(racks)
+	if !slices.Equal(racks, []string{"b0-r1", "b0-r2"}) {
+		t.Errorf("gang wide (preferred rack) ran in racks %v, want b0-r1 and b0-r2 (the two roomiest)", racks)
+	}
+}

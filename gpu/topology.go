@@ -17,25 +17,28 @@ import (
 // read the same keys in the same order and refuse what TopologyRequestOf
 // would silently pick between: keys of two dialects that disagree.
 
-// topologyNameKeys, topologyRequiredKeys and topologyPreferredKeys are the
-// keys of each part of a request, in the order TopologyRequestOf reads them.
-func topologyNameKeys() []string {
+// TopologyNameAnnotations, TopologyRequiredAnnotations and
+// TopologyPreferredAnnotations are the keys of each part of a request, in
+// the order TopologyRequestOf reads them.
+func TopologyNameAnnotations() []string {
 	return []string{v1alpha1.AnnotationTopology, v1alpha1.AnnotationKAITopology}
 }
 
-func topologyRequiredKeys() []string {
+// TopologyRequiredAnnotations: see TopologyNameAnnotations.
+func TopologyRequiredAnnotations() []string {
 	return []string{v1alpha1.AnnotationTopologyRequired, v1alpha1.AnnotationKAITopologyRequired, v1alpha1.AnnotationKueueTopologyRequired}
 }
 
-func topologyPreferredKeys() []string {
+// TopologyPreferredAnnotations: see TopologyNameAnnotations.
+func TopologyPreferredAnnotations() []string {
 	return []string{v1alpha1.AnnotationTopologyPreferred, v1alpha1.AnnotationKAITopologyPreferred, v1alpha1.AnnotationKueueTopologyPreferred}
 }
 
 // TopologyAnnotations are the annotations a topology request is read from,
 // in every dialect, Partita's first.
 func TopologyAnnotations() []string {
-	out := append(topologyNameKeys(), topologyRequiredKeys()...)
-	return append(out, topologyPreferredKeys()...)
+	out := append(TopologyNameAnnotations(), TopologyRequiredAnnotations()...)
+	return append(out, TopologyPreferredAnnotations()...)
 }
 
 // SubGroupLabels are the labels a pod's sub-group is read from, Partita's
@@ -61,9 +64,9 @@ func ParseTopology(annotations map[string]string, base *field.Path) (v1alpha1.To
 		return v
 	}
 	r := v1alpha1.TopologyRequest{
-		Topology:  part(topologyNameKeys(), "Topology", validation.IsDNS1123Subdomain, "must be the name of a Topology"),
-		Required:  part(topologyRequiredKeys(), "required level", validation.IsQualifiedName, levelDetail),
-		Preferred: part(topologyPreferredKeys(), "preferred level", validation.IsQualifiedName, levelDetail),
+		Topology:  part(TopologyNameAnnotations(), "Topology", validation.IsDNS1123Subdomain, "must be the name of a Topology"),
+		Required:  part(TopologyRequiredAnnotations(), "required level", validation.IsQualifiedName, levelDetail),
+		Preferred: part(TopologyPreferredAnnotations(), "preferred level", validation.IsQualifiedName, levelDetail),
 	}
 	if len(errs) > 0 {
 		return v1alpha1.TopologyRequest{}, errs
@@ -110,6 +113,19 @@ func TopologyCanonicalAnnotations(r v1alpha1.TopologyRequest) map[string]string 
 		}
 	}
 	return out
+}
+
+// ValidateLevel checks a level written at path (a PodGroup's sub-group's
+// topologyRequired, say) as ParseTopology checks the annotations': a label
+// key. Empty is no level and passes.
+func ValidateLevel(level string, path *field.Path) field.ErrorList {
+	if level == "" {
+		return nil
+	}
+	if msgs := validation.IsQualifiedName(level); len(msgs) > 0 {
+		return field.ErrorList{field.Invalid(path, shorten(level), levelDetail+": "+strings.Join(msgs, "; "))}
+	}
+	return nil
 }
 
 // originsIn are the keys of m that are set (not empty), as sources.

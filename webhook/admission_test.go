@@ -108,6 +108,9 @@ func TestAdmission(t *testing.T) {
 		"podgroup-update-queue-pending":          {path: PathValidatePodGroups},
 		"podgroup-update-queue-foreign":          {path: PathValidatePodGroups},
 		"podgroup-update-metadata-only":          {path: PathValidatePodGroups},
+		"podgroup-create-topology-level":         {path: PathValidatePodGroups},
+		"podgroup-create-sub-groups":             {path: PathValidatePodGroups},
+		"podgroup-create-sub-groups-too-large":   {path: PathValidatePodGroups},
 
 		// The dra GPU backend: the same requests become claims.
 		"mutate-dra-partita-fraction":  {path: PathMutatePods, input: "mutate-partita-fraction", opts: testOptions{templates: newMemTemplates(), gate: true}},

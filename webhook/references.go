@@ -13,7 +13,8 @@ import (
 )
 
 // References reads the objects a pod or a PodGroup names, to check them:
-// a pod's PodGroup (its queue) and a PodGroup's PriorityClass. It reads the
+// a pod's PodGroup (its queue and sub-groups), a PodGroup's PriorityClass
+// and Topology. It reads the
 // informer cache first and, when the cache does not have the object, the
 // API server: `kubectl apply` of a PodGroup and its pods in one file sends
 // the pods within milliseconds of the PodGroup, before any informer has it,
@@ -32,10 +33,10 @@ func NewReferences(cache, live client.Reader) *References {
 	return &References{cache: cache, live: live}
 }
 
-// Watch starts the PodGroup and PriorityClass informers at once, so that
-// the first requests need no API call.
+// Watch starts the PodGroup, PriorityClass and Topology informers at once,
+// so that the first requests need no API call.
 func (r *References) Watch(ctx context.Context, informers cache.Informers) error {
-	for _, obj := range []client.Object{&v1alpha1.PodGroup{}, &schedulingv1.PriorityClass{}} {
+	for _, obj := range []client.Object{&v1alpha1.PodGroup{}, &schedulingv1.PriorityClass{}, &v1alpha1.Topology{}} {
 		inf, err := informers.GetInformer(ctx, obj)
 		if err != nil {
 			return fmt.Errorf("get %T informer: %w", obj, err)

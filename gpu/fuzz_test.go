@@ -39,17 +39,27 @@ func fuzzKeys() []fuzzKey {
 		{"resource", string(gpu.ResourceHAMiGPUMemPercentage)},
 		{"resource", string(gpu.ResourceHAMiGPUCores)},
 		{"resource", string(v1alpha1.ResourceGPUMilli)},
+		{"annotation", v1alpha1.AnnotationTopology},
+		{"annotation", v1alpha1.AnnotationTopologyRequired},
+		{"annotation", v1alpha1.AnnotationTopologyPreferred},
+		{"annotation", v1alpha1.AnnotationKAITopology},
+		{"annotation", v1alpha1.AnnotationKAITopologyRequired},
+		{"annotation", v1alpha1.AnnotationKAITopologyPreferred},
+		{"annotation", v1alpha1.AnnotationKueueTopologyRequired},
+		{"annotation", v1alpha1.AnnotationKueueTopologyPreferred},
+		{"label", v1alpha1.LabelSubGroup},
+		{"label", v1alpha1.LabelKAISubGroup},
 	}
 }
 
-// Decoder bits above the keys.
+// Decoder bits above the keys (29 of them, bits 0 to 28).
 const (
 	// fuzzSecond puts resources on container "b" instead of "a".
-	fuzzSecond = 1 << 20
+	fuzzSecond = 1 << 29
 	// fuzzBoth puts resources on both containers.
-	fuzzBoth = 1 << 21
+	fuzzBoth = 1 << 30
 	// fuzzRequestsOnly sets resource requests without limits.
-	fuzzRequestsOnly = 1 << 22
+	fuzzRequestsOnly = 1 << 31
 )
 
 // fuzzPod decodes a pod with containers "a" and "b": bit i of keys puts
@@ -115,6 +125,12 @@ func FuzzParsePod(f *testing.F) {
 	f.Add(bit(string(v1alpha1.ResourceGPUMilli))|bit(v1alpha1.AnnotationGPUFraction), "0.5", "", "", "500", int64(81920))
 	f.Add(bit(v1alpha1.AnnotationGPUFraction)|bit(gpu.AnnotationRunAIGPUFraction), "NaN", "1e3", "-1", "0x10", int64(-1))
 	f.Add(uint32(0xffffffff), "1", "1", "1", "1", int64(1))
+	// Topology keys take vals[i%4] too: these agree across dialects, then
+	// disagree and are malformed.
+	f.Add(bit(v1alpha1.AnnotationGPUCount)|bit(v1alpha1.AnnotationTopology)|bit(v1alpha1.AnnotationTopologyRequired)|bit(v1alpha1.AnnotationKAITopologyRequired)|
+		bit(v1alpha1.LabelSubGroup)|bit(v1alpha1.LabelKAISubGroup), "rack", "", "2", "rack", int64(81920))
+	f.Add(bit(string(gpu.ResourceNVIDIAGPU))|bit(v1alpha1.AnnotationTopologyPreferred)|bit(v1alpha1.AnnotationKueueTopologyRequired)|
+		bit(v1alpha1.AnnotationKueueTopologyPreferred)|bit(v1alpha1.LabelKAISubGroup), "-x", "topology.kubernetes.io/zone", "1", "a/b/c", int64(81920))
 	f.Fuzz(func(t *testing.T, keys uint32, v0, v1, v2, v3 string, ref int64) {
 		pod := fuzzPod(keys, [4]string{v0, v1, v2, v3})
 		req, errs := gpu.ParsePod(pod)
@@ -123,6 +139,14 @@ func FuzzParsePod(f *testing.F) {
 		}
 		if req == nil {
 			return
+		}
+		// What ParsePod accepts, the admission loop's readers of any
+		// dialect read alike.
+		if got, want := req.Topology, v1alpha1.TopologyRequestOf(pod.Annotations); got != want {
+			t.Fatalf("ParsePod read topology %+v, TopologyRequestOf %+v", got, want)
+		}
+		if got, want := req.SubGroup, v1alpha1.SubGroupOf(pod.Labels); got != want {
+			t.Fatalf("ParsePod read sub-group %q, SubGroupOf %q", got, want)
 		}
 		once := gpu.ApplyCanonical(pod, req, ref)
 		again, errs := gpu.ParsePod(once)

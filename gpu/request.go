@@ -124,6 +124,13 @@ type PodRequest struct {
 	PodGroup string
 	// Placement is the pod's own placement preference, empty for the default.
 	Placement Placement
+	// Topology is what the pod asks of the network's topology
+	// (partita.dev/topology*, KAI's or Kueue's keys), zero for nothing. The
+	// admission loop reads a gang's from its PodGroup first.
+	Topology v1alpha1.TopologyRequest
+	// SubGroup is the sub-group of its gang the pod belongs to
+	// (partita.dev/sub-group or KAI's label), empty for none.
+	SubGroup string
 }
 
 // ContainerRequest is one GPU container's request.
@@ -203,11 +210,14 @@ func (c ContainerRequest) milliRange() (lo, hi int64) {
 
 // CanonicalAnnotations are the canonical request annotations for r: either
 // partita.dev/gpu-fraction or partita.dev/gpu-memory (neither for whole
-// devices), partita.dev/gpu-count always, and partita.dev/gpu-cores and
-// partita.dev/placement when set.
+// devices), partita.dev/gpu-count always, and partita.dev/gpu-cores,
+// partita.dev/placement and the partita.dev/topology* keys when set.
 func (r *PodRequest) CanonicalAnnotations() map[string]string {
-	out := map[string]string{}
-	if r == nil || len(r.Containers) == 0 {
+	if r == nil {
+		return map[string]string{}
+	}
+	out := TopologyCanonicalAnnotations(r.Topology)
+	if len(r.Containers) == 0 {
 		return out
 	}
 	c := r.Containers[0]
@@ -227,8 +237,8 @@ func (r *PodRequest) CanonicalAnnotations() map[string]string {
 	return out
 }
 
-// CanonicalLabels are the canonical queue and pod-group labels for r, each
-// present when set.
+// CanonicalLabels are the canonical queue, pod-group and sub-group labels
+// for r, each present when set.
 func (r *PodRequest) CanonicalLabels() map[string]string {
 	out := map[string]string{}
 	if r == nil {
@@ -240,18 +250,24 @@ func (r *PodRequest) CanonicalLabels() map[string]string {
 	if r.PodGroup != "" {
 		out[v1alpha1.LabelPodGroup] = r.PodGroup
 	}
+	if r.SubGroup != "" {
+		out[v1alpha1.LabelSubGroup] = r.SubGroup
+	}
 	return out
 }
 
 // CanonicalRequestAnnotations are the annotations ApplyCanonical owns: it
 // writes those CanonicalAnnotations names and removes the others.
-func CanonicalRequestAnnotations() [5]string {
+func CanonicalRequestAnnotations() [8]string {
 	return [...]string{
 		v1alpha1.AnnotationGPUFraction,
 		v1alpha1.AnnotationGPUMemory,
 		v1alpha1.AnnotationGPUCount,
 		v1alpha1.AnnotationGPUCores,
 		v1alpha1.AnnotationPlacement,
+		v1alpha1.AnnotationTopology,
+		v1alpha1.AnnotationTopologyRequired,
+		v1alpha1.AnnotationTopologyPreferred,
 	}
 }
 
@@ -365,7 +381,13 @@ func FormatHours(h float64) string {
 //   - GPU resources on init containers, and GPU containers whose names are
 //     longer than MaxGPUContainerNameLen;
 //   - queue or pod-group names that disagree across dialects or are not valid
-//     object names, and an unknown placement.
+//     object names, and an unknown placement;
+//   - a topology request or sub-group (ParseTopology, ParseSubGroup) whose
+//     levels are not label keys, whose Topology is not a valid name, or
+//     whose dialects disagree.
+//
+// Only a pod that asks for GPUs has its topology keys read: on any other
+// they are not Partita's to check.
 func ParsePod(pod *corev1.Pod) (*PodRequest, field.ErrorList) {
 	if pod == nil {
 		return nil, nil
@@ -567,6 +589,9 @@ func (p *parser) parse() (*PodRequest, field.ErrorList) {
 			p.invalid(annotationsPath().Key(v1alpha1.AnnotationPlacement), v, `must be "binpack" or "spread"; leave it out for the cluster's default`)
 		}
 	}
+	topo, sub, errs := PodTopology(p.pod)
+	p.errs = append(p.errs, errs...)
+	req.Topology, req.SubGroup = topo, sub
 
 	if len(p.errs) > 0 {
 		return nil, p.errs
@@ -633,24 +658,9 @@ func (p *parser) firstPresent(base *field.Path, m map[string]string, keys ...str
 
 // pickName returns the one name that all the set sources agree on.
 func (p *parser) pickName(kind string, sources []origin) string {
-	var first origin
-	for _, s := range sources {
-		if !s.set() {
-			continue
-		}
-		if msgs := validation.IsDNS1123Subdomain(s.raw); len(msgs) > 0 {
-			p.invalid(s.path, s.raw, fmt.Sprintf("must be the name of a %s: %s", kind, strings.Join(msgs, "; ")))
-			continue
-		}
-		if !first.set() {
-			first = s
-			continue
-		}
-		if s.raw != first.raw {
-			p.invalid(s.path, s.raw, fmt.Sprintf("names a different %s than %s; remove one of them or make them agree", kind, first))
-		}
-	}
-	return first.raw
+	v, errs := agree(sources, kind, validation.IsDNS1123Subdomain, "must be the name of a "+kind)
+	p.errs = append(p.errs, errs...)
+	return v
 }
 
 // checkInitContainers refuses GPU resources on init containers: Partita

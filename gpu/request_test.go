@@ -169,6 +169,53 @@ func TestParsePod(t *testing.T) {
 				r.Queue = "q"
 			}),
 		},
+		"Partita's topology keys and sub-group": {
+			pod: pt.MakePod("p", "ns").GPUCount(8).Annotation(v1alpha1.AnnotationTopology, "dc-1").
+				Annotation(v1alpha1.AnnotationTopologyRequired, "network.example.com/block").
+				Annotation(v1alpha1.AnnotationTopologyPreferred, "network.example.com/rack").
+				Label(v1alpha1.LabelSubGroup, "replica-0").Obj(),
+			want: with(req(gpu.DialectPartita, ctr("main", 0, 8, 1000, 0, 0)), func(r *gpu.PodRequest) {
+				r.Topology = v1alpha1.TopologyRequest{Topology: "dc-1", Required: "network.example.com/block", Preferred: "network.example.com/rack"}
+				r.SubGroup = "replica-0"
+			}),
+		},
+		"KAI's topology keys and sub-group": {
+			pod: pt.MakePod("p", "ns").Resource("", nvGPU, "1").Annotation(v1alpha1.AnnotationKAITopology, "dc-1").
+				Annotation(v1alpha1.AnnotationKAITopologyRequired, "kubernetes.io/hostname").
+				Annotation(v1alpha1.AnnotationKAITopologyPreferred, "nvidia.com/gpu.clique").
+				Label(v1alpha1.LabelKAISubGroup, "decode").Obj(),
+			want: with(req(gpu.DialectWholeGPU, ctr("main", 0, 1, 1000, 0, 0)), func(r *gpu.PodRequest) {
+				r.Topology = v1alpha1.TopologyRequest{Topology: "dc-1", Required: "kubernetes.io/hostname", Preferred: "nvidia.com/gpu.clique"}
+				r.SubGroup = "decode"
+			}),
+		},
+		"Kueue's levels name no Topology": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationKueueTopologyRequired, "cloud.example.com/block").
+				Annotation(v1alpha1.AnnotationKueueTopologyPreferred, "cloud.example.com/rack").Obj(),
+			want: with(req(gpu.DialectPartita, ctr("main", 0, 1, 500, 0, 0)), func(r *gpu.PodRequest) {
+				r.Topology = v1alpha1.TopologyRequest{Required: "cloud.example.com/block", Preferred: "cloud.example.com/rack"}
+			}),
+		},
+		"the same level and sub-group in three dialects": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopologyRequired, "rack").
+				Annotation(v1alpha1.AnnotationKAITopologyRequired, "rack").Annotation(v1alpha1.AnnotationKueueTopologyRequired, "rack").
+				Label(v1alpha1.LabelSubGroup, "a").Label(v1alpha1.LabelKAISubGroup, "a").Obj(),
+			want: with(req(gpu.DialectPartita, ctr("main", 0, 1, 500, 0, 0)), func(r *gpu.PodRequest) {
+				r.Topology = v1alpha1.TopologyRequest{Required: "rack"}
+				r.SubGroup = "a"
+			}),
+		},
+		"empty topology values are unset": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopologyRequired, "").
+				Annotation(v1alpha1.AnnotationKAITopologyRequired, "zone").Label(v1alpha1.LabelSubGroup, "").Obj(),
+			want: with(req(gpu.DialectPartita, ctr("main", 0, 1, 500, 0, 0)), func(r *gpu.PodRequest) {
+				r.Topology = v1alpha1.TopologyRequest{Required: "zone"}
+			}),
+		},
+		"topology keys of a pod without GPUs are not read": {
+			pod: pt.MakePod("p", "ns").Annotation(v1alpha1.AnnotationTopologyRequired, "not a label!").
+				Annotation(v1alpha1.AnnotationKAITopologyRequired, "other").Label(v1alpha1.LabelSubGroup, "x").Obj(),
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -414,6 +461,53 @@ func TestParsePodErrors(t *testing.T) {
 			wantFields:  []string{"metadata.annotations[partita.dev/placement]"},
 			wantDetails: []string{`must be "binpack" or "spread"`},
 		},
+		"a required level that is not a label key": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopologyRequired, "rack!").Obj(),
+			wantFields:  []string{"metadata.annotations[partita.dev/topology-required]"},
+			wantDetails: []string{`"rack!": must be a node label key, such as topology.kubernetes.io/zone`},
+		},
+		"a preferred level in KAI's key that is not a label key": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationKAITopologyPreferred, "a/b/c").Obj(),
+			wantFields:  []string{"metadata.annotations[kai.scheduler/topology-preferred-placement]"},
+			wantDetails: []string{"must be a node label key"},
+		},
+		"a Topology name that is not a name": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopology, "DC_1").Obj(),
+			wantFields:  []string{"metadata.annotations[partita.dev/topology]"},
+			wantDetails: []string{`"DC_1": must be the name of a Topology`},
+		},
+		"a long level is echoed short": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationKueueTopologyRequired, strings.Repeat("r", 10000)).Obj(),
+			wantFields:  []string{"metadata.annotations[kueue.x-k8s.io/podset-required-topology]"},
+			wantDetails: []string{strings.Repeat("r", 64) + `..."`},
+		},
+		"Partita's and KAI's Topology disagree": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopology, "a").Annotation(v1alpha1.AnnotationKAITopology, "b").Obj(),
+			wantFields:  []string{"metadata.annotations[kai.scheduler/topology]"},
+			wantDetails: []string{`"b": names a different Topology than metadata.annotations[partita.dev/topology]="a"; remove one of them or make them agree`},
+		},
+		"Partita's and Kueue's required levels disagree": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationTopologyRequired, "rack").
+				Annotation(v1alpha1.AnnotationKueueTopologyRequired, "block").Obj(),
+			wantFields:  []string{"metadata.annotations[kueue.x-k8s.io/podset-required-topology]"},
+			wantDetails: []string{`names a different required level than metadata.annotations[partita.dev/topology-required]="rack"`},
+		},
+		"KAI's and Kueue's preferred levels disagree": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationKAITopologyPreferred, "rack").
+				Annotation(v1alpha1.AnnotationKueueTopologyPreferred, "host").Obj(),
+			wantFields:  []string{"metadata.annotations[kueue.x-k8s.io/podset-preferred-topology]"},
+			wantDetails: []string{`names a different preferred level than metadata.annotations[kai.scheduler/topology-preferred-placement]="rack"`},
+		},
+		"a sub-group that is not a label value": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Label(v1alpha1.LabelKAISubGroup, "-x").Obj(),
+			wantFields:  []string{"metadata.labels[kai.scheduler/subgroup-name]"},
+			wantDetails: []string{"must be the name of a sub-group of the pod's PodGroup"},
+		},
+		"sub-groups that disagree": {
+			pod:         pt.MakePod("p", "ns").GPUFraction("0.5").Label(v1alpha1.LabelSubGroup, "a").Label(v1alpha1.LabelKAISubGroup, "b").Obj(),
+			wantFields:  []string{"metadata.labels[kai.scheduler/subgroup-name]"},
+			wantDetails: []string{`names a different sub-group than metadata.labels[partita.dev/sub-group]="a"`},
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -520,6 +614,29 @@ func TestApplyCanonical(t *testing.T) {
 				v1alpha1.AnnotationGPUCores:  "40",
 			},
 			wantMilli: map[string]int64{"train": 500},
+		},
+		"KAI's topology and sub-group get Partita's keys beside them": {
+			pod: pt.MakePod("p", "ns").Resource("", nvGPU, "1").Annotation(v1alpha1.AnnotationKAITopology, "dc-1").
+				Annotation(v1alpha1.AnnotationKAITopologyRequired, "rack").Label(v1alpha1.LabelKAISubGroup, "r0").Obj(),
+			wantAnnotations: map[string]string{
+				v1alpha1.AnnotationKAITopology:         "dc-1",
+				v1alpha1.AnnotationKAITopologyRequired: "rack",
+				v1alpha1.AnnotationTopology:            "dc-1",
+				v1alpha1.AnnotationTopologyRequired:    "rack",
+				v1alpha1.AnnotationGPUCount:            "1",
+			},
+			wantLabels: map[string]string{v1alpha1.LabelKAISubGroup: "r0", v1alpha1.LabelSubGroup: "r0"},
+			wantMilli:  map[string]int64{"main": 1000},
+		},
+		"Kueue's levels get Partita's keys beside them": {
+			pod: pt.MakePod("p", "ns").GPUFraction("0.5").Annotation(v1alpha1.AnnotationKueueTopologyPreferred, "zone").Obj(),
+			wantAnnotations: map[string]string{
+				v1alpha1.AnnotationKueueTopologyPreferred: "zone",
+				v1alpha1.AnnotationTopologyPreferred:      "zone",
+				v1alpha1.AnnotationGPUFraction:            "0.5",
+				v1alpha1.AnnotationGPUCount:               "1",
+			},
+			wantMilli: map[string]int64{"main": 500},
 		},
 		"fraction 1 becomes a count of whole GPUs": {
 			pod:             pt.MakePod("p", "ns").GPUFraction("1").Placement("spread").PodGroup("g").Obj(),

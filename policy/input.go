@@ -76,8 +76,36 @@ type Request struct {
 	GPUMilli int64
 	// MinMember is the gang size from partita.dev/min-member, 0 when unset.
 	MinMember int64
+	// Topology is the pod's topology request in any dialect, empty fields
+	// for none.
+	Topology TopologyRequest
+	// SubGroup is the pod's sub-group in any dialect, empty when none.
+	SubGroup string
 	// Containers are the GPU containers.
 	Containers []ContainerRequest
+}
+
+// TopologyRequest is what a pod or PodGroup asks of the network's topology
+// (v1alpha1.TopologyRequest), in Partita's terms whatever its dialect.
+type TopologyRequest struct {
+	// Name is the Topology it names, empty when its levels are plain node
+	// labels.
+	Name string
+	// Required is the level within one domain of which all members must
+	// run, empty for none.
+	Required string
+	// Preferred is the level whose domains the members should span as few
+	// of as possible, empty for none.
+	Preferred string
+}
+
+// term is r as Rego reads it: {"name", "required", "preferred"}.
+func (r TopologyRequest) term() *ast.Term {
+	return ast.ObjectTerm(
+		ast.Item(ast.InternedTerm("name"), ast.StringTerm(r.Name)),
+		ast.Item(ast.InternedTerm("required"), ast.StringTerm(r.Required)),
+		ast.Item(ast.InternedTerm("preferred"), ast.StringTerm(r.Preferred)),
+	)
 }
 
 // ContainerRequest is one GPU container's request.
@@ -165,6 +193,8 @@ func (in *AdmissionInput) value(opts inputOptions) (ast.Value, error) {
 			ast.Item(ast.InternedTerm("placement"), ast.StringTerm(in.Request.Placement)),
 			ast.Item(ast.InternedTerm("gpuMilli"), intTerm(in.Request.GPUMilli)),
 			ast.Item(ast.InternedTerm("minMember"), intTerm(in.Request.MinMember)),
+			ast.Item(ast.InternedTerm("topology"), in.Request.Topology.term()),
+			ast.Item(ast.InternedTerm("subGroup"), ast.StringTerm(in.Request.SubGroup)),
 			ast.Item(ast.InternedTerm("containers"), ast.ArrayTerm(containers...)),
 		)),
 	), nil

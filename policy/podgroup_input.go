@@ -18,9 +18,10 @@ const KindPodGroup = "PodGroup"
 // for its pods. docs/policy.md specifies it with examples; keep the two in
 // step.
 //
-// It carries request.queue, request.podGroup and request.minMember where a
-// pod's input has them, so the default policy's queue rules (the queue
-// exists, is a leaf, and the namespace may use it) apply unchanged; it has
+// It carries request.queue, request.podGroup, request.minMember and
+// request.topology where a pod's input has them, so the default policy's
+// queue rules (the queue exists, is a leaf, and the namespace may use it)
+// and a rule on a gang's topology apply to both unchanged; it has
 // no request.gpuMilli or containers (a PodGroup asks for no GPUs itself, its
 // members do, and each member is asked about on its own).
 type PodGroupAdmissionInput struct {
@@ -57,6 +58,22 @@ type PodGroupInfo struct {
 	ScheduleTimeoutSeconds int64
 	// TopologyKey is spec.topologyKey.
 	TopologyKey string
+	// Topology is the topology request of its annotations, in any dialect
+	// (partita.dev/topology*, KAI's, Kueue's).
+	Topology TopologyRequest
+	// SubGroups are spec.subGroups.
+	SubGroups []SubGroup
+}
+
+// SubGroup is one of a PodGroup's spec.subGroups.
+type SubGroup struct {
+	// Name is what its members' partita.dev/sub-group label says.
+	Name string
+	// MinMember is its own minimum, part of the gang's.
+	MinMember int64
+	// TopologyRequired and TopologyPreferred are its levels, empty for
+	// none.
+	TopologyRequired, TopologyPreferred string
 }
 
 // PodGroupAdmission evaluates data.partita.admission for a PodGroup. As for
@@ -74,6 +91,15 @@ func (in *PodGroupAdmissionInput) value(inputOptions) (ast.Value, error) {
 		groups = append(groups, ast.StringTerm(g))
 	}
 	pg := &in.PodGroup
+	subGroups := make([]*ast.Term, 0, len(pg.SubGroups))
+	for _, sg := range pg.SubGroups {
+		subGroups = append(subGroups, ast.ObjectTerm(
+			ast.Item(ast.InternedTerm("name"), ast.StringTerm(sg.Name)),
+			ast.Item(ast.InternedTerm("minMember"), intTerm(sg.MinMember)),
+			ast.Item(ast.InternedTerm("topologyRequired"), ast.StringTerm(sg.TopologyRequired)),
+			ast.Item(ast.InternedTerm("topologyPreferred"), ast.StringTerm(sg.TopologyPreferred)),
+		))
+	}
 	return ast.NewObject(
 		ast.Item(ast.InternedTerm("kind"), ast.StringTerm(KindPodGroup)),
 		ast.Item(ast.InternedTerm("operation"), ast.StringTerm(in.Operation)),
@@ -92,11 +118,14 @@ func (in *PodGroupAdmissionInput) value(inputOptions) (ast.Value, error) {
 			ast.Item(ast.InternedTerm("priority"), intTerm(pg.Priority)),
 			ast.Item(ast.InternedTerm("scheduleTimeoutSeconds"), intTerm(pg.ScheduleTimeoutSeconds)),
 			ast.Item(ast.InternedTerm("topologyKey"), ast.StringTerm(pg.TopologyKey)),
+			ast.Item(ast.InternedTerm("topology"), pg.Topology.term()),
+			ast.Item(ast.InternedTerm("subGroups"), ast.ArrayTerm(subGroups...)),
 		)),
 		ast.Item(ast.InternedTerm("request"), ast.ObjectTerm(
 			ast.Item(ast.InternedTerm("queue"), ast.StringTerm(pg.Queue)),
 			ast.Item(ast.InternedTerm("podGroup"), ast.StringTerm(pg.Name)),
 			ast.Item(ast.InternedTerm("minMember"), intTerm(pg.MinMember)),
+			ast.Item(ast.InternedTerm("topology"), pg.Topology.term()),
 		)),
 	), nil
 }

@@ -29,6 +29,8 @@ func TestAdmission(t *testing.T) {
 		"mutate-runai-fraction":      {path: PathMutatePods},
 		"mutate-runai-memory":        {path: PathMutatePods},
 		"mutate-kai-queue":           {path: PathMutatePods},
+		"mutate-kai-topology":        {path: PathMutatePods},
+		"mutate-kueue-topology":      {path: PathMutatePods},
 		"mutate-hami-gpumem":         {path: PathMutatePods},
 		"mutate-hami-percentage":     {path: PathMutatePods},
 		"mutate-nvidia-whole":        {path: PathMutatePods},
@@ -49,6 +51,8 @@ func TestAdmission(t *testing.T) {
 		"mutate-member-podgroup-missing":       {path: PathMutatePods},
 		"mutate-member-podgroup-without-queue": {path: PathMutatePods},
 		"deny-member-queue-conflict":           {path: PathMutatePods},
+		"deny-member-sub-group-unknown":        {path: PathMutatePods},
+		"deny-topology-dialects-disagree":      {path: PathMutatePods},
 		"deny-no-queue-required":               {path: PathMutatePods, opts: testOptions{requireQueue: true}},
 		"deny-cluster-default-queue-missing":   {path: PathMutatePods, opts: testOptions{defaultQueue: "shared"}},
 
@@ -82,6 +86,7 @@ func TestAdmission(t *testing.T) {
 		"validate-update-ungate-extender":       {path: PathValidatePods},
 		"validate-update-ungate-spoofed":        {path: PathValidatePods},
 		"validate-update-queue":                 {path: PathValidatePods},
+		"validate-update-topology":              {path: PathValidatePods},
 		"validate-update-labels":                {path: PathValidatePods},
 		"validate-binding-spoofed":              {path: PathValidatePods},
 		"validate-binding-extender":             {path: PathValidatePods},
@@ -103,6 +108,9 @@ func TestAdmission(t *testing.T) {
 		"podgroup-update-queue-pending":          {path: PathValidatePodGroups},
 		"podgroup-update-queue-foreign":          {path: PathValidatePodGroups},
 		"podgroup-update-metadata-only":          {path: PathValidatePodGroups},
+		"podgroup-create-topology-level":         {path: PathValidatePodGroups},
+		"podgroup-create-sub-groups":             {path: PathValidatePodGroups},
+		"podgroup-create-sub-groups-too-large":   {path: PathValidatePodGroups},
 
 		// The dra GPU backend: the same requests become claims.
 		"mutate-dra-partita-fraction":  {path: PathMutatePods, input: "mutate-partita-fraction", opts: testOptions{templates: newMemTemplates(), gate: true}},

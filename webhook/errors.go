@@ -30,7 +30,8 @@ const (
 	// ReasonPolicyError: the policy failed to decide; the pod is refused
 	// (fail closed).
 	ReasonPolicyError DenialReason = "PolicyError"
-	// ReasonImmutable: an update changes a pod's GPU request, queue or gang.
+	// ReasonImmutable: an update changes a pod's GPU request, queue, gang,
+	// placement, topology request or sub-group.
 	ReasonImmutable DenialReason = "Immutable"
 	// ReasonNotCanonical: a pod reached validation without Partita's
 	// mutation.
@@ -44,6 +45,12 @@ const (
 	ReasonNotFound DenialReason = "NotFound"
 	// ReasonQueueConflict: a pod names one queue and its PodGroup another.
 	ReasonQueueConflict DenialReason = "QueueConflict"
+	// ReasonSubGroupConflict: a pod names a sub-group its PodGroup does not
+	// have.
+	ReasonSubGroupConflict DenialReason = "SubGroupConflict"
+	// ReasonInvalidTopology: a PodGroup's topology request or sub-groups
+	// are malformed, or do not fit its Topology's levels.
+	ReasonInvalidTopology DenialReason = "InvalidTopology"
 )
 
 // DenialError is a refused admission request. Its message is what the user
@@ -100,7 +107,7 @@ func asDenial(err error) (*DenialError, bool) {
 func (e *DenialError) status() *metav1.Status {
 	st := &metav1.Status{Status: metav1.StatusFailure, Message: e.Error()}
 	switch e.Reason {
-	case ReasonInvalidRequest, ReasonMalformed, ReasonInvalidPolicy, ReasonNotFound:
+	case ReasonInvalidRequest, ReasonMalformed, ReasonInvalidPolicy, ReasonNotFound, ReasonInvalidTopology:
 		st.Code, st.Reason = http.StatusUnprocessableEntity, metav1.StatusReasonInvalid
 	case ReasonPolicyError:
 		st.Code, st.Reason = http.StatusInternalServerError, metav1.StatusReasonInternalError

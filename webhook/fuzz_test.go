@@ -63,27 +63,36 @@ func FuzzAdmissionReview(f *testing.F) {
 	})
 }
 
-// FuzzPodRequest builds pods from fuzzed request values in every dialect.
+// FuzzPodRequest builds pods from fuzzed request values in every dialect,
+// topology keys (Partita's, KAI's, Kueue's) and sub-group included.
 // Whatever they say, the webhook decides without failing, and a pod it
 // admits is canonical: mutating it again changes nothing, the validating
-// webhook accepts it, and gpu.ParsePod reads the same request from it.
+// webhook accepts it, and gpu.ParsePod reads the same request from it, as
+// the admission loop's readers of any dialect do.
 func FuzzPodRequest(f *testing.F) {
-	f.Add("0.5", "", "", "", "", "", "", "")
-	f.Add("", "20Gi", "2", "", "", "", "", "")
-	f.Add("", "", "", "0.25", "", "", "", "team-a")
-	f.Add("", "", "", "", "1", "8000", "30", "")
-	f.Add("", "", "", "", "2", "", "", "all")
-	f.Add("1.0000001", "1e3", "-1", "NaN", "1.5", "0", "101", "void")
+	f.Add("0.5", "", "", "", "", "", "", "", "", "", "", "", "")
+	f.Add("", "20Gi", "2", "", "", "", "", "", "", "", "", "", "")
+	f.Add("", "", "", "0.25", "", "", "", "team-a", "", "", "", "", "")
+	f.Add("", "", "", "", "1", "8000", "30", "", "", "", "", "", "")
+	f.Add("", "", "", "", "2", "", "", "all", "", "", "", "", "")
+	f.Add("1.0000001", "1e3", "-1", "NaN", "1.5", "0", "101", "void", "", "", "", "", "")
+	f.Add("0.5", "", "", "", "", "", "", "", "dc-1", "network.example.com/rack", "network.example.com/rack", "kubernetes.io/hostname", "r0")
+	f.Add("", "", "", "", "1", "", "", "", "DC_1", "rack", "block", "a/b/c", "-r0")
 	h := newTestServer(f, testOptions{gate: true})
-	f.Fuzz(func(t *testing.T, fraction, memory, count, runai, nvidia, gpumem, cores, env string) {
+	f.Fuzz(func(t *testing.T, fraction, memory, count, runai, nvidia, gpumem, cores, env, topology, required, kaiRequired, kueuePreferred, kaiSubGroup string) {
 		w := partitatest.MakePod("fuzz", "team-a").Container("main").Container("sidecar").Label(v1alpha1.LabelQueue, "team-a")
 		for k, v := range map[string]string{
 			v1alpha1.AnnotationGPUFraction: fraction, v1alpha1.AnnotationGPUMemory: memory,
 			v1alpha1.AnnotationGPUCount: count, gpu.AnnotationRunAIGPUFraction: runai,
+			v1alpha1.AnnotationTopology: topology, v1alpha1.AnnotationTopologyRequired: required,
+			v1alpha1.AnnotationKAITopologyRequired: kaiRequired, v1alpha1.AnnotationKueueTopologyPreferred: kueuePreferred,
 		} {
 			if v != "" {
 				w.Annotation(k, v)
 			}
+		}
+		if kaiSubGroup != "" {
+			w.Label(v1alpha1.LabelKAISubGroup, kaiSubGroup)
 		}
 		for name, v := range map[corev1.ResourceName]string{gpu.ResourceNVIDIAGPU: nvidia, gpu.ResourceHAMiGPUMem: gpumem, gpu.ResourceHAMiGPUCores: cores} {
 			if v == "" {
@@ -137,8 +146,17 @@ func FuzzPodRequest(f *testing.F) {
 			t.Fatalf("admitted a pod that does not parse: %v %v", errs, errs2)
 		}
 		if (want == nil) != (got == nil) || (want != nil && (want.Queue != got.Queue || len(want.Containers) != len(got.Containers) ||
-			(len(want.Containers) > 0 && want.Containers[0] != got.Containers[0]))) {
+			(len(want.Containers) > 0 && want.Containers[0] != got.Containers[0]) || want.Topology != got.Topology || want.SubGroup != got.SubGroup)) {
 			t.Fatalf("the canonical pod asks for %+v, the original for %+v", got, want)
+		}
+		if got != nil {
+			mutated := podOf(t, patched)
+			if read := v1alpha1.TopologyRequestOf(mutated.Annotations); read != got.Topology {
+				t.Fatalf("the admission loop would read topology %+v from the canonical pod, ParsePod %+v", read, got.Topology)
+			}
+			if read := v1alpha1.SubGroupOf(mutated.Labels); read != got.SubGroup {
+				t.Fatalf("the admission loop would read sub-group %q from the canonical pod, ParsePod %q", read, got.SubGroup)
+			}
 		}
 	})
 }

@@ -149,13 +149,17 @@ func (m *memTemplates) Ensure(ctx context.Context, t *resourceapi.ResourceClaimT
 }
 
 // testObjects are the objects pods and PodGroups name: in team-a, PodGroup
-// train-a of queue team-a and PodGroup loose of no queue; PriorityClasses
-// train (1000) and batch (10).
+// train-a of queue team-a, PodGroup loose of no queue and PodGroup sharded
+// of queue team-a with sub-groups r0 and r1 (2 each) of Topology dc-1
+// (zone, block, rack, host); PriorityClasses train (1000) and batch (10).
 func testObjects(t testing.TB) client.Reader {
 	t.Helper()
 	return fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(
 		partitatest.MakePodGroup("train-a", "team-a").MinMember(2).Queue("team-a").Obj(),
 		partitatest.MakePodGroup("loose", "team-a").MinMember(2).Obj(),
+		partitatest.MakePodGroup("sharded", "team-a").MinMember(4).Queue("team-a").Annotation(v1alpha1.AnnotationTopology, "dc-1").
+			SubGroup("r0", 2, "network.example.com/rack", "").SubGroup("r1", 2, "network.example.com/rack", "").Obj(),
+		partitatest.MakeTopology("dc-1", "topology.kubernetes.io/zone", "network.example.com/block", "network.example.com/rack", "kubernetes.io/hostname").Obj(),
 		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "train"}, Value: 1000},
 		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Value: 10},
 	).Build()

@@ -42,7 +42,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"webhook", "operation", "result"}),
 		denials: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_webhook_denials_total",
-			Help: "Refused requests by webhook and reason: InvalidRequest, SystemKey, Policy, PolicyError, Immutable, NotCanonical, InvalidPolicy, Malformed, NotFound, QueueConflict.",
+			Help: "Refused requests by webhook and reason: InvalidRequest, SystemKey, Policy, PolicyError, Immutable, NotCanonical, InvalidPolicy, Malformed, NotFound, QueueConflict, SubGroupConflict, InvalidTopology.",
 		}, []string{"webhook", "reason"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_webhook_bad_requests_total",

@@ -212,6 +212,8 @@ func (a *PodAdmission) policyInput(ar *admissionv1.AdmissionRequest, pod *corev1
 			PodGroup:  req.PodGroup,
 			Placement: string(req.Placement),
 			MinMember: minMember(pod),
+			Topology:  policy.TopologyRequest{Name: req.Topology.Topology, Required: req.Topology.Required, Preferred: req.Topology.Preferred},
+			SubGroup:  req.SubGroup,
 		},
 	}
 	if isClaimRequest(req) && a.claims != nil {

@@ -29,8 +29,8 @@ type ClaimDemand func(pod *corev1.Pod) dra.Demand
 func WithClaims(read ClaimDemand) PodOption { return func(a *PodAdmission) { a.claims = read } }
 
 // claimRequest is the request of a pod that asks for GPUs through
-// ResourceClaims only: no containers, DialectClaims, its queue and gang;
-// nil when it asks for no GPU that way.
+// ResourceClaims only: no containers, DialectClaims, its queue, gang,
+// topology request and sub-group; nil when it asks for no GPU that way.
 func (a *PodAdmission) claimRequest(pod *corev1.Pod) (*gpu.PodRequest, field.ErrorList) {
 	if a.claims == nil || !dra.HasClaims(pod) {
 		return nil, nil
@@ -44,15 +44,19 @@ func (a *PodAdmission) claimRequest(pod *corev1.Pod) (*gpu.PodRequest, field.Err
 // isClaimRequest reports whether req is a claim request (claimRequest).
 func isClaimRequest(req *gpu.PodRequest) bool { return req != nil && req.Dialect == gpu.DialectClaims }
 
-// claimReread reads pod's queue and gang again into a copy of prev, a
-// claim request.
+// claimReread reads pod's queue, gang, topology request and sub-group
+// again into a copy of prev, a claim request. They are checked as ParsePod
+// checks them, but not rewritten in Partita's keys: a claim pod keeps the
+// dialect it was written in, as it does for its queue (the admission loop
+// reads every dialect).
 func claimReread(pod *corev1.Pod, prev *gpu.PodRequest) (*gpu.PodRequest, field.ErrorList) {
 	q, g, errs := gpu.QueueAndGroup(pod)
-	if len(errs) > 0 {
+	topo, sub, topoErrs := gpu.PodTopology(pod)
+	if errs = append(errs, topoErrs...); len(errs) > 0 {
 		return nil, errs
 	}
 	out := *prev
-	out.Queue, out.PodGroup = q, g
+	out.Queue, out.PodGroup, out.Topology, out.SubGroup = q, g, topo, sub
 	return &out, nil
 }
 

@@ -3,10 +3,12 @@ package webhook
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -30,7 +32,8 @@ import (
 const queueRule = "a gang's members go to their PodGroup's queue: remove the pod's queue label (it then takes the PodGroup's), or give the pod and its PodGroup the same queue"
 
 // joinPodGroup applies step 2: a member that names no queue takes its
-// PodGroup's, one that names another is refused. A PodGroup that does not
+// PodGroup's, one that names another is refused, and so is one whose
+// sub-group the PodGroup lacks (checkSubGroup). A PodGroup that does not
 // exist (yet), or names no queue, changes nothing: the admission loop holds
 // a gang whose members disagree with a PodGroup created later.
 func (a *PodAdmission) joinPodGroup(ctx context.Context, pod *corev1.Pod, req *gpu.PodRequest, live bool) (*corev1.Pod, *gpu.PodRequest, error) {
@@ -51,6 +54,9 @@ func (a *PodAdmission) joinPodGroup(ctx context.Context, pod *corev1.Pod, req *g
 	case err != nil:
 		return nil, nil, fmt.Errorf("read PodGroup %s/%s: %w", pod.Namespace, req.PodGroup, err)
 	}
+	if err := checkSubGroup(pod, req, pg); err != nil {
+		return nil, nil, err
+	}
 	q := pg.Spec.Queue
 	switch {
 	case q == "" || req.Queue == q:
@@ -60,6 +66,31 @@ func (a *PodAdmission) joinPodGroup(ctx context.Context, pod *corev1.Pod, req *g
 			"the pod names queue %q but its PodGroup %s names queue %q; %s", req.Queue, req.PodGroup, q, queueRule)}}
 	}
 	return withQueue(pod, req, q)
+}
+
+// checkSubGroup refuses a member whose sub-group is not one of its
+// PodGroup's: the admission loop would count it in no sub-group's minimum
+// and place it under none of their levels. A PodGroup without sub-groups
+// takes any (the workload map's own PodGroups, and gangs that leave them
+// to the loop, have none).
+func checkSubGroup(pod *corev1.Pod, req *gpu.PodRequest, pg *v1alpha1.PodGroup) error {
+	if req.SubGroup == "" || len(pg.Spec.SubGroups) == 0 {
+		return nil
+	}
+	names := make([]string, 0, len(pg.Spec.SubGroups))
+	for _, sg := range pg.Spec.SubGroups {
+		if sg.Name == req.SubGroup {
+			return nil
+		}
+		names = append(names, sg.Name)
+	}
+	key := v1alpha1.LabelSubGroup
+	if pod.Labels[key] == "" {
+		key = v1alpha1.LabelKAISubGroup
+	}
+	return &DenialError{Reason: ReasonSubGroupConflict, Errs: field.ErrorList{field.Invalid(field.NewPath("metadata", "labels").Key(key), req.SubGroup, fmt.Sprintf(
+		"is not a sub-group of the pod's PodGroup %s, whose spec.subGroups are %s; label the pod with one of them, or add %q to the PodGroup's spec.subGroups",
+		pg.Name, strings.Join(names, ", "), req.SubGroup))}}
 }
 
 // withQueue is pod with the canonical queue label q, read again.

@@ -157,8 +157,10 @@ func tolerateDrift(pod, want *corev1.Pod, req *gpu.PodRequest) {
 }
 
 // validateUpdate refuses, from anyone but Partita, a change to a system
-// annotation, and from anyone a change to the GPU request, queue, gang or
-// placement: the queues and the ledger account a pod as it was created.
+// annotation, and from anyone a change to the GPU request, queue, gang,
+// placement, topology request or sub-group: the queues and the ledger
+// account a pod as it was created, and the admission loop places its gang
+// as it asked then.
 func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 	old, pod, err := decodeOldNew(ar)
 	if err != nil {
@@ -200,7 +202,7 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 	}
 	if diff := requestDiff(oldReq, req); len(diff) > 0 {
 		return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonImmutable, Messages: []string{
-			"a pod's GPU request, queue, pod group and placement are fixed when it is created (" + strings.Join(diff, "; ") +
+			"a pod's GPU request, queue, pod group, placement, topology and sub-group are fixed when it is created (" + strings.Join(diff, "; ") +
 				"); delete the pod and create it again"}}}
 	}
 	return Result{Dialect: dialectOf(req)}
@@ -214,6 +216,10 @@ func requestDiff(old, cur *gpu.PodRequest) []string {
 			return "no GPU"
 		}
 		a := r.CanonicalAnnotations()
+		// The topology has its own line below.
+		for k := range gpu.TopologyCanonicalAnnotations(r.Topology) {
+			delete(a, k)
+		}
 		parts := make([]string, 0, len(a)+1)
 		for _, k := range slices.Sorted(maps.Keys(a)) {
 			parts = append(parts, k+"="+a[k])
@@ -228,20 +234,30 @@ func requestDiff(old, cur *gpu.PodRequest) []string {
 	if o, c := describe(old), describe(cur); o != c {
 		out = append(out, fmt.Sprintf("GPU request was %q, now %q", o, c))
 	}
-	get := func(r *gpu.PodRequest) (string, string, string) {
+	get := func(r *gpu.PodRequest) [5]string {
 		if r == nil {
-			return "", "", ""
+			return [5]string{}
 		}
-		return r.Queue, r.PodGroup, string(r.Placement)
+		return [...]string{r.Queue, r.PodGroup, string(r.Placement), describeTopology(r.Topology), r.SubGroup}
 	}
-	oq, og, op := get(old)
-	cq, cg, cp := get(cur)
-	for _, f := range []struct{ what, o, c string }{{"queue", oq, cq}, {"pod group", og, cg}, {"placement", op, cp}} {
-		if f.o != f.c {
-			out = append(out, fmt.Sprintf("%s was %q, now %q", f.what, f.o, f.c))
+	o, c := get(old), get(cur)
+	for i, what := range [...]string{"queue", "pod group", "placement", "topology", "sub-group"} {
+		if o[i] != c[i] {
+			out = append(out, fmt.Sprintf("%s was %q, now %q", what, o[i], c[i]))
 		}
 	}
 	return out
+}
+
+// describeTopology writes a topology request as Partita's keys say it,
+// empty for none.
+func describeTopology(t v1alpha1.TopologyRequest) string {
+	a := gpu.TopologyCanonicalAnnotations(t)
+	parts := make([]string, 0, len(a))
+	for _, k := range slices.Sorted(maps.Keys(a)) {
+		parts = append(parts, k+"="+a[k])
+	}
+	return strings.Join(parts, " ")
 }
 
 // ephemeralEnvErrors checks the ephemeral containers an update adds: no

@@ -36,7 +36,9 @@ type ObjectReader interface {
 //     admission loop never lets a gang's priority exceed its members' own,
 //     so the class can only lower it);
 //   - spec.queue is fixed once a member is admitted: the PodGroup's status
-//     says so (admitted or running members, or a phase past Pending).
+//     says so (admitted or running members, or a phase past Pending);
+//   - its topology request and spec.subGroups are well formed and fit the
+//     named Topology's levels (podgroup_topology.go).
 //
 // The status is written by the admission loop a moment after it ungates
 // the members, and only the loop may write it; within that moment a queue
@@ -46,16 +48,16 @@ type ObjectReader interface {
 // name another), and the loop charges each member to its own label, holding
 // a gang whose PodGroup disagrees.
 //
-// An update that leaves the spec as it was (labels, finalizers, a deletion
-// in progress) is always allowed, so that a PodGroup whose queue was
-// deleted can still be cleaned up.
+// An update that leaves the spec and the topology keys as they were
+// (labels, finalizers, a deletion in progress) is always allowed, so that a
+// PodGroup whose queue was deleted can still be cleaned up.
 type PodGroupAdmission struct {
 	policy  PodGroupPolicy
 	objects ObjectReader
 }
 
 // NewPodGroupAdmission returns the PodGroup handler: p decides, objects
-// reads PriorityClasses.
+// reads PriorityClasses and Topologies.
 func NewPodGroupAdmission(p PodGroupPolicy, objects ObjectReader) *PodGroupAdmission {
 	return &PodGroupAdmission{policy: p, objects: objects}
 }
@@ -84,7 +86,10 @@ func (a *PodGroupAdmission) Validate(ctx context.Context, ar *admissionv1.Admiss
 		if err := decodeInto(ar.OldObject, "old PodGroup", old); err != nil {
 			return Result{Err: err}
 		}
-		if equality.Semantic.DeepEqual(old.Spec, pg.Spec) {
+		// A change of the topology keys is asked about like one of the
+		// spec: a policy that wants large gangs held to a topology must
+		// not be passed by removing it later.
+		if equality.Semantic.DeepEqual(old.Spec, pg.Spec) && sameTopologyAnnotations(old, pg) {
 			return Result{}
 		}
 		if old.Spec.Queue != pg.Spec.Queue && memberAdmitted(old) {
@@ -94,11 +99,15 @@ func (a *PodGroupAdmission) Validate(ctx context.Context, ar *admissionv1.Admiss
 				pg.Name, old.Spec.Queue, pg.Spec.Queue, phaseOf(old), old.Status.Admitted, old.Status.Running, old.Spec.Queue))}}}
 		}
 	}
+	topo, err := a.checkTopology(ctx, pg, old)
+	if err != nil {
+		return Result{Err: err}
+	}
 	priority, err := a.priorityOf(ctx, pg, old)
 	if err != nil {
 		return Result{Err: err}
 	}
-	d, err := a.policy.PodGroupAdmission(ctx, podGroupInput(ar, pg, priority))
+	d, err := a.policy.PodGroupAdmission(ctx, podGroupInput(ar, pg, priority, topo))
 	if err != nil {
 		return Result{Err: &DenialError{Reason: ReasonPolicyError, Err: err}}
 	}
@@ -145,7 +154,7 @@ func (a *PodGroupAdmission) priorityOf(ctx context.Context, pg, old *v1alpha1.Po
 		Messages: []string{fmt.Sprintf("PriorityClass %q does not exist; name one of `kubectl get priorityclasses`, or leave spec.priorityClassName empty to keep the members' own priority", name)}}
 }
 
-func podGroupInput(ar *admissionv1.AdmissionRequest, pg *v1alpha1.PodGroup, priority int64) *policy.PodGroupAdmissionInput {
+func podGroupInput(ar *admissionv1.AdmissionRequest, pg *v1alpha1.PodGroup, priority int64, topo v1alpha1.TopologyRequest) *policy.PodGroupAdmissionInput {
 	in := &policy.PodGroupAdmissionInput{
 		Operation: string(ar.Operation),
 		User:      policy.UserInfo{Username: ar.UserInfo.Username, Groups: ar.UserInfo.Groups},
@@ -155,7 +164,13 @@ func podGroupInput(ar *admissionv1.AdmissionRequest, pg *v1alpha1.PodGroup, prio
 			Queue: pg.Spec.Queue, MinMember: int64(pg.Spec.MinMember),
 			PriorityClassName: pg.Spec.PriorityClassName, Priority: priority,
 			TopologyKey: pg.Spec.TopologyKey,
+			Topology:    policy.TopologyRequest{Name: topo.Topology, Required: topo.Required, Preferred: topo.Preferred},
 		},
+	}
+	for _, sg := range pg.Spec.SubGroups {
+		in.PodGroup.SubGroups = append(in.PodGroup.SubGroups, policy.SubGroup{
+			Name: sg.Name, MinMember: int64(sg.MinMember), TopologyRequired: sg.TopologyRequired, TopologyPreferred: sg.TopologyPreferred,
+		})
 	}
 	if s := pg.Spec.ScheduleTimeoutSeconds; s != nil {
 		in.PodGroup.ScheduleTimeoutSeconds = int64(*s)

@@ -465,6 +465,10 @@ func TestSealAPIServer(t *testing.T) {
 		"two GPU containers":       gpuDoorPod("seal-two").Container("second").Obj(),
 		"HAMi with cores and init": plainPod("seal-hami").Limit("main", "nvidia.com/gpu", "1").Limit("main", "nvidia.com/gpucores", "30").InitContainer("init").Obj(),
 		"a forged seal":            gpuDoorPod("seal-forged").Annotation(v1alpha1.AnnotationCanonical, "v1;q=someone-elses;g=;c=main:1;a=").Obj(),
+		"KAI's topology and sub-group": gpuDoorPod("seal-kai-topology").Annotation(v1alpha1.AnnotationKAITopology, "dc-1").
+			Annotation(v1alpha1.AnnotationKAITopologyRequired, "network.example.com/rack").Label(v1alpha1.LabelKAISubGroup, "r0").Obj(),
+		"Kueue's levels": plainPod("seal-kueue-topology").Limit("main", "nvidia.com/gpu", "1").
+			Annotation(v1alpha1.AnnotationKueueTopologyRequired, "network.example.com/block").Annotation(v1alpha1.AnnotationKueueTopologyPreferred, "kubernetes.io/hostname").Obj(),
 	} {
 		t.Run(name, func(t *testing.T) {
 			mutated, validated := s.calls.get(PathMutatePods), s.calls.get(PathValidatePods)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/go-logr/logr"
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -13,7 +14,8 @@ import (
 )
 
 // References reads the objects a pod or a PodGroup names, to check them:
-// a pod's PodGroup (its queue) and a PodGroup's PriorityClass. It reads the
+// a pod's PodGroup (its queue and sub-groups), a PodGroup's PriorityClass
+// and Topology. It reads the
 // informer cache first and, when the cache does not have the object, the
 // API server: `kubectl apply` of a PodGroup and its pods in one file sends
 // the pods within milliseconds of the PodGroup, before any informer has it,
@@ -24,7 +26,12 @@ type References struct {
 	live  client.Reader
 	// synced reports whether the informers have their first lists.
 	synced []func() bool
+	// noTopologies: the API server does not serve Topologies.
+	noTopologies bool
 }
+
+// ServesTopologies reports whether Topologies can be read.
+func (r *References) ServesTopologies() bool { return !r.noTopologies }
 
 // NewReferences reads through cache (the manager's informer cache) and,
 // on a miss, live (the manager's API reader); live may be nil.
@@ -32,8 +39,13 @@ func NewReferences(cache, live client.Reader) *References {
 	return &References{cache: cache, live: live}
 }
 
-// Watch starts the PodGroup and PriorityClass informers at once, so that
-// the first requests need no API call.
+// Watch starts the PodGroup, PriorityClass and Topology informers at once,
+// so that the first requests need no API call.
+//
+// Topologies are optional: on an API server without their CRD (a chart
+// upgraded without its new CRDs: Helm never upgrades CRDs) the webhook
+// still serves, and a PodGroup's levels are checked by their syntax alone
+// (the admission loop says when its Topology cannot be read).
 func (r *References) Watch(ctx context.Context, informers cache.Informers) error {
 	for _, obj := range []client.Object{&v1alpha1.PodGroup{}, &schedulingv1.PriorityClass{}} {
 		inf, err := informers.GetInformer(ctx, obj)
@@ -42,6 +54,13 @@ func (r *References) Watch(ctx context.Context, informers cache.Informers) error
 		}
 		r.synced = append(r.synced, inf.HasSynced)
 	}
+	inf, err := informers.GetInformer(ctx, &v1alpha1.Topology{})
+	if err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Topologies are not read: a PodGroup's topology levels are checked by their syntax alone; apply the chart's CRDs (crds/)", "error", err.Error())
+		r.noTopologies = true
+		return nil
+	}
+	r.synced = append(r.synced, inf.HasSynced)
 	return nil
 }
 

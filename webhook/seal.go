@@ -1,6 +1,7 @@
 package webhook
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,7 +19,8 @@ import (
 // later mutating webhook changed. So the mutating webhook seals the pod
 // it returns, partita.dev/canonical: a summary of the fields the queues
 // and the ledger read (queue, pod group, each container's gpu-milli, the
-// request's annotations), and the validating webhook's matchCondition
+// request's annotations, the topology request and sub-group in every
+// dialect), and the validating webhook's matchCondition
 // skips a new pod whose seal the API server recomputes from the pod as it
 // stands, after every mutation. A seal the pod was created with never
 // reaches that check: the seal policy (a MutatingAdmissionPolicy, run
@@ -33,19 +35,34 @@ import (
 const sealVersion = "v1"
 
 // sealedAnnotations are the annotations a seal covers, in its order: the
-// request's canonical annotations (gpu.CanonicalRequestAnnotations) and a
-// gang's size.
+// request's canonical annotations (gpu.CanonicalRequestAnnotations, the
+// topology request's included), a gang's size, and the other dialects'
+// topology keys: the admission loop reads those where Partita's are
+// absent, and ParsePod refuses them where they disagree, so a later
+// webhook that adds or changes one must meet the validating webhook.
 func sealedAnnotations() []string {
-	keys := gpu.CanonicalRequestAnnotations()
-	return append(keys[:], v1alpha1.AnnotationMinMember)
+	canonical := gpu.CanonicalRequestAnnotations()
+	keys := append(canonical[:], v1alpha1.AnnotationMinMember)
+	for _, k := range gpu.TopologyAnnotations() {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	return keys
 }
+
+// sealedLabels are the labels a seal covers beyond the queue and pod
+// group, in its order: the sub-group in every dialect, for the same reason.
+func sealedLabels() []string { return gpu.SubGroupLabels() }
 
 // sealOf is the seal of pod as it stands: "v1;q=<queue>;g=<pod group>;
 // s=<scheduler>;p=<preemption policy>;c=<container>:<gpu-milli>,...;
 // a=<key>=<value>,...", containers then init containers, those with a
-// gpu-milli limit only. celSealMatches computes the same in the API
-// server. The scheduler name and preemption policy are the webhook's too
-// (WithSchedulerName, WithPreemptionNever), and nothing else checks them.
+// gpu-milli limit only, then ";l=<key>=<value>,..." of sealedLabels when
+// the pod has any (so that the seal of a pod without is as before them).
+// celSealMatches computes the same in the API server. The scheduler name
+// and preemption policy are the webhook's too (WithSchedulerName,
+// WithPreemptionNever), and nothing else checks them.
 func sealOf(pod *corev1.Pod) string {
 	var b strings.Builder
 	preemption := ""
@@ -85,6 +102,20 @@ func sealOf(pod *corev1.Pod) string {
 		first = false
 		b.WriteString(k + "=" + v)
 	}
+	first = true
+	for _, k := range sealedLabels() {
+		v, ok := pod.Labels[k]
+		if !ok {
+			continue
+		}
+		if first {
+			b.WriteString(";l=")
+		} else {
+			b.WriteByte(',')
+		}
+		first = false
+		b.WriteString(k + "=" + v)
+	}
 	return b.String()
 }
 
@@ -117,11 +148,14 @@ func celSeal(o string) string {
 		".map(c, [" + celLimits("c") + "[" + celStr(string(v1alpha1.ResourceGPUMilli)) + "]].map(m, c.name + ':' + " + milli + ")[0])" +
 		".join(',')"
 	anns := celStrs(sealedAnnotations()) + ".filter(k, k in " + celAnnotations(o) + ").map(k, k + '=' + " + celAnnotations(o) + "[k]).join(',')"
+	// [x].map(l, ...)[0] binds the present labels to l once.
+	labels := "[" + celStrs(sealedLabels()) + ".filter(k, k in " + celLabels(o) + ")].map(l, l.size() > 0 ? " + celStr(";l=") +
+		" + l.map(k, k + '=' + " + celLabels(o) + "[k]).join(',') : '')[0]"
 	return celStr(sealVersion+";q=") + " + " + celLabels(o) + celMapKey(v1alpha1.LabelQueue) + ".orValue('') + " +
 		celStr(";g=") + " + " + celLabels(o) + celMapKey(v1alpha1.LabelPodGroup) + ".orValue('') + " +
 		celStr(";s=") + " + " + o + ".spec.?schedulerName.orValue('') + " +
 		celStr(";p=") + " + " + o + ".spec.?preemptionPolicy.orValue('') + " +
-		celStr(";c=") + " + " + ctrs + " + " + celStr(";a=") + " + " + anns
+		celStr(";c=") + " + " + ctrs + " + " + celStr(";a=") + " + " + anns + " + " + labels
 }
 
 // celMapKey is the optional index [?'key'] of a map by a key that is no

@@ -373,7 +373,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		case !loader.Synced():
 			return errors.New("the policy ConfigMaps have not been read yet")
 		case !refs.Synced():
-			return errors.New("the PodGroups and PriorityClasses have not been read yet")
+			return errors.New("the PodGroups, PriorityClasses and Topologies have not been read yet")
 		case f.devRegister && !registered.Load():
 			return errors.New("the webhook configurations are not registered yet")
 		}

@@ -126,3 +126,15 @@ func TestQueueUsageStatus(t *testing.T) {
 		})
 	}
 }
+
+func TestMakeTopologyAndSubGroups(t *testing.T) {
+	topo := pt.MakeTopology("dc-1", "network.example.com/block", "kubernetes.io/hostname")
+	if diff := cmp.Diff(v1alpha1.TopologySpec{Levels: []v1alpha1.TopologyLevel{{NodeLabel: "network.example.com/block"}, {NodeLabel: "kubernetes.io/hostname"}}}, topo.Spec); diff != "" {
+		t.Errorf("MakeTopology spec (-want,+got):\n%s", diff)
+	}
+	g := pt.MakePodGroup("g", "ns").MinMember(4).Annotation(v1alpha1.AnnotationTopology, "dc-1").SubGroup("r0", 2, "kubernetes.io/hostname", "").Obj()
+	want := v1alpha1.PodGroupSpec{MinMember: 4, SubGroups: []v1alpha1.SubGroup{{Name: "r0", MinMember: 2, TopologyRequired: "kubernetes.io/hostname"}}}
+	if diff := cmp.Diff(want, g.Spec); diff != "" || g.Annotations[v1alpha1.AnnotationTopology] != "dc-1" {
+		t.Errorf("MakePodGroup spec (-want,+got):\n%s\nannotations %v", diff, g.Annotations)
+	}
+}

@@ -31,3 +31,12 @@ func (w *TopologyWrapper) Level(labels ...string) *TopologyWrapper {
 	}
 	return w
 }
+
+// Label sets a label.
+func (w *PodGroupWrapper) Label(key, value string) *PodGroupWrapper {
+	if w.Labels == nil {
+		w.Labels = map[string]string{}
+	}
+	w.Labels[key] = value
+	return w
+}

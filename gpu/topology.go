@@ -11,7 +11,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
-// A workload's topology request (docs/topology.md) in the dialects Partita
+// A workload's topology request (docs/guide/topology.md) in the dialects Partita
 // reads: its own partita.dev/topology* keys first, then KAI's, then
 // Kueue's, as v1alpha1.TopologyRequestOf takes them. The parsers below
 // read the same keys in the same order and refuse what TopologyRequestOf

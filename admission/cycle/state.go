@@ -85,7 +85,7 @@ type Workload struct {
 	TopologyKey string
 	// Topology is what the workload asks of the network topology: its
 	// PodGroup's annotations, else the workload map's answer, else its
-	// members' annotations (docs/topology.md).
+	// members' annotations (docs/guide/topology.md).
 	Topology v1alpha1.TopologyRequest
 	// SubGroups are the gang's parts: its PodGroup's spec.subGroups, or
 	// the workload map's.

@@ -10,7 +10,7 @@ import (
 	"github.com/partita-dev/partita/gpu"
 )
 
-// Topology-aware placement (docs/topology.md). A workload that names a
+// Topology-aware placement (docs/guide/topology.md). A workload that names a
 // required level is placed inside one domain of it: among the domains with
 // room, the one with the least (best fit), so that large domains stay
 // whole for large gangs. Inside it, a preferred level's domains are used

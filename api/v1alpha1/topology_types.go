@@ -4,7 +4,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Topology request keys (docs/topology.md). The webhook writes Partita's
+// Topology request keys (docs/guide/topology.md). The webhook writes Partita's
 // from any dialect a pod speaks; the admission loop reads them on a
 // workload's PodGroup, else on its pods, in any dialect (TopologyRequestOf).
 const (

@@ -2,6 +2,7 @@ package cycle
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -468,7 +469,8 @@ func (c *cycle) subAnchor(w *Workload, p *topoPlan, name, level string) string {
 
 // subGroupError names the sub-group in err.
 func subGroupError(name string, err error) error {
-	if te, ok := err.(*topologyError); ok && te.sub == "" {
+	var te *topologyError
+	if errors.As(err, &te) && te.sub == "" {
 		return &topologyError{msg: te.msg, sub: name}
 	}
 	return err

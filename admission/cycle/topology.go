@@ -367,13 +367,12 @@ func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, requi
 		}
 		lastErr = err
 	}
-	return nil, c.noDomain(members, p, required, doms, need, anchor, lastErr)
+	return nil, noDomain(required, doms, need, anchor, lastErr)
 }
 
 // noDomain says that no domain of level takes members: "needs 16 GPUs in
 // one network.example.com/rack; the roomiest, rack-3, has 12 free".
-func (c *cycle) noDomain(members []*Member, p *topoPlan, level string, doms []*topoDomain, need int64, anchor string, lastErr error) error {
-	_ = p
+func noDomain(level string, doms []*topoDomain, need int64, anchor string, lastErr error) error {
 	what := gpu.FormatMilli(need) + " GPUs"
 	if need == gpu.MilliPerGPU {
 		what = "1 GPU"
@@ -392,7 +391,6 @@ func (c *cycle) noDomain(members []*Member, p *topoPlan, level string, doms []*t
 	if roomiest.free >= need && lastErr != nil {
 		msg += fmt.Sprintf(", but not in a shape the members fit (%v)", lastErr)
 	}
-	_ = members
 	return &topologyError{msg: msg}
 }
 

@@ -54,6 +54,9 @@ var (
 
 type opts struct {
 	kubeconfig, scheduler, out, gangs string
+	priorityClass                     string
+	recreate                          bool
+	quota                             int64
 	seed                              int64
 	blocks, racks, nodes, gpus        int
 	podGPUs                           int
@@ -79,11 +82,15 @@ type result struct {
 	Scheduler          string         `json:"scheduler"`
 	Seed               int64          `json:"seed"`
 	Cluster            string         `json:"cluster"`
+	PriorityClass      string         `json:"priorityClass"`
+	Recreate           bool           `json:"recreateEvicted"`
+	QueueQuota         int64          `json:"queueQuota"`
 	Fillers            int            `json:"fillers"`
 	FillersBound       int            `json:"fillersBound"`
 	FillWall           string         `json:"fillWall"`
 	FillersDeleted     int            `json:"fillersDeleted"`
 	FillersEvicted     int            `json:"fillersEvictedByScheduler"`
+	GangPodsEvicted    int            `json:"gangPodsEvictedByScheduler"`
 	FreeBefore         map[string]int `json:"freeGPUsPerRackBeforeGangs"`
 	FreeNodesBefore    map[string]int `json:"freeGPUsPerNodeBeforeGangs"`
 	Gangs              []gangResult   `json:"gangs"`
@@ -104,6 +111,9 @@ func main() {
 	flag.StringVar(&o.scheduler, "scheduler-name", "kai-scheduler", "schedulerName of every pod")
 	flag.StringVar(&o.out, "out", "result.json", "where to write the JSON result")
 	flag.StringVar(&o.gangs, "gangs", "8:6,16:3", "gang sizes in GPUs and how many of each, size:count,...")
+	flag.StringVar(&o.priorityClass, "priority-class", "train", "PriorityClass of fillers and gangs (KAI: train=50 preemptible, build=100 not)")
+	flag.BoolVar(&o.recreate, "recreate", true, "recreate pods the scheduler evicts (as their Job/operator would), so consolidation can move them")
+	flag.Int64Var(&o.quota, "queue-quota", 0, "quota of both queues for cpu, memory, gpu (0: KAI's default queues; -1: unlimited, which KAI needs for non-preemptible jobs)")
 	flag.Int64Var(&o.seed, "seed", 1, "seed of the fragmentation and of the gang order")
 	flag.IntVar(&o.blocks, "blocks", 2, "blocks")
 	flag.IntVar(&o.racks, "racks", 4, "racks per block")
@@ -144,11 +154,42 @@ func run(ctx context.Context, o opts) error {
 	if err != nil {
 		return err
 	}
-	res := result{Scheduler: o.scheduler, Seed: o.seed, GangsTotal: 0,
+	res := result{Scheduler: o.scheduler, Seed: o.seed, PriorityClass: o.priorityClass, Recreate: o.recreate, QueueQuota: o.quota,
 		Cluster: fmt.Sprintf("%d blocks x %d racks x %d nodes x %d GPUs", o.blocks, o.racks, o.nodes, o.gpus)}
 	nodeOf := map[string]node{}
 	for _, n := range nodes {
 		nodeOf[n.name] = n
+	}
+
+	// want holds every pod that should exist; a pod of it that disappeared
+	// without the trace deleting it was evicted by the scheduler, and is
+	// recreated (with --recreate) as a Job or training operator would.
+	want := map[string]*corev1.Pod{}
+	evicted := map[string]int{}
+	reconcile := func() error {
+		pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		have := map[string]bool{}
+		for _, p := range pl.Items {
+			have[p.Name] = true
+		}
+		for name, p := range want {
+			if have[name] {
+				continue
+			}
+			evicted[p.Labels[roleLabel]]++
+			if !o.recreate {
+				delete(want, name)
+				continue
+			}
+			if _, err := cs.CoreV1().Pods(ns).Create(ctx, p.DeepCopy(), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
+			logf("recreated evicted pod %s", name)
+		}
+		return nil
 	}
 
 	// 1. Fill every GPU with a 1-GPU pod.
@@ -157,12 +198,13 @@ func run(ctx context.Context, o opts) error {
 	start := time.Now()
 	for i := 0; i < total; i++ {
 		p := pod(o, fmt.Sprintf("fill-%04d", i), 1, map[string]string{roleLabel: "filler"}, nil)
+		want[p.Name] = p.DeepCopy()
 		if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
 	logf("created %d filler pods", total)
-	bound, err := waitBound(ctx, cs, "filler", total, o.timeout, 20*time.Second)
+	bound, err := waitBound(ctx, cs, "filler", total, o.timeout, 20*time.Second, reconcile)
 	res.FillersBound = bound
 	res.FillWall = time.Since(start).Round(time.Millisecond).String()
 	logf("fill: %d/%d filler pods bound in %s", bound, total, res.FillWall)
@@ -205,11 +247,13 @@ func run(ctx context.Context, o opts) error {
 			continue
 		}
 		deleted[slots[idx]] = true
+		delete(want, slots[idx])
 		if err := cs.CoreV1().Pods(ns).Delete(ctx, slots[idx], metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
 	}
 	res.FillersDeleted = len(deleted)
+	evictedDuringFill := evicted["filler"]
 	for deadline := time.Now().Add(o.timeout); ; {
 		ps, err := listPods(ctx, cs, "filler")
 		if err != nil {
@@ -256,7 +300,7 @@ func run(ctx context.Context, o opts) error {
 			"apiVersion": "scheduling.run.ai/v2alpha2", "kind": "PodGroup",
 			"metadata": map[string]any{"name": g.Name, "namespace": ns, "labels": map[string]any{queueLabel: queue}},
 			"spec": map[string]any{
-				"minMember": int64(g.Pods), "queue": queue, "priorityClassName": "train",
+				"minMember": int64(g.Pods), "queue": queue, "priorityClassName": o.priorityClass,
 				"topologyConstraint": map[string]any{"topology": topoName, "requiredTopologyLevel": rackLabel},
 			},
 		}}
@@ -268,41 +312,55 @@ func run(ctx context.Context, o opts) error {
 				map[string]string{roleLabel: "gang", gangLabel: g.Name},
 				map[string]string{pgAnnot: g.Name,
 					"kai.scheduler/topology": topoName, "kai.scheduler/topology-required-placement": rackLabel})
+			want[p.Name] = p.DeepCopy()
 			if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				return err
 			}
 		}
 	}
 	logf("submitted %d gangs: %v", len(sizes), sizes)
+	// Wait until nothing changed (bindings, evictions) for --settle.
 	placedAt := map[string]time.Duration{}
-	last, lastChange := -1, time.Now()
+	last, lastChange := "", time.Now()
 	for deadline := time.Now().Add(o.timeout); time.Now().Before(deadline); time.Sleep(2 * time.Second) {
-		ps, err := listPods(ctx, cs, "gang")
+		if err := reconcile(); err != nil {
+			return err
+		}
+		ps, err := listPods(ctx, cs, "")
 		if err != nil {
 			return err
 		}
 		boundPer := map[string]int{}
+		var sig []string
 		n := 0
 		for _, p := range ps {
 			if p.Spec.NodeName != "" {
-				boundPer[p.Labels[gangLabel]]++
-				n++
+				sig = append(sig, p.Name+"@"+p.Spec.NodeName)
+				if p.Labels[roleLabel] == "gang" {
+					boundPer[p.Labels[gangLabel]]++
+					n++
+				}
 			}
 		}
+		sort.Strings(sig)
 		for _, g := range gangs {
-			if _, ok := placedAt[g.Name]; !ok && boundPer[g.Name] == g.Pods {
-				placedAt[g.Name] = time.Since(start)
+			if boundPer[g.Name] == g.Pods {
+				if _, ok := placedAt[g.Name]; !ok {
+					placedAt[g.Name] = time.Since(start)
+				}
+			} else {
+				delete(placedAt, g.Name) // evicted again: time to its final placement
 			}
 		}
-		if n != last {
-			last, lastChange = n, time.Now()
-			logf("gang pods bound: %d", n)
+		if s := strings.Join(sig, ",") + fmt.Sprint(evicted); s != last {
+			last, lastChange = s, time.Now()
+			logf("gang pods bound: %d, gangs placed: %d/%d, evicted so far: %v", n, len(placedAt), len(gangs), evicted)
 		}
-		if len(placedAt) == len(gangs) || time.Since(lastChange) > o.settle {
+		if time.Since(lastChange) > o.settle {
 			break
 		}
 	}
-	res.GangWall = time.Since(start).Round(time.Millisecond).String()
+	res.GangWall = lastChange.Sub(start).Round(time.Millisecond).String() // until the last change
 
 	// 4. Measure.
 	ps, err := listPods(ctx, cs, "gang")
@@ -346,7 +404,11 @@ func run(ctx context.Context, o opts) error {
 	if err != nil {
 		return err
 	}
-	res.FillersEvicted = total - len(deleted) - len(fillersNow)
+	res.FillersEvicted = evicted["filler"] - evictedDuringFill
+	res.GangPodsEvicted = evicted["gang"]
+	if !o.recreate && len(fillersNow) != total-len(deleted)-res.FillersEvicted {
+		logf("warning: %d fillers left, expected %d", len(fillersNow), total-len(deleted)-res.FillersEvicted)
+	}
 	freeNode, err = freePerNode(ctx, cs, nodes, o.gpus)
 	if err != nil {
 		return err
@@ -366,6 +428,7 @@ func run(ctx context.Context, o opts) error {
 	}
 	res.Stranded = stranded(freeNode, nodes, minWaiting, o.podGPUs)
 	res.StrandedSmallest = stranded(freeNode, nodes, smallest, o.podGPUs)
+	logf("evicted by the scheduler during the gang phase: %d fillers, %d gang pods", res.FillersEvicted, res.GangPodsEvicted)
 	logf("gangs placed %d/%d, inside one rack %d; free GPUs %d, stranded %d (for smallest gang: %d); oracle greedy rack-fit %d",
 		res.GangsPlaced, res.GangsTotal, res.GangsInOneRack, res.FreeGPUsAfter, res.Stranded, res.StrandedSmallest, res.OracleRackFitGangs)
 	for _, g := range gangs {
@@ -482,7 +545,11 @@ func keys(m map[string]bool) []string {
 }
 
 func listPods(ctx context.Context, cs *kubernetes.Clientset, role string) ([]corev1.Pod, error) {
-	pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: roleLabel + "=" + role})
+	sel := roleLabel
+	if role != "" {
+		sel += "=" + role
+	}
+	pl, err := cs.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: sel})
 	if err != nil {
 		return nil, err
 	}
@@ -497,9 +564,12 @@ func listPods(ctx context.Context, cs *kubernetes.Clientset, role string) ([]cor
 
 // waitBound waits until want pods of a role are bound, or until nothing was
 // bound for quiet, or timeout.
-func waitBound(ctx context.Context, cs *kubernetes.Clientset, role string, want int, timeout, quiet time.Duration) (int, error) {
+func waitBound(ctx context.Context, cs *kubernetes.Clientset, role string, want int, timeout, quiet time.Duration, reconcile func() error) (int, error) {
 	last, lastChange := -1, time.Now()
 	for deadline := time.Now().Add(timeout); ; time.Sleep(2 * time.Second) {
+		if err := reconcile(); err != nil {
+			return 0, err
+		}
 		ps, err := listPods(ctx, cs, role)
 		if err != nil {
 			return 0, err
@@ -517,7 +587,7 @@ func waitBound(ctx context.Context, cs *kubernetes.Clientset, role string, want 
 		if n >= want {
 			return n, nil
 		}
-		if time.Now().After(deadline) || time.Since(lastChange) > quiet && n > 0 && time.Since(lastChange) > 3*quiet {
+		if time.Now().After(deadline) || time.Since(lastChange) > 3*quiet {
 			return n, fmt.Errorf("only %d/%d %s pods bound", n, want, role)
 		}
 	}
@@ -529,8 +599,9 @@ func pod(o opts, name string, gpus int, labels, annotations map[string]string) *
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: labels, Annotations: annotations},
 		Spec: corev1.PodSpec{
-			SchedulerName: o.scheduler,
-			Tolerations:   []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
+			SchedulerName:     o.scheduler,
+			PriorityClassName: o.priorityClass,
+			Tolerations:       []corev1.Toleration{{Key: "kwok.x-k8s.io/node", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}},
 			Containers: []corev1.Container{{
 				Name: "main", Image: "busybox",
 				Resources: corev1.ResourceRequirements{
@@ -590,7 +661,7 @@ func setup(ctx context.Context, o opts, cs *kubernetes.Clientset, dc dynamic.Int
 	if _, err := dc.Resource(topologyGVR).Create(ctx, topo, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("create Topology: %w", err)
 	}
-	unlimited := map[string]any{"quota": int64(0), "limit": int64(-1), "overQuotaWeight": int64(1)}
+	unlimited := map[string]any{"quota": o.quota, "limit": int64(-1), "overQuotaWeight": int64(1)}
 	res := map[string]any{"cpu": unlimited, "gpu": unlimited, "memory": unlimited}
 	for _, q := range []struct{ name, parent string }{{"default-parent-queue", ""}, {queue, "default-parent-queue"}} {
 		spec := map[string]any{"resources": res}

@@ -54,7 +54,7 @@ var (
 
 type opts struct {
 	kubeconfig, scheduler, out, gangs string
-	priorityClass                     string
+	priorityClass, required           string
 	recreate                          bool
 	quota                             int64
 	seed                              int64
@@ -85,6 +85,7 @@ type result struct {
 	PriorityClass      string         `json:"priorityClass"`
 	Recreate           bool           `json:"recreateEvicted"`
 	QueueQuota         int64          `json:"queueQuota"`
+	RequiredLevel      string         `json:"requiredLevel"`
 	Fillers            int            `json:"fillers"`
 	FillersBound       int            `json:"fillersBound"`
 	FillWall           string         `json:"fillWall"`
@@ -114,6 +115,7 @@ func main() {
 	flag.StringVar(&o.priorityClass, "priority-class", "train", "PriorityClass of fillers and gangs (KAI: train=50 preemptible, build=100 not)")
 	flag.BoolVar(&o.recreate, "recreate", true, "recreate pods the scheduler evicts (as their Job/operator would), so consolidation can move them")
 	flag.Int64Var(&o.quota, "queue-quota", 0, "quota of both queues for cpu, memory, gpu (0: KAI's default queues; -1: unlimited, which KAI needs for non-preemptible jobs)")
+	flag.StringVar(&o.required, "required-level", rackLabel, "requiredTopologyLevel of every gang (empty: no topology constraint, a control run)")
 	flag.Int64Var(&o.seed, "seed", 1, "seed of the fragmentation and of the gang order")
 	flag.IntVar(&o.blocks, "blocks", 2, "blocks")
 	flag.IntVar(&o.racks, "racks", 4, "racks per block")
@@ -154,7 +156,7 @@ func run(ctx context.Context, o opts) error {
 	if err != nil {
 		return err
 	}
-	res := result{Scheduler: o.scheduler, Seed: o.seed, PriorityClass: o.priorityClass, Recreate: o.recreate, QueueQuota: o.quota,
+	res := result{Scheduler: o.scheduler, Seed: o.seed, PriorityClass: o.priorityClass, Recreate: o.recreate, QueueQuota: o.quota, RequiredLevel: o.required,
 		Cluster: fmt.Sprintf("%d blocks x %d racks x %d nodes x %d GPUs", o.blocks, o.racks, o.nodes, o.gpus)}
 	nodeOf := map[string]node{}
 	for _, n := range nodes {
@@ -301,17 +303,22 @@ func run(ctx context.Context, o opts) error {
 			"metadata": map[string]any{"name": g.Name, "namespace": ns, "labels": map[string]any{queueLabel: queue}},
 			"spec": map[string]any{
 				"minMember": int64(g.Pods), "queue": queue, "priorityClassName": o.priorityClass,
-				"topologyConstraint": map[string]any{"topology": topoName, "requiredTopologyLevel": rackLabel},
 			},
 		}}
+		if o.required != "" {
+			pg.Object["spec"].(map[string]any)["topologyConstraint"] = map[string]any{"topology": topoName, "requiredTopologyLevel": o.required}
+		}
 		if _, err := dc.Resource(podGroupGVR).Namespace(ns).Create(ctx, pg, metav1.CreateOptions{}); err != nil {
 			return fmt.Errorf("create PodGroup %s: %w", g.Name, err)
 		}
 		for j := 0; j < g.Pods; j++ {
+			annotations := map[string]string{pgAnnot: g.Name}
+			if o.required != "" {
+				annotations["kai.scheduler/topology"] = topoName
+				annotations["kai.scheduler/topology-required-placement"] = o.required
+			}
 			p := pod(o, fmt.Sprintf("%s-%d", g.Name, j), o.podGPUs,
-				map[string]string{roleLabel: "gang", gangLabel: g.Name},
-				map[string]string{pgAnnot: g.Name,
-					"kai.scheduler/topology": topoName, "kai.scheduler/topology-required-placement": rackLabel})
+				map[string]string{roleLabel: "gang", gangLabel: g.Name}, annotations)
 			want[p.Name] = p.DeepCopy()
 			if _, err := cs.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 				return err

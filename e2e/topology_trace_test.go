@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -142,8 +143,10 @@ func replayKAITrace(t *testing.T, tr kaiTrace) {
 		if p.Spec.NodeName == "" {
 			continue
 		}
-		var gpus int
-		fmt.Sscan(p.Annotations[v1alpha1.AnnotationGPUCount], &gpus)
+		gpus, err := strconv.Atoi(p.Annotations[v1alpha1.AnnotationGPUCount])
+		if err != nil {
+			t.Fatalf("pod %s: %s: %v", p.Name, v1alpha1.AnnotationGPUCount, err)
+		}
 		free[p.Spec.NodeName] -= gpus
 		if g := p.Labels[v1alpha1.LabelPodGroup]; g != "" {
 			bound[g]++

@@ -288,3 +288,27 @@ func TestTopologyMembersOfTheirOwnNode(t *testing.T) {
 		t.Errorf("both members simulated on %s; each needs a node", onNodes[0])
 	}
 }
+
+// TestTopologyPreferredHosts: a gang that prefers hosts runs on as few as
+// it can, the roomiest first.
+func TestTopologyPreferredHosts(t *testing.T) {
+	nodes, gns := rackedNodes(1, 2, 2, 4)
+	pods := []*corev1.Pod{
+		running("busy-0", "a", "b0-r0-0", 1, t0).Obj(),
+		running("busy-1", "a", "b0-r1-0", 2, t0).Obj(),
+	}
+	pods = append(pods, topoGang("train", "a", 6, 1, map[string]string{v1alpha1.AnnotationTopologyPreferred: "kubernetes.io/hostname"})...)
+	got, _ := runWorld(t, world{
+		nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, pods: pods,
+		podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(6).Obj()},
+	}, Options{})
+	hosts := map[string]int{}
+	for _, m := range got.Admitted["ns/train"] {
+		hosts[m[strings.Index(m, "@")+1:]]++
+	}
+	// b0-r0-1 and b0-r1-1 have 4 free each, b0-r0-0 3, b0-r1-0 2: two
+	// whole nodes hold 4 + 2.
+	if len(hosts) != 2 || hosts["b0-r1-1"] == 0 {
+		t.Errorf("gang train (preferred host) ran on %v, want two hosts, b0-r1-1 one of them (the roomiest)", hosts)
+	}
+}

@@ -1,7 +1,6 @@
 package cycle
 
 import (
-	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -395,15 +394,15 @@ func shapeKey(topologyKey string, groups []constraintGroup) string {
 	return b.String()
 }
 
-// placeGroup places members that share constraints, in one topology domain
-// when the workload prefers one and some domain can take them all.
+// placeGroup places members that share constraints (a workload that asks
+// nothing of the topology: placeTopology places the others).
 func (c *cycle) placeGroup(w *Workload, g constraintGroup) ([]*gpu.PodAllocation, error) {
 	return c.placeGroupOn(w, g, nil, false)
 }
 
 // placeGroupOn is placeGroup on nodes only (sorted; nil for any). With
-// topo, the topology placement chose nodes (spec.topologyKey is not
-// looked at again), and members that need a node each get one.
+// topo, the topology placement chose nodes, and members that need a node
+// each get one.
 func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, topo bool) ([]*gpu.PodAllocation, error) {
 	cands := c.staticCandidates(g.sig, g.members[0])
 	own := topo && ownNode(g.members[0])
@@ -438,13 +437,6 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 	placement := gpu.Placement("")
 	if reqs[0].Placement == "" {
 		placement = c.opts.Placement
-	}
-	if w.TopologyKey != "" && !topo {
-		for _, d := range c.domains(w.TopologyKey, names, caps) {
-			if a, err := c.snap.PlaceGangCapped(reqs, d.names, d.caps, placement); err == nil {
-				return a, nil
-			}
-		}
 	}
 	return c.snap.PlaceGangCapped(reqs, names, caps, placement)
 }
@@ -603,38 +595,6 @@ func (c *cycle) room(name string, m *Member) int {
 		fit = min(fit, int((alloc.Memory().Value()-usedMem)/m.Memory))
 	}
 	return fit
-}
-
-// domain is the candidate nodes of one topology value.
-type domain struct {
-	value string
-	names []string
-	caps  []int
-	free  int64
-}
-
-// domains groups candidates by their value of key, the most free GPU share
-// first; nodes without the label belong to none.
-func (c *cycle) domains(key string, names []string, caps []int) []*domain {
-	byValue := map[string]*domain{}
-	var out []*domain
-	for i, name := range names {
-		v, ok := c.st.Nodes[name].Node.Labels[key]
-		if !ok {
-			continue
-		}
-		d := byValue[v]
-		if d == nil {
-			d = &domain{value: v}
-			byValue[v] = d
-			out = append(out, d)
-		}
-		d.names = append(d.names, name)
-		d.caps = append(d.caps, caps[i])
-		d.free += c.snap.FreeMilli(name)
-	}
-	slices.SortFunc(out, func(a, b *domain) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.value, b.value)) })
-	return out
 }
 
 // requestShape is the member's request and placement in words, computed

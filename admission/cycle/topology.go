@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 
-	corev1 "k8s.io/api/core/v1"
-
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
@@ -487,9 +485,6 @@ func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, pref
 	for _, m := range members {
 		need += m.GPUMilli
 	}
-	if preferred == corev1.LabelHostname {
-		return c.placeOnFewestNodes(w, members, nodes, need)
-	}
 	doms := c.partition(p, set, nodes, preferred)
 	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
 	tries := 0
@@ -518,50 +513,6 @@ func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, pref
 			if placed, err := c.placeOnNodes(w, members, union); err == nil {
 				return placed, nil
 			}
-		}
-	}
-	return c.placeOnNodes(w, members, nodes)
-}
-
-// placeOnFewestNodes is placePreferred by host, where every node is its
-// own domain: the node with the least room that takes every member, else
-// the roomiest nodes first, without grouping nodes into domains.
-func (c *cycle) placeOnFewestNodes(w *Workload, members []*Member, nodes []string, need int64) ([]MemberAdmission, error) {
-	type nodeFree struct {
-		name string
-		free int64
-	}
-	byFree := make([]nodeFree, 0, len(nodes))
-	for _, n := range nodes {
-		byFree = append(byFree, nodeFree{n, c.snap.FreeMilli(n)})
-	}
-	slices.SortFunc(byFree, func(a, b nodeFree) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.name, b.name)) })
-	tries := 0
-	for _, n := range byFree {
-		if n.free < need {
-			continue
-		}
-		if placed, err := c.placeOnNodes(w, members, []string{n.name}); err == nil {
-			return placed, nil
-		}
-		if tries++; tries >= maxPreferredTries {
-			break
-		}
-	}
-	var union []string
-	var free int64
-	for i := len(byFree) - 1; i > 0; i-- {
-		union = append(union, byFree[i].name)
-		free += byFree[i].free
-		if free < need || len(union) < 2 {
-			continue
-		}
-		sorted := slices.Sorted(slices.Values(union))
-		if placed, err := c.placeOnNodes(w, members, sorted); err == nil {
-			return placed, nil
-		}
-		if tries++; tries >= 2*maxPreferredTries {
-			break
 		}
 	}
 	return c.placeOnNodes(w, members, nodes)

@@ -451,12 +451,9 @@ func (c *cycle) staticCandidates(sig string, m *Member) []string {
 	if out, ok := c.candidates[sig]; ok {
 		return out
 	}
-	if c.nodeNames == nil {
-		c.nodeNames = c.snap.Nodes()
-	}
 	aff := nodeaffinity.GetRequiredNodeAffinity(m.Pod)
 	out := []string{}
-	for _, name := range c.nodeNames {
+	for _, name := range c.nodeNamesOnce() {
 		n := c.st.Nodes[name]
 		if n == nil || n.Node == nil || n.Node.Spec.Unschedulable {
 			continue

@@ -36,11 +36,7 @@ func TestTopologyAwareGangs(t *testing.T) {
 	c := crClient(t)
 
 	// Two GPUs of rack b1/r1 are taken: it has 6 free, the others 8.
-	var busy []*corev1.Pod
-	for i := range 2 {
-		p := queuedPod(ns, fmt.Sprintf("busy-%d", i), q, map[string]string{"kubernetes.io/hostname": ns + "-b1-r1-0"})
-		busy = append(busy, p)
-	}
+	busy := busyPods(ns, q, "b1-r1-0", "b1-r1-0")
 	createPods(ctx, t, clientset, busy, 2)
 	waitBound(ctx, t, ns, "busy-", 2)
 
@@ -185,10 +181,7 @@ func TestTopologySubGroupsOfAJobSet(t *testing.T) {
 	q := "topo-" + ns
 	createQueue(ctx, t, gpuQueue(q, ns, "0", "-1", 1))
 	// Block b0 has 6 + 4 free, block b1 8 + 8.
-	var busy []*corev1.Pod
-	for i, node := range []string{"b0-r0-0", "b0-r0-0", "b0-r1-0", "b0-r1-0", "b0-r1-0", "b0-r1-0"} {
-		busy = append(busy, queuedPod(ns, fmt.Sprintf("busy-%d", i), q, map[string]string{"kubernetes.io/hostname": ns + "-" + node}))
-	}
+	busy := busyPods(ns, q, "b0-r0-0", "b0-r0-0", "b0-r1-0", "b0-r1-0", "b0-r1-0", "b0-r1-0")
 	createPods(ctx, t, clientset, busy, 2)
 	waitBound(ctx, t, ns, "busy-", len(busy))
 
@@ -286,13 +279,7 @@ func TestTopologyReclaimInsideOneRack(t *testing.T) {
 	}
 	time.Sleep(devPreemptMinRuntime)
 
-	c := crClient(t)
-	if err := c.Create(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "train", Namespace: ns, Annotations: map[string]string{
-		v1alpha1.AnnotationTopology: topo, v1alpha1.AnnotationTopologyRequired: e2eRack,
-	}}, Spec: v1alpha1.PodGroupSpec{MinMember: 8, Queue: b}}); err != nil {
-		t.Fatalf("create PodGroup: %v", err)
-	}
-	createPods(ctx, t, clientset, gangPods(ns, "train", 8, sel), 4)
+	createAnnotatedGang(ctx, t, ns, "train", b, 8, map[string]string{v1alpha1.AnnotationTopology: topo, v1alpha1.AnnotationTopologyRequired: e2eRack}, sel)
 	waitBound(ctx, t, ns, "train-", 8)
 	var gangRacks []string
 	left := map[string]bool{}
@@ -333,19 +320,10 @@ func TestTopologyPreferredSpansFewestRacks(t *testing.T) {
 	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	q := "topo-" + ns
 	createQueue(ctx, t, gpuQueue(q, ns, "0", "-1", 1))
-	var busy []*corev1.Pod
-	for i, node := range []string{"b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r1-0", "b0-r1-0"} {
-		busy = append(busy, queuedPod(ns, fmt.Sprintf("busy-%d", i), q, map[string]string{"kubernetes.io/hostname": ns + "-" + node}))
-	}
+	busy := busyPods(ns, q, "b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r0-0", "b0-r1-0", "b0-r1-0")
 	createPods(ctx, t, clientset, busy, 2)
 	waitBound(ctx, t, ns, "busy-", len(busy))
-	c := crClient(t)
-	if err := c.Create(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "wide", Namespace: ns, Annotations: map[string]string{
-		v1alpha1.AnnotationTopology: topo, v1alpha1.AnnotationTopologyPreferred: e2eRack,
-	}}, Spec: v1alpha1.PodGroupSpec{MinMember: 12, Queue: q}}); err != nil {
-		t.Fatalf("create PodGroup: %v", err)
-	}
-	createPods(ctx, t, clientset, gangPods(ns, "wide", 12, sel), 4)
+	createAnnotatedGang(ctx, t, ns, "wide", q, 12, map[string]string{v1alpha1.AnnotationTopology: topo, v1alpha1.AnnotationTopologyPreferred: e2eRack}, sel)
 	waitBound(ctx, t, ns, "wide-", 12)
 	var racks []string
 	for _, p := range listNS(ctx, t, ns) {
@@ -359,4 +337,25 @@ func TestTopologyPreferredSpansFewestRacks(t *testing.T) {
 	if !slices.Equal(racks, []string{"b0-r1", "b0-r2"}) {
 		t.Errorf("gang wide (preferred rack) ran in racks %v, want b0-r1 and b0-r2 (the two roomiest)", racks)
 	}
+}
+
+// createAnnotatedGang creates PodGroup name of queue q with annotations ann
+// and its n whole-GPU members restricted to nodes with labels sel.
+func createAnnotatedGang(ctx context.Context, t *testing.T, ns, name, q string, n int, ann, sel map[string]string) {
+	t.Helper()
+	if err := crClient(t).Create(ctx, &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Annotations: ann},
+		Spec: v1alpha1.PodGroupSpec{MinMember: int32(n), Queue: q}}); err != nil {
+		t.Fatalf("create PodGroup %s: %v", name, err)
+	}
+	createPods(ctx, t, clientset, gangPods(ns, name, n, sel), 4)
+}
+
+// busyPods are one whole-GPU pod of queue q on each of nodes (NS-less
+// names, repeated for more), named busy-0, busy-1, ....
+func busyPods(ns, q string, nodes ...string) []*corev1.Pod {
+	var out []*corev1.Pod
+	for i, node := range nodes {
+		out = append(out, queuedPod(ns, fmt.Sprintf("busy-%d", i), q, map[string]string{"kubernetes.io/hostname": ns + "-" + node}))
+	}
+	return out
 }

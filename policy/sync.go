@@ -3,6 +3,7 @@ package policy
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,19 @@ type StateSync struct {
 	synced   atomic.Bool
 	interval time.Duration
 	clock    clock.Clock
+	// write serialises reading a state and writing it, so that two
+	// writers never interleave.
+	write sync.Mutex
+	// live reads the API server itself for ReadThrough; nil turns
+	// ReadThrough off. liveEvery is the least time between two live reads.
+	live      client.Reader
+	liveEvery time.Duration
+	// liveTurn is held by the one live read in flight (a channel, so that
+	// waiting for it honours a context).
+	liveTurn chan struct{}
+	// liveStarted is when the last successful live read started; guarded
+	// by liveTurn.
+	liveStarted time.Time
 }
 
 // StateSyncOption configures a StateSync.
@@ -46,6 +60,12 @@ func WithBatchInterval(d time.Duration) StateSyncOption {
 	return func(s *StateSync) { s.interval = d }
 }
 
+// WithLiveReader lets ReadThrough read queues and namespaces from the API
+// server itself (a manager's API reader), at most once every `every`.
+func WithLiveReader(r client.Reader, every time.Duration) StateSyncOption {
+	return func(s *StateSync) { s.live, s.liveEvery = r, every }
+}
+
 // WithSyncClock sets the clock that paces batches.
 func WithSyncClock(c clock.Clock) StateSyncOption {
 	return func(s *StateSync) { s.clock = c }
@@ -54,7 +74,7 @@ func WithSyncClock(c clock.Clock) StateSyncOption {
 // NewStateSync returns a StateSync that reads Queues and Namespaces
 // (metadata only) from reader, normally a controller-runtime cache.
 func NewStateSync(reader client.Reader, writer StateWriter, opts ...StateSyncOption) *StateSync {
-	s := &StateSync{reader: reader, writer: writer, interval: DefaultBatchInterval, clock: clock.RealClock{}}
+	s := &StateSync{reader: reader, writer: writer, interval: DefaultBatchInterval, clock: clock.RealClock{}, liveTurn: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -79,14 +99,60 @@ func (s *StateSync) Start(ctx context.Context) error {
 	return nil
 }
 
-// Sync rebuilds the state and writes it now.
+// Sync rebuilds the state from the cache and writes it now.
 func (s *StateSync) Sync(ctx context.Context) error {
+	return s.syncFrom(ctx, s.reader)
+}
+
+// ReadThrough makes the state at least as new as the API server's at
+// since: unless a live read that started after since has written it
+// already, it rebuilds the state from the API server itself and writes it.
+//
+// A denial must not stand on an informer that has not caught up: a Queue
+// and a PodGroup naming it, applied from one file, reach the webhook
+// milliseconds apart, before the Queue's watch event and the next batch.
+// The webhook decides a denial again after ReadThrough (FreshDenials).
+// Live reads go one at a time, at most one per WithLiveReader interval, and every
+// denial that arrived before one started shares it, so that a tenant
+// sending denied requests in a loop costs the API server at most one list
+// of queues and namespaces per interval.
+func (s *StateSync) ReadThrough(ctx context.Context, since time.Time) error {
+	if s.live == nil {
+		return nil
+	}
+	select {
+	case s.liveTurn <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("wait for a live read of the policy state: %w", ctx.Err())
+	}
+	defer func() { <-s.liveTurn }()
+	if !s.liveStarted.Before(since) {
+		return nil
+	}
+	if wait := s.liveEvery - s.clock.Since(s.liveStarted); wait > 0 {
+		select {
+		case <-s.clock.After(wait):
+		case <-ctx.Done():
+			return fmt.Errorf("wait for a live read of the policy state: %w", ctx.Err())
+		}
+	}
+	start := s.clock.Now()
+	if err := s.syncFrom(ctx, s.live); err != nil {
+		return fmt.Errorf("read the policy state from the API server: %w", err)
+	}
+	s.liveStarted = start
+	return nil
+}
+
+func (s *StateSync) syncFrom(ctx context.Context, reader client.Reader) error {
+	s.write.Lock()
+	defer s.write.Unlock()
 	var queues v1alpha1.QueueList
-	if err := s.reader.List(ctx, &queues); err != nil {
+	if err := reader.List(ctx, &queues); err != nil {
 		return fmt.Errorf("list queues: %w", err)
 	}
 	namespaces := namespaceMetadataList()
-	if err := s.reader.List(ctx, namespaces); err != nil {
+	if err := reader.List(ctx, namespaces); err != nil {
 		return fmt.Errorf("list namespaces: %w", err)
 	}
 	infos := make([]NamespaceInfo, 0, len(namespaces.Items))

@@ -281,7 +281,11 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 	}
 	view := webhook.NewGPUNodeView(f.referenceMiB, pinned)
 	refs := webhook.NewReferences(mgr.GetCache(), mgr.GetAPIReader())
-	stateSync := policy.NewStateSync(mgr.GetCache(), engine, policy.WithBatchInterval(f.batchInterval))
+	stateSync := policy.NewStateSync(mgr.GetCache(), engine, policy.WithBatchInterval(f.batchInterval),
+		policy.WithLiveReader(mgr.GetAPIReader(), f.batchInterval))
+	// A denial is decided again on queues and namespaces read from the API
+	// server: a Queue applied with the pods naming it must not be missed.
+	decisions := policy.NewFreshDenials(engine, stateSync, clock.RealClock{})
 	loader := policy.NewConfigMapLoader(mgr.GetCache(), mgr.GetClient(), engine, mgr.GetEventRecorder("partita-webhook"),
 		f.namespace, f.batchInterval, clock.RealClock{})
 	for _, w := range []interface {
@@ -364,7 +368,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		claimCache := claims.NewCache(mgr.GetAPIReader(), dra.GPUClasses(f.gpuDeviceClasses), dra.DefaultGPUDrivers)
 		podOpts = append(podOpts, webhook.WithClaims(claimCache.Demand))
 	}
-	pods := webhook.NewPodAdmission(engine, view, podOpts...)
+	pods := webhook.NewPodAdmission(decisions, view, podOpts...)
 	var registered atomic.Bool
 	ready := func() error {
 		switch {
@@ -384,7 +388,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		webhook.WithReady(ready),
 		webhook.WithMaxRequestBytes(f.maxRequestBytes),
 		webhook.WithPolicyAdmission(webhook.NewPolicyAdmission(loader, f.namespace)),
-		webhook.WithPodGroupAdmission(webhook.NewPodGroupAdmission(engine, refs)))
+		webhook.WithPodGroupAdmission(webhook.NewPodGroupAdmission(decisions, refs)))
 
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return mgr.Start(gctx) })

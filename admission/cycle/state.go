@@ -302,8 +302,10 @@ type Queue struct {
 // Node is a node and what its pods request.
 type Node struct {
 	Node *corev1.Node
-	// CPUMilli and Memory are the requests of the pods bound to it.
+	// CPUMilli and Memory are the requests of the pods bound or pinned to
+	// it, and Pods how many they are.
 	CPUMilli, Memory int64
+	Pods             int64
 }
 
 // State is what one cycle works on: a copy taken under the cache's lock.
@@ -389,7 +391,7 @@ func (c *Cache) State() *State {
 	}
 	for name, n := range c.nodes {
 		if n.node != nil {
-			st.Nodes[name] = &Node{Node: n.node, CPUMilli: n.cpuMilli, Memory: n.memory}
+			st.Nodes[name] = &Node{Node: n.node, CPUMilli: n.cpuMilli, Memory: n.memory, Pods: n.pods}
 		}
 	}
 	for q, set := range c.pending {

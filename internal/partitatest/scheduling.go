@@ -111,3 +111,10 @@ func (w *NodeWrapper) Allocatable(name corev1.ResourceName, quantity string) *No
 	w.Status.Allocatable[name] = resource.MustParse(quantity)
 	return w
 }
+
+// NoAllocatable removes an allocatable resource, as on a node whose
+// kubelet (or kwok) has not reported it yet.
+func (w *NodeWrapper) NoAllocatable(name corev1.ResourceName) *NodeWrapper {
+	delete(w.Status.Allocatable, name)
+	return w
+}

@@ -436,7 +436,7 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 		return nil, &gpu.GangError{Total: len(g.members), Cause: errNoCandidate}
 	}
 	if len(names) == 0 {
-		return nil, &gpu.GangError{Total: len(g.members), Cause: c.roomShortNodes(cands, g.members[0], 0, len(g.members), 1)}
+		return nil, &gpu.GangError{Total: len(g.members), Cause: c.roomShortNodes(cands, g.members[0], false, 0, len(g.members), 1)}
 	}
 	reqs := make([]*gpu.PodRequest, len(g.members))
 	for i, m := range g.members {
@@ -458,7 +458,7 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 			c.snap.Forget(a.UID)
 		}
 		return nil, &gpu.GangError{Total: ge.Total, Member: ge.Member, UID: ge.UID,
-			Cause: c.roomShortNodes(cands, g.members[0], ge.Member, len(g.members), len(g.members))}
+			Cause: c.roomShortNodes(cands, g.members[0], true, ge.Member, len(g.members), len(g.members))}
 	}
 	return nil, err
 }
@@ -699,8 +699,9 @@ func bytesOf(v int64) string {
 // Pinned there, a member would wait for kube-scheduler beside members
 // already running.
 type roomError struct {
-	// fit is how many of total members the nodes' room takes; 0 when no
-	// node takes one.
+	// gpusFree: the GPUs would take every member if room did not count;
+	// fit is then how many of the total members the nodes' room takes.
+	gpusFree   bool
 	fit, total int
 	// candidates is how many nodes the members may run on.
 	candidates int
@@ -716,18 +717,21 @@ func (e *roomError) Error() string {
 		list += fmt.Sprintf("; and %d more", e.more)
 	}
 	switch {
-	case e.fit > 0:
+	case e.gpusFree && e.fit > 0:
 		return fmt.Sprintf("its GPUs are free, but the nodes' room for pods, CPU and memory takes only %d of the %d: %s", e.fit, e.total, list)
+	case e.gpusFree:
+		return "its GPUs are free, but not on a node with room for pods, CPU and memory: " + list
 	case e.candidates == 1:
 		return list
 	}
 	return fmt.Sprintf("none of the %d GPU nodes it may run on has room for pods, CPU and memory: %s", e.candidates, list)
 }
 
-// roomShortNodes is the roomError for members like m on nodes, of which
-// fit members fit by room, naming the nodes that take fewer than want.
-func (c *cycle) roomShortNodes(nodes []string, m *Member, fit, total, want int) *roomError {
-	e := &roomError{fit: fit, total: total, candidates: len(nodes)}
+// roomShortNodes is the roomError for total members like m on nodes,
+// naming the nodes that take fewer than want of them. With gpusFree the
+// GPUs would take them all, and fit of them fit by room.
+func (c *cycle) roomShortNodes(nodes []string, m *Member, gpusFree bool, fit, total, want int) *roomError {
+	e := &roomError{gpusFree: gpusFree, fit: fit, total: total, candidates: len(nodes)}
 	for _, name := range nodes {
 		why := c.shortfall(name, m, want)
 		switch {

@@ -152,6 +152,16 @@ func TestNodeRoom(t *testing.T) {
 			},
 			want: outcome{Waiting: map[string]string{"ns/g": "WaitingForCapacity: gang needs 3 × 1 GPU; at most 2 fit now"}},
 		},
+		"a pod whose GPUs are free only where there is no room says so": {
+			// n-1 has room but no GPU free; n-0 has a GPU but no room.
+			world: world{
+				nodes:    []*corev1.Node{MakeNode("n-0").Allocatable(corev1.ResourcePods, "1").Obj(), MakeNode("n-1").Obj()},
+				gpuNodes: []*v1alpha1.GPUNode{h100("n-0", 1), h100("n-1", 1)}, queues: []*v1alpha1.Queue{queueA},
+				pods: []*corev1.Pod{busy("web", "n-0").Obj(), running("busy", "a", "n-1", 1, t0).Obj(), gated("p", "a", 1).Obj()},
+			},
+			want: outcome{Waiting: map[string]string{"ns/p": "WaitingForCapacity: pod needs 1 GPU; its GPUs are free, but not on a node with room for pods, CPU and memory: " +
+				"node n-0 has no room for more pods (1 of 1)"}},
+		},
 		"workloads admitted in one cycle share a node's room": {
 			world: world{
 				nodes:    []*corev1.Node{MakeNode("n-0").Allocatable(corev1.ResourcePods, "1").Obj()},

@@ -174,8 +174,11 @@ type Admitter struct {
 	// for, and what was said.
 	timedOut map[cycle.WorkloadKey]timeout
 	// refusedPins are the unbound members whose refused pin was handled
-	// (evicted, or bare and left as they are), until they bind or go.
+	// (evicted, or left as they are), until they bind or go; repinned
+	// remembers the admission (by its start) whose refused members were
+	// evicted to be placed again, which is done once an admission.
 	refusedPins map[types.UID]struct{}
+	repinned    map[cycle.WorkloadKey]time.Time
 	// told is the last reason and message told about a waiting workload.
 	told map[cycle.WorkloadKey]string
 	// toldPods are the pods told they wait (a partita.dev/Admitted=False
@@ -236,7 +239,8 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		cache: cycle.NewCache(cacheOpts...), ledger: ledger, client: c, cs: cs, recorder: recorder, quota: quota,
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
-		backoff: map[cycle.WorkloadKey]backoffState{}, timedOut: map[cycle.WorkloadKey]timeout{}, refusedPins: map[types.UID]struct{}{},
+		backoff: map[cycle.WorkloadKey]backoffState{}, timedOut: map[cycle.WorkloadKey]timeout{},
+		refusedPins: map[types.UID]struct{}{}, repinned: map[cycle.WorkloadKey]time.Time{},
 		told: map[cycle.WorkloadKey]string{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[cycle.WorkloadKey]podGroupWrite{},
 		refused:   map[cycle.WorkloadKey]refusal{}, finishing: map[cycle.WorkloadKey]finishing{},
@@ -642,6 +646,11 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *cycle.State, now time
 	for key := range a.timedOut {
 		if !gangs[key] {
 			delete(a.timedOut, key)
+		}
+	}
+	for key := range a.repinned {
+		if !gangs[key] {
+			delete(a.repinned, key)
 		}
 	}
 	for _, w := range st.Gangs {

@@ -64,25 +64,37 @@ func (a *Admitter) refusedPinned(w *cycle.Workload, limit time.Duration, now tim
 // would later. Otherwise the refused members that have a controller are
 // evicted so that their replacements are placed again beside the members
 // that run; bare ones are left as they are, under the schedule timeout.
+//
+// That is done once per admission (the members that run keep its start):
+// a replacement refused again is refused for a reason the loop cannot
+// weigh, and evicting it every time would churn pods (and count against
+// a Job's backoffLimit). Then a gang short of its minimum is requeued
+// whole, and one that runs at its minimum keeps the member pinned.
 func (a *Admitter) releaseRefusedPins(ctx context.Context, w *cycle.Workload, bound int, refused []refusedMember, now time.Time) {
 	log := logr.FromContextOrDiscard(ctx)
 	first := refused[0]
+	age := now.Sub(first.member.Admitted).Round(time.Second)
 	why := fmt.Sprintf("kube-scheduler refused member %s at node %s, where it is pinned, for %s (%s); ",
-		first.member.Pod.Name, first.node, now.Sub(first.member.Admitted).Round(time.Second), truncate(first.message, 300))
+		first.member.Pod.Name, first.node, age, truncate(first.message, 300))
 	if len(refused) > 1 {
 		why = fmt.Sprintf("kube-scheduler refused %d members at the nodes they are pinned to, %s at node %s for %s (%s); ",
-			len(refused), first.member.Pod.Name, first.node, now.Sub(first.member.Admitted).Round(time.Second), truncate(first.message, 300))
+			len(refused), first.member.Pod.Name, first.node, age, truncate(first.message, 300))
 	}
-	if bound-int(w.Succeeded) == 0 && bound < int(w.MinMember) {
+	again := a.repinned[w.Key].Equal(w.Started())
+	if again {
+		why = "again after the loop placed refused members anew, " + why
+	}
+	short := bound < int(w.MinMember)
+	if short && (again || bound-int(w.Succeeded) == 0) {
 		a.timeOut(ctx, w, bound, v1alpha1.ReasonPinRefused, why, now)
 		return
 	}
-	var evicted, bare []string
+	var evicted, left []string
 	for _, r := range refused {
 		pod := r.member.Pod
-		if metav1.GetControllerOf(pod) == nil {
+		if again || metav1.GetControllerOf(pod) == nil {
 			a.refusedPins[pod.UID] = struct{}{}
-			bare = append(bare, pod.Name)
+			left = append(left, pod.Name)
 			continue
 		}
 		if err := a.evictPod(ctx, pod, false); err != nil {
@@ -95,21 +107,30 @@ func (a *Admitter) releaseRefusedPins(ctx context.Context, w *cycle.Workload, bo
 		delete(a.reserved, pod.UID)
 		evicted = append(evicted, pod.Name)
 	}
-	if len(evicted) == 0 && len(bare) == 0 {
+	if len(evicted) == 0 && len(left) == 0 {
 		return
 	}
 	msg := why
 	if len(evicted) > 0 {
+		a.repinned[w.Key] = w.Started()
 		msg += fmt.Sprintf("evicted %s so that the loop places %s again; the %d bound members keep running",
 			strings.Join(evicted, ", "), pronoun(len(evicted)), bound-int(w.Succeeded))
 		a.metrics.evicted("refused")
 	}
-	if len(bare) > 0 {
+	if len(left) > 0 {
 		if len(evicted) > 0 {
 			msg += "; "
 		}
-		msg += fmt.Sprintf("%s %s no controller, so %s left pinned until the gang's schedule timeout (%s)",
-			strings.Join(bare, ", "), has(len(bare)), isAre(len(bare)), a.scheduleTimeout(w))
+		switch {
+		case again:
+			// The gang runs at its minimum (else it was requeued above).
+			msg += fmt.Sprintf("%s %s left pinned while the gang runs at its minimum", strings.Join(left, ", "), isAre(len(left)))
+		case short:
+			msg += fmt.Sprintf("%s %s no controller, so %s left pinned until the gang's schedule timeout (%s)",
+				strings.Join(left, ", "), has(len(left)), itThey(len(left)), a.scheduleTimeout(w))
+		default:
+			msg += fmt.Sprintf("%s %s no controller, so %s left pinned", strings.Join(left, ", "), has(len(left)), itThey(len(left)))
+		}
 	}
 	for _, r := range refused {
 		a.event(r.member.Pod, corev1.EventTypeWarning, v1alpha1.ReasonPinRefused, "Evict", msg)
@@ -119,7 +140,7 @@ func (a *Admitter) releaseRefusedPins(ctx context.Context, w *cycle.Workload, bo
 		a.event(pg, corev1.EventTypeWarning, v1alpha1.ReasonPinRefused, "Evict", msg)
 	}
 	log.Info("Gave up gang members' pins that kube-scheduler refused", "workload", w.Key.String(), "node", first.node,
-		"evicted", len(evicted), "bare", len(bare), "bound", bound)
+		"evicted", len(evicted), "left", len(left), "bound", bound)
 }
 
 func pronoun(n int) string {
@@ -137,6 +158,13 @@ func has(n int) string {
 }
 
 func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+func itThey(n int) string {
 	if n == 1 {
 		return "it is"
 	}

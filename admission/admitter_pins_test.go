@@ -62,9 +62,11 @@ func TestRefusedPins(t *testing.T) {
 		pods      []*corev1.Pod
 		minMember int32
 		// timeout is RefusedPinTimeout; cycles how many cycles run, a
-		// second apart.
+		// second apart. then are pods that come before the second cycle,
+		// when the evicted ones are gone: their controller's replacements.
 		timeout time.Duration
 		cycles  int
+		then    []*corev1.Pod
 		want    result
 	}{
 		"a member refused beside running ones is evicted to be placed again": {
@@ -98,6 +100,34 @@ func TestRefusedPins(t *testing.T) {
 				Events: slices.Repeat([]string{"Warning PinRefused kube-scheduler refused member train-2 at node n2, where it is pinned, for 2m0s (" + refusal +
 					"); train-2 has no controller, so it is left pinned until the gang's schedule timeout (5m0s)"}, 2),
 				Phase: v1alpha1.PodGroupAdmitted,
+			},
+		},
+		"a replacement refused again requeues the gang whole": {
+			pods:   []*corev1.Pod{running("train-0", 0), running("train-1", 1), refused("train-2", 2*time.Minute, true)},
+			cycles: 2, then: []*corev1.Pod{refused("train-3", 89*time.Second, true)},
+			want: result{
+				Evicted: []string{"train-0", "train-1", "train-2", "train-3"},
+				Events: append([]string{evictedTrain2, evictedTrain2}, slices.Repeat([]string{"Warning PinRefused again after the loop placed refused members anew, " +
+					"kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s"}, 3)...),
+				Backoff: true,
+				Phase:   v1alpha1.PodGroupFailed,
+				Reason: "again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s",
+			},
+		},
+		"a replacement beyond the minimum refused again stays pinned": {
+			pods:   []*corev1.Pod{running("train-0", 0), running("train-1", 1), refused("train-2", 2*time.Minute, true)},
+			cycles: 3, then: []*corev1.Pod{refused("train-3", 89*time.Second, true)}, minMember: 2,
+			want: result{
+				Evicted: []string{"train-2"},
+				Events: []string{evictedTrain2, evictedTrain2,
+					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+						"); train-3 is left pinned while the gang runs at its minimum",
+					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+						"); train-3 is left pinned while the gang runs at its minimum",
+				},
+				Phase: v1alpha1.PodGroupRunning,
 			},
 		},
 		"a gang none of whose members runs is requeued whole": {
@@ -155,7 +185,15 @@ func TestRefusedPins(t *testing.T) {
 			for _, p := range tc.pods {
 				cache.UpsertPod(p)
 			}
-			for range max(tc.cycles, 1) {
+			for i := range max(tc.cycles, 1) {
+				if i == 1 && tc.then != nil {
+					for _, name := range got.Evicted {
+						cache.DeletePod(pt.MakePod(name, "ns").Obj().UID)
+					}
+					for _, p := range tc.then {
+						cache.UpsertPod(p)
+					}
+				}
 				if err := a.Cycle(ctx); err != nil {
 					t.Fatal(err)
 				}

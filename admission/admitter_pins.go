@@ -74,10 +74,10 @@ func (a *Admitter) releaseRefusedPins(ctx context.Context, w *cycle.Workload, bo
 	log := logr.FromContextOrDiscard(ctx)
 	first := refused[0]
 	age := now.Sub(first.member.Admitted).Round(time.Second)
-	why := fmt.Sprintf("kube-scheduler refused member %s at node %s, where it is pinned, for %s (%s); ",
+	why := fmt.Sprintf("kube-scheduler refuses member %s at node %s, where it is pinned, %s after its admission (%s); ",
 		first.member.Pod.Name, first.node, age, truncate(first.message, 300))
 	if len(refused) > 1 {
-		why = fmt.Sprintf("kube-scheduler refused %d members at the nodes they are pinned to, %s at node %s for %s (%s); ",
+		why = fmt.Sprintf("kube-scheduler refuses %d members at the nodes they are pinned to, %s at node %s %s after its admission (%s); ",
 			len(refused), first.member.Pod.Name, first.node, age, truncate(first.message, 300))
 	}
 	again := a.repinned[w.Key].Equal(w.Started())

@@ -56,7 +56,7 @@ func TestRefusedPins(t *testing.T) {
 		Phase  v1alpha1.PodGroupPhase
 		Reason string
 	}
-	evictedTrain2 := "Warning PinRefused kube-scheduler refused member train-2 at node n2, where it is pinned, for 2m0s (" + refusal +
+	evictedTrain2 := "Warning PinRefused kube-scheduler refuses member train-2 at node n2, where it is pinned, 2m0s after its admission (" + refusal +
 		"); evicted train-2 so that the loop places it again; the 2 bound members keep running"
 	cases := map[string]struct {
 		pods      []*corev1.Pod
@@ -97,7 +97,7 @@ func TestRefusedPins(t *testing.T) {
 		"a bare member is left pinned, and told once": {
 			pods: []*corev1.Pod{running("train-0", 0), running("train-1", 1), refused("train-2", 2*time.Minute, false)}, cycles: 2,
 			want: result{
-				Events: slices.Repeat([]string{"Warning PinRefused kube-scheduler refused member train-2 at node n2, where it is pinned, for 2m0s (" + refusal +
+				Events: slices.Repeat([]string{"Warning PinRefused kube-scheduler refuses member train-2 at node n2, where it is pinned, 2m0s after its admission (" + refusal +
 					"); train-2 has no controller, so it is left pinned until the gang's schedule timeout (5m0s)"}, 2),
 				Phase: v1alpha1.PodGroupAdmitted,
 			},
@@ -108,11 +108,11 @@ func TestRefusedPins(t *testing.T) {
 			want: result{
 				Evicted: []string{"train-0", "train-1", "train-2", "train-3"},
 				Events: append([]string{evictedTrain2, evictedTrain2}, slices.Repeat([]string{"Warning PinRefused again after the loop placed refused members anew, " +
-					"kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+					"kube-scheduler refuses member train-3 at node n2, where it is pinned, 1m30s after its admission (" + refusal +
 					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s"}, 3)...),
 				Backoff: true,
 				Phase:   v1alpha1.PodGroupFailed,
-				Reason: "again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+				Reason: "again after the loop placed refused members anew, kube-scheduler refuses member train-3 at node n2, where it is pinned, 1m30s after its admission (" + refusal +
 					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s",
 			},
 		},
@@ -122,9 +122,9 @@ func TestRefusedPins(t *testing.T) {
 			want: result{
 				Evicted: []string{"train-2"},
 				Events: []string{evictedTrain2, evictedTrain2,
-					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refuses member train-3 at node n2, where it is pinned, 1m30s after its admission (" + refusal +
 						"); train-3 is left pinned while the gang runs at its minimum",
-					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refused member train-3 at node n2, where it is pinned, for 1m30s (" + refusal +
+					"Warning PinRefused again after the loop placed refused members anew, kube-scheduler refuses member train-3 at node n2, where it is pinned, 1m30s after its admission (" + refusal +
 						"); train-3 is left pinned while the gang runs at its minimum",
 				},
 				Phase: v1alpha1.PodGroupRunning,
@@ -138,11 +138,11 @@ func TestRefusedPins(t *testing.T) {
 			},
 			want: result{
 				Evicted: []string{"train-0", "train-1", "train-2"},
-				Events: slices.Repeat([]string{"Warning PinRefused kube-scheduler refused member train-2 at node n2, where it is pinned, for 2m0s (" + refusal +
+				Events: slices.Repeat([]string{"Warning PinRefused kube-scheduler refuses member train-2 at node n2, where it is pinned, 2m0s after its admission (" + refusal +
 					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s"}, 3),
 				Backoff: true,
 				Phase:   v1alpha1.PodGroupFailed,
-				Reason: "kube-scheduler refused member train-2 at node n2, where it is pinned, for 2m0s (" + refusal +
+				Reason: "kube-scheduler refuses member train-2 at node n2, where it is pinned, 2m0s after its admission (" + refusal +
 					"); evicted 3 pods with a controller; the gang is requeued and tries again in 10s",
 			},
 		},

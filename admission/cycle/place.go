@@ -606,11 +606,11 @@ func (c *cycle) nodeRoom(name string) (nodeRoom, bool) {
 	if n == nil || n.Node == nil {
 		return nodeRoom{}, false
 	}
-	alloc := n.Node.Status.Allocatable
+	alloc := n.allocatable()
 	// A node without allocatable pods (a kwok node before it has a
 	// status, a kubelet that has not reported) takes none: kube-scheduler
 	// refuses it every pod ("Too many pods").
-	r := nodeRoom{pods: alloc.Pods().Value(), cpu: alloc.Cpu().MilliValue(), memory: alloc.Memory().Value()}
+	r := nodeRoom{pods: alloc[0], cpu: alloc[1], memory: alloc[2]}
 	if c.ignoreNodeUse {
 		// findRoom asks what the node takes once its pods end.
 		return r, true

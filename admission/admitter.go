@@ -40,6 +40,10 @@ const (
 	// DefaultStarvationBound is how long a queue's head of line waits
 	// before the loop holds room for it.
 	DefaultStarvationBound = 3 * time.Minute
+	// DefaultRefusedPinTimeout is how long kube-scheduler may refuse a
+	// gang member at the node the loop pinned it to before the loop gives
+	// the pin up (when that comes before the gang's schedule timeout).
+	DefaultRefusedPinTimeout = time.Minute
 	// DefaultInflightTTL is how long a released single pod's simulated place
 	// counts: as long as the extender keeps an assignment kube-scheduler
 	// has not bound (its --assume-ttl default).
@@ -78,6 +82,12 @@ type AdmitterOptions struct {
 	Released ReleasedPodSink
 	// ScheduleTimeout is the default of PodGroup scheduleTimeoutSeconds.
 	ScheduleTimeout time.Duration
+	// RefusedPinTimeout is how long kube-scheduler may refuse a gang
+	// member at the node it is pinned to (PodScheduled False,
+	// Unschedulable) before the loop evicts it to place it again, or
+	// requeues the gang when none of it runs, if that comes before the
+	// schedule timeout; 0 leaves refusals to the schedule timeout.
+	RefusedPinTimeout time.Duration
 	// PreemptMinRuntime protects young workloads from eviction.
 	PreemptMinRuntime time.Duration
 	// DisablePreemption turns reclaim and preemption off.
@@ -117,7 +127,7 @@ type AdmitterOptions struct {
 // DefaultAdmitterOptions returns the defaults.
 func DefaultAdmitterOptions() AdmitterOptions {
 	return AdmitterOptions{
-		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout,
+		Placement: gpu.PlacementBinpack, ScheduleTimeout: DefaultScheduleTimeout, RefusedPinTimeout: DefaultRefusedPinTimeout,
 		PreemptMinRuntime: DefaultPreemptMinRuntime, Interval: DefaultAdmissionInterval, InflightTTL: DefaultInflightTTL,
 		StarvationBound: DefaultStarvationBound,
 		DefaultQueue:    v1alpha1.DefaultQueueName,
@@ -163,6 +173,12 @@ type Admitter struct {
 	// timedOut remembers the admission (by its start) a timeout was handled
 	// for, and what was said.
 	timedOut map[cycle.WorkloadKey]timeout
+	// refusedPins are the unbound members whose refused pin was handled
+	// (evicted, or left as they are), until they bind or go; repinned
+	// remembers the admission (by its start) whose refused members were
+	// evicted to be placed again, which is done once an admission.
+	refusedPins map[types.UID]struct{}
+	repinned    map[cycle.WorkloadKey]time.Time
 	// told is the last reason and message told about a waiting workload.
 	told map[cycle.WorkloadKey]string
 	// toldPods are the pods told they wait (a partita.dev/Admitted=False
@@ -224,6 +240,7 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		clock: clk, synced: synced, opts: opts, metrics: metrics, trigger: make(chan struct{}, 1),
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[cycle.WorkloadKey]backoffState{}, timedOut: map[cycle.WorkloadKey]timeout{},
+		refusedPins: map[types.UID]struct{}{}, repinned: map[cycle.WorkloadKey]time.Time{},
 		told: map[cycle.WorkloadKey]string{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[cycle.WorkloadKey]podGroupWrite{},
 		refused:   map[cycle.WorkloadKey]refusal{}, finishing: map[cycle.WorkloadKey]finishing{},
@@ -364,6 +381,11 @@ func (a *Admitter) expire(now time.Time) {
 	for uid := range a.reserved {
 		if present, bound := a.cache.PodState(uid); bound || !present {
 			delete(a.reserved, uid)
+		}
+	}
+	for uid := range a.refusedPins {
+		if present, bound := a.cache.PodState(uid); bound || !present {
+			delete(a.refusedPins, uid)
 		}
 	}
 	for k, b := range a.backoff {
@@ -614,9 +636,9 @@ func keepInDomain(pod *corev1.Pod, domain map[string]string) {
 // handleTimeouts releases gangs that did not bind fully in time: members
 // with a controller are evicted (their controller makes new ones, which
 // wait again), reservations are dropped, the workload backs off. Bare pods
-// are never deleted.
+// are never deleted. A member kube-scheduler keeps refusing at the node it
+// is pinned to is released sooner (releaseRefusedPins).
 func (a *Admitter) handleTimeouts(ctx context.Context, st *cycle.State, now time.Time) {
-	log := logr.FromContextOrDiscard(ctx)
 	gangs := make(map[cycle.WorkloadKey]bool, len(st.Gangs))
 	for _, w := range st.Gangs {
 		gangs[w.Key] = true
@@ -624,6 +646,11 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *cycle.State, now time
 	for key := range a.timedOut {
 		if !gangs[key] {
 			delete(a.timedOut, key)
+		}
+	}
+	for key := range a.repinned {
+		if !gangs[key] {
+			delete(a.repinned, key)
 		}
 	}
 	for _, w := range st.Gangs {
@@ -639,46 +666,65 @@ func (a *Admitter) handleTimeouts(ctx context.Context, st *cycle.State, now time
 				admittedByLoop = false
 			}
 		}
-		if !admittedByLoop || bound >= int(w.MinMember) || bound-int(w.Succeeded) == len(w.Active) {
+		if !admittedByLoop || bound-int(w.Succeeded) == len(w.Active) {
 			continue
 		}
 		started := w.Started()
 		limit := a.scheduleTimeout(w)
-		if now.Sub(started) < limit || a.timedOut[w.Key].started.Equal(started) {
+		if a.timedOut[w.Key].started.Equal(started) {
 			continue
 		}
-		b := a.backoff[w.Key]
-		b.delay = min(max(backoffBase, 2*b.delay), backoffMax)
-		b.until = now.Add(b.delay)
-		a.backoff[w.Key] = b
-		msg := fmt.Sprintf("only %d of %d members bound within %s; ", bound, w.MinMember, limit)
-		evicted := 0
-		for _, m := range w.Active {
-			if !m.Bound {
-				a.ledger.Forget(m.Pod.UID)
-				delete(a.reserved, m.Pod.UID)
-			}
-			if metav1.GetControllerOf(m.Pod) == nil {
-				continue
-			}
-			if err := a.evictPod(ctx, m.Pod, false); err != nil {
-				log.Error(err, "Failed to evict pod of a timed-out gang", "pod", klog.KObj(m.Pod))
-				continue
-			}
-			evicted++
+		if bound < int(w.MinMember) && now.Sub(started) >= limit {
+			a.timeOut(ctx, w, bound, v1alpha1.ReasonScheduleTimeout, fmt.Sprintf("only %d of %d members bound within %s; ", bound, w.MinMember, limit), now)
+			continue
 		}
-		if evicted > 0 {
-			msg += fmt.Sprintf("evicted %d pods with a controller; the gang is requeued and tries again in %s", evicted, b.delay)
-		} else {
-			msg += "its pods have no controller, so they are left as they are"
+		if refused := a.refusedPinned(w, limit, now); len(refused) > 0 {
+			a.releaseRefusedPins(ctx, w, bound, refused, now)
 		}
-		for _, m := range w.Active {
-			a.event(m.Pod, corev1.EventTypeWarning, v1alpha1.ReasonScheduleTimeout, "Timeout", msg)
-		}
-		a.timedOut[w.Key] = timeout{started: started, message: msg}
-		a.metrics.evicted("timeout")
-		log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
 	}
+}
+
+// timeOut requeues w: its reservations are dropped, its members with a
+// controller evicted, and it backs off. reason is the events' (the
+// schedule timeout, or a pin kube-scheduler refuses), why begins the
+// message.
+func (a *Admitter) timeOut(ctx context.Context, w *cycle.Workload, bound int, reason, why string, now time.Time) {
+	log := logr.FromContextOrDiscard(ctx)
+	b := a.backoff[w.Key]
+	b.delay = min(max(backoffBase, 2*b.delay), backoffMax)
+	b.until = now.Add(b.delay)
+	a.backoff[w.Key] = b
+	msg := why
+	evicted := 0
+	for _, m := range w.Active {
+		if !m.Bound {
+			a.ledger.Forget(m.Pod.UID)
+			delete(a.reserved, m.Pod.UID)
+		}
+		if metav1.GetControllerOf(m.Pod) == nil {
+			continue
+		}
+		if err := a.evictPod(ctx, m.Pod, false); err != nil {
+			log.Error(err, "Failed to evict pod of a timed-out gang", "pod", klog.KObj(m.Pod))
+			continue
+		}
+		evicted++
+	}
+	if evicted > 0 {
+		msg += fmt.Sprintf("evicted %d pods with a controller; the gang is requeued and tries again in %s", evicted, b.delay)
+	} else {
+		msg += "its pods have no controller, so they are left as they are"
+	}
+	for _, m := range w.Active {
+		a.event(m.Pod, corev1.EventTypeWarning, reason, "Timeout", msg)
+	}
+	a.timedOut[w.Key] = timeout{started: w.Started(), message: msg}
+	cause := "timeout"
+	if reason == v1alpha1.ReasonPinRefused {
+		cause = "refused"
+	}
+	a.metrics.evicted(cause)
+	log.Info("Gang did not bind in time", "workload", w.Key.String(), "bound", bound, "minMember", w.MinMember)
 }
 
 // logRooms logs the rooms held for heads of line as they come and go.

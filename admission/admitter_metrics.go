@@ -41,7 +41,7 @@ func NewAdmitterMetrics(reg prometheus.Registerer) *AdmitterMetrics {
 		}, []string{"kind"}),
 		evictions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_admission_evictions_total",
-			Help: "Workloads evicted, by cause: reclaim, preempt or timeout.",
+			Help: "Workloads evicted, by cause: reclaim, preempt, timeout, or refused (gang members kube-scheduler kept refusing at the nodes they were pinned to).",
 		}, []string{"cause"}),
 		pending: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "partita_admission_pending_workloads",

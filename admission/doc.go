@@ -8,9 +8,10 @@
 // cycle.Cache from informers (admitter_feed.go), runs cycle.Run on a
 // snapshot of the GPU ledger, and carries out the decision: it holds the
 // placed devices in the ledger, pins and ungates members
-// (admitter.go, admitter_patch.go), evicts victims whole
-// (admitter_evict.go), writes Queue and PodGroup status and pod conditions
-// (admitter_status.go, conditions.go), keeps the PodGroups of mapped
+// (admitter.go, admitter_patch.go), gives up pins kube-scheduler keeps
+// refusing (admitter_pins.go), evicts victims whole
+// (admitter_evict.go), writes Queue and PodGroup status and pod
+// conditions (admitter_status.go, conditions.go), keeps the PodGroups of mapped
 // workloads (admitter_mapped.go), and counts what it did
 // (admitter_metrics.go). The quota decision asks the Rego policy
 // (quota.go). HeartbeatMonitor marks the nodes whose agent stopped

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,16 +62,44 @@ const SimulatedNodeSelector = kwokNodeType + "=kwok"
 // NodeName is the name of the i-th simulated GPU node.
 func NodeName(i int) string { return fmt.Sprintf("gpu-node-%d", i) }
 
+// SimulatedNodeResources is what each simulated GPU node offers pods
+// besides its GPUs: the capacity and allocatable `up` writes on the nodes
+// it creates, and that the agent fills in on a kwok node added by hand
+// (AgentNodeResourcesFlag).
+func SimulatedNodeResources() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse("64"),
+		corev1.ResourceMemory: resource.MustParse("512Gi"),
+		corev1.ResourcePods:   resource.MustParse("110"),
+	}
+}
+
+// AgentNodeResourcesFlag is the agent's --simulate-node-resources value for
+// the dev cluster: a kwok node added by hand gets SimulatedNodeResources
+// where its status has none. Without it such a node could get its GPU
+// capacity from the agent before kwok writes its status, which kwok then
+// keeps as it is, without pods, CPU or memory: no pod could bind there.
+func AgentNodeResourcesFlag() string {
+	r := SimulatedNodeResources()
+	names := make([]string, 0, len(r))
+	for n := range r {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		q := r[corev1.ResourceName(n)]
+		parts[i] = n + "=" + q.String()
+	}
+	return "--simulate-node-resources=" + strings.Join(parts, ",")
+}
+
 // SimulatedGPUNode returns the Node object of the i-th simulated GPU node. It
 // carries GPU Feature Discovery's labels, so the node agent's simulated
 // backend can derive its devices from them.
 func SimulatedGPUNode(i, gpus int, model GPUModel) *corev1.Node {
 	name := NodeName(i)
-	capacity := corev1.ResourceList{
-		corev1.ResourceCPU:    resource.MustParse("64"),
-		corev1.ResourceMemory: resource.MustParse("512Gi"),
-		corev1.ResourcePods:   resource.MustParse("110"),
-	}
+	capacity := SimulatedNodeResources()
 	return &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name,

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -107,6 +108,14 @@ type Options struct {
 	// node's partita.dev/gpu-milli capacity, which the agent then removes;
 	// it also reads what pods hold through their claims.
 	Slices SlicePublisher
+	// NodeResources are, for a fleet of simulated nodes, the allocatable
+	// and capacity a served node gets of each of these resources (pods,
+	// cpu, memory) where its status has none: a kwok node has no kubelet to
+	// report them, and kwok writes its defaults only into a status with no
+	// allocatable at all, which the node's partita.dev/gpu-milli may reach
+	// first. Written in the same patch as the GPU capacity. Nil leaves
+	// them alone; a single-node agent may not set them.
+	NodeResources corev1.ResourceList
 	// GPUDrivers are the DRA drivers whose devices are GPUs: one of them
 	// that publishes devices on a served node without UUIDs owns all its
 	// GPUs (dra.ForeignGPUs). dra.DefaultGPUDrivers when nil.
@@ -127,6 +136,8 @@ func (o *Options) defaults() error {
 		return errors.New("configure the agent: set exactly one of a node name and a node selector")
 	case o.Backends == nil:
 		return errors.New("configure the agent: no backend")
+	case len(o.NodeResources) > 0 && o.NodeSelector == nil:
+		return errors.New("configure the agent: node resources are filled in for a fleet of simulated nodes only, whose kubelet is missing")
 	}
 	if o.Enforce == "" {
 		o.Enforce = EnforceReport
@@ -964,39 +975,43 @@ func (a *Agent) publish(ctx context.Context, node *corev1.Node, gn *v1alpha1.GPU
 }
 
 // publishCapacity sets the node's partita.dev/gpu-milli capacity and
-// allocatable to milli, when they differ. The kubelet copies capacity to
-// allocatable for extended resources; kwok does not, so the agent sets both.
+// allocatable to milli, when they differ, with the node resources it lacks
+// (Options.NodeResources). The kubelet copies capacity to allocatable for
+// extended resources; kwok does not, so the agent sets both.
 func (a *Agent) publishCapacity(ctx context.Context, node *corev1.Node, st *nodeState, milli int64) error {
 	a.opts.Metrics.capacityMilli.WithLabelValues(node.Name).Set(float64(milli))
 	if node.ResourceVersion == st.capacityFrom && milli == st.capacity {
 		return nil // the cache has not caught up with our last patch
 	}
-	if c, al := nodeMilli(node); c == milli && al == milli {
+	fill := missingResources(node, a.opts.NodeResources)
+	if c, al := nodeMilli(node); c == milli && al == milli && fill.empty() {
 		return nil
 	}
-	if err := a.patchCapacity(ctx, node, &milli); err != nil {
+	if err := a.patchCapacity(ctx, node, &milli, fill); err != nil {
 		return err
 	}
-	logr.FromContextOrDiscard(ctx).V(2).Info("Set node GPU capacity", "gpuMilli", milli)
+	logr.FromContextOrDiscard(ctx).V(2).Info("Set node GPU capacity", "gpuMilli", milli, "filledIn", fill.String())
 	st.capacity, st.capacityFrom = milli, node.ResourceVersion
 	return nil
 }
 
 // withdrawCapacity removes the node's partita.dev/gpu-milli capacity in dra
 // mode: the devices are offered as ResourceSlices, and offering them twice
-// would let the extender's pods and the claims book them twice.
+// would let the extender's pods and the claims book them twice. It fills in
+// the node resources the node lacks as publishCapacity does.
 func (a *Agent) withdrawCapacity(ctx context.Context, node *corev1.Node, st *nodeState) error {
 	a.opts.Metrics.capacityMilli.WithLabelValues(node.Name).Set(0)
-	if c, al := nodeMilli(node); c < 0 && al < 0 {
-		return nil
-	}
 	if node.ResourceVersion == st.capacityFrom && st.capacity == -1 {
 		return nil // the cache has not caught up with our last patch
 	}
-	if err := a.patchCapacity(ctx, node, nil); err != nil {
+	fill := missingResources(node, a.opts.NodeResources)
+	if c, al := nodeMilli(node); c < 0 && al < 0 && fill.empty() {
+		return nil
+	}
+	if err := a.patchCapacity(ctx, node, nil, fill); err != nil {
 		return err
 	}
-	logr.FromContextOrDiscard(ctx).V(2).Info("Removed node GPU capacity: its GPUs are DRA devices")
+	logr.FromContextOrDiscard(ctx).V(2).Info("Removed node GPU capacity: its GPUs are DRA devices", "filledIn", fill.String())
 	st.capacity, st.capacityFrom = -1, node.ResourceVersion
 	return nil
 }
@@ -1046,17 +1061,11 @@ func (a *Agent) claimAllocationsOn(ctx context.Context, inv *gpu.NodeInventory, 
 }
 
 // patchCapacity sets (or, with nil, removes) the node's gpu-milli capacity
-// and allocatable.
-func (a *Agent) patchCapacity(ctx context.Context, node *corev1.Node, milli *int64) error {
-	var v any
-	if milli != nil {
-		q := milliQuantity(*milli)
-		v = q.String()
-	}
-	r := map[string]any{string(v1alpha1.ResourceGPUMilli): v}
-	data, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": r, "allocatable": r}})
+// and allocatable, and fills in what fill says the node lacks.
+func (a *Agent) patchCapacity(ctx context.Context, node *corev1.Node, milli *int64, fill resourceFill) error {
+	data, err := capacityPatch(milli, fill)
 	if err != nil {
-		return fmt.Errorf("encode capacity patch: %w", err)
+		return err
 	}
 	err = a.client.Status().Patch(ctx, node.DeepCopy(), client.RawPatch(types.MergePatchType, data))
 	a.countWrite(writeCapacity, err)
@@ -1064,6 +1073,116 @@ func (a *Agent) patchCapacity(ctx context.Context, node *corev1.Node, milli *int
 		return fmt.Errorf("patch node capacity: %w", err)
 	}
 	return nil
+}
+
+// capacityPatch is the merge patch of a node's status that sets milli as
+// its gpu-milli capacity and allocatable (nil removes them) and adds fill.
+// A merge patch names only its keys: what the kubelet, kwok or a person
+// wrote of other resources stays.
+func capacityPatch(milli *int64, fill resourceFill) ([]byte, error) {
+	var v any
+	if milli != nil {
+		q := milliQuantity(*milli)
+		v = q.String()
+	}
+	side := func(l corev1.ResourceList) map[string]any {
+		r := map[string]any{string(v1alpha1.ResourceGPUMilli): v}
+		for name, q := range l {
+			r[string(name)] = q.String()
+		}
+		return r
+	}
+	data, err := json.Marshal(map[string]any{"status": map[string]any{"capacity": side(fill.capacity), "allocatable": side(fill.allocatable)}})
+	if err != nil {
+		return nil, fmt.Errorf("encode capacity patch: %w", err)
+	}
+	return data, nil
+}
+
+// resourceFill is what a node's status lacks of Options.NodeResources, on
+// each side.
+type resourceFill struct {
+	capacity, allocatable corev1.ResourceList
+}
+
+func (f resourceFill) empty() bool { return len(f.capacity) == 0 && len(f.allocatable) == 0 }
+
+// String names the resources filled in, for logs: "allocatable pods, cpu".
+func (f resourceFill) String() string {
+	var parts []string
+	for _, side := range []struct {
+		name string
+		l    corev1.ResourceList
+	}{{"capacity", f.capacity}, {"allocatable", f.allocatable}} {
+		if len(side.l) == 0 {
+			continue
+		}
+		names := make([]string, 0, len(side.l))
+		for n := range side.l {
+			names = append(names, string(n))
+		}
+		slices.Sort(names)
+		parts = append(parts, side.name+" "+strings.Join(names, ", "))
+	}
+	return strings.Join(parts, "; ")
+}
+
+// missingResources is what node's status lacks of want: each resource of
+// want absent from its capacity or its allocatable, on that side. A
+// resource present, whatever its value, is left as it is.
+func missingResources(node *corev1.Node, want corev1.ResourceList) resourceFill {
+	var f resourceFill
+	for name, q := range want {
+		if _, ok := node.Status.Capacity[name]; !ok {
+			if f.capacity == nil {
+				f.capacity = corev1.ResourceList{}
+			}
+			f.capacity[name] = q
+		}
+		if _, ok := node.Status.Allocatable[name]; !ok {
+			if f.allocatable == nil {
+				f.allocatable = corev1.ResourceList{}
+			}
+			f.allocatable[name] = q
+		}
+	}
+	return f
+}
+
+// ParseNodeResources reads a --simulate-node-resources value:
+// "pods=110,cpu=64,memory=512Gi", quantities as Kubernetes writes them.
+// Only pods, cpu and memory may be named: the GPUs are the agent's to
+// count.
+func ParseNodeResources(s string) (corev1.ResourceList, error) {
+	out := corev1.ResourceList{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(part, "=")
+		if !ok {
+			return nil, fmt.Errorf("read node resource %q: want name=quantity, e.g. pods=110", part)
+		}
+		rn := corev1.ResourceName(strings.TrimSpace(name))
+		switch rn {
+		case corev1.ResourcePods, corev1.ResourceCPU, corev1.ResourceMemory:
+		default:
+			return nil, fmt.Errorf("read node resource %q: want pods, cpu or memory", part)
+		}
+		q, err := resource.ParseQuantity(strings.TrimSpace(value))
+		if err != nil {
+			return nil, fmt.Errorf("read node resource %q: %w", part, err)
+		}
+		if q.Sign() <= 0 {
+			return nil, fmt.Errorf("read node resource %q: want a positive amount", part)
+		}
+		if _, dup := out[rn]; dup {
+			return nil, fmt.Errorf("read node resources %q: %s named twice", s, rn)
+		}
+		out[rn] = q
+	}
+	return out, nil
 }
 
 func (a *Agent) countWrite(kind string, err error) {
@@ -1103,7 +1222,7 @@ func (a *Agent) release(ctx context.Context, name string) error {
 		switch {
 		case err == nil:
 			if c, al := nodeMilli(live); c >= 0 || al >= 0 {
-				if err := a.patchCapacity(ctx, live, nil); err != nil && !apierrors.IsNotFound(err) {
+				if err := a.patchCapacity(ctx, live, nil, resourceFill{}); err != nil && !apierrors.IsNotFound(err) {
 					return err
 				}
 			}

@@ -179,10 +179,12 @@ type queueInfo struct {
 	status  v1alpha1.QueueStatus
 }
 
-// nodeInfo is a node and the CPU and memory its pods request.
+// nodeInfo is a node, the CPU and memory its pods request, and how many
+// pods it holds: those bound to it and those the loop pinned to it.
 type nodeInfo struct {
 	node             *corev1.Node
 	cpuMilli, memory int64
+	pods             int64
 }
 
 // NewCache returns an empty cache.
@@ -380,17 +382,34 @@ func (c *Cache) removePod(uid types.UID) {
 	c.chargeNode(old, -1)
 }
 
+// chargeNode counts (sign 1) or uncounts (sign -1) a pod on the node whose
+// room it takes. Every pod counts, GPU or not: kube-scheduler's
+// NodeResourcesFit weighs them all.
 func (c *Cache) chargeNode(p *podInfo, sign int64) {
-	if p.node == "" || p.done {
+	name := p.chargedNode()
+	if name == "" || p.done {
 		return
 	}
-	n := c.nodes[p.node]
+	n := c.nodes[name]
 	if n == nil {
 		n = &nodeInfo{}
-		c.nodes[p.node] = n
+		c.nodes[name] = n
 	}
 	n.cpuMilli += sign * p.cpuMilli
 	n.memory += sign * p.memory
+	n.pods += sign
+}
+
+// chargedNode is the node whose room the pod takes: its node once bound;
+// while unbound, the node the loop pinned it to (partita.dev/node, written
+// with its release), where kube-scheduler can only bind it. Counting the
+// pinned member from its release keeps a later cycle from giving its room
+// to another pod before it binds. "" for none.
+func (p *podInfo) chargedNode() string {
+	if p.node != "" || p.gated {
+		return p.node
+	}
+	return p.pod.Annotations[v1alpha1.AnnotationNode]
 }
 
 // UpsertNode adds or updates a node.

@@ -262,8 +262,9 @@ type cycle struct {
 	quota  QuotaChecker
 	opts   Options
 	queues map[string]*queueState
-	// extra are the CPU and memory requests the cycle placed on each node.
-	extra map[string]*[2]int64
+	// extra are the CPU and memory requests, and the number of pods, the
+	// cycle placed on each node.
+	extra map[string]*[3]int64
 	// failedShapes are member requests that found no room this cycle: room
 	// only shrinks within a cycle, so they fail again.
 	failedShapes map[string]*failure
@@ -355,7 +356,7 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		ctx: ctx, st: st, snap: snap, quota: quota, opts: opts,
 		waiting:      make([]Wait, 0, pending),
 		queues:       make(map[string]*queueState, len(st.Queues)),
-		extra:        map[string]*[2]int64{},
+		extra:        map[string]*[3]int64{},
 		failedShapes: map[string]*failure{},
 		evicting:     map[WorkloadKey]bool{},
 		clusterMilli: snap.CapacityMilli(),
@@ -828,16 +829,21 @@ func (c *cycle) quotaRequest(q *queueState, w *Workload, members []*Member, mill
 	return req
 }
 
-// charge records a member's CPU and memory on its node for the rest of the
-// cycle.
+// charge records a member's CPU and memory, and the pod itself, on its
+// node for the rest of the cycle.
 func (c *cycle) charge(node string, m *Member) {
+	if node == "" {
+		// A claim member kube-scheduler places: no node of the cycle's.
+		return
+	}
 	e := c.extra[node]
 	if e == nil {
-		e = &[2]int64{}
+		e = &[3]int64{}
 		c.extra[node] = e
 	}
 	e[0] += m.CPUMilli
 	e[1] += m.Memory
+	e[2]++
 }
 
 func (c *cycle) result() *Result {
@@ -874,6 +880,14 @@ func (c *cycle) result() *Result {
 // numbers for a single pod.
 func capacityMessage(w *Workload, members []*Member, err error) string {
 	shape := describeMembers(members)
+	var re *roomError
+	if errors.As(err, &re) {
+		// The GPUs are not what it waits for: say what is.
+		if w.Key.IsGang() {
+			return fmt.Sprintf("gang needs %s; %v", shape, re)
+		}
+		return fmt.Sprintf("pod needs %s; %v", shape, re)
+	}
 	var ge *gpu.GangError
 	if len(members) > 1 && errors.As(err, &ge) {
 		if ge.Member == 0 && errors.Is(err, errNoCandidate) {

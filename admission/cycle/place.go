@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
@@ -17,8 +18,9 @@ import (
 )
 
 // errNoCandidate is the answer for a member no node can take, whatever its
-// devices: node selector, affinity, taints, or CPU and memory room.
-var errNoCandidate = fmt.Errorf("no GPU node passes the pod's node selector, affinity and tolerations with CPU and memory room to spare")
+// devices and room: node selector, affinity, taints. A member that passes
+// them on some node but finds no room there gets a *roomError.
+var errNoCandidate = errors.New("no GPU node passes the pod's node selector, affinity and tolerations")
 
 // failure is a placement that failed in this cycle, with its message for
 // users, made once.
@@ -418,8 +420,11 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 	}
 	names := make([]string, 0, len(cands))
 	caps := make([]int, 0, len(cands))
+	capped := false
 	for _, name := range cands {
-		if n := c.room(name, g.members[0]); n > 0 {
+		n := c.room(name, g.members[0])
+		capped = capped || n < len(g.members)
+		if n > 0 {
 			if own {
 				n = 1
 			}
@@ -427,8 +432,11 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 			caps = append(caps, n)
 		}
 	}
-	if len(names) == 0 {
+	if len(cands) == 0 {
 		return nil, &gpu.GangError{Total: len(g.members), Cause: errNoCandidate}
+	}
+	if len(names) == 0 {
+		return nil, &gpu.GangError{Total: len(g.members), Cause: c.roomShortNodes(cands, g.members[0], false, 0, len(g.members), 1)}
 	}
 	reqs := make([]*gpu.PodRequest, len(g.members))
 	for i, m := range g.members {
@@ -438,7 +446,21 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 	if reqs[0].Placement == "" {
 		placement = c.opts.Placement
 	}
-	return c.snap.PlaceGangCapped(reqs, names, caps, placement)
+	allocs, err := c.snap.PlaceGangCapped(reqs, names, caps, placement)
+	var ge *gpu.GangError
+	if err == nil || !capped || topo || !errors.As(err, &ge) {
+		return allocs, err
+	}
+	// The nodes' room held some members back. If the GPUs alone would
+	// take them all, room is why they wait, and the wait says so.
+	if all, uncapped := c.snap.PlaceGang(reqs, cands, placement); uncapped == nil {
+		for _, a := range all {
+			c.snap.Forget(a.UID)
+		}
+		return nil, &gpu.GangError{Total: ge.Total, Member: ge.Member, UID: ge.UID,
+			Cause: c.roomShortNodes(cands, g.members[0], true, ge.Member, len(g.members), len(g.members))}
+	}
+	return nil, err
 }
 
 // staticCandidates are the GPU nodes, in name order, whose selector,
@@ -568,31 +590,163 @@ func schedulingTaint(t *corev1.Taint) bool {
 	return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 }
 
-// room is how many pods like m node can still take by CPU and memory.
-func (c *cycle) room(name string, m *Member) int {
+// nodeRoom is what a node offers pods and what its pods take of it, as
+// kube-scheduler's NodeResourcesFit counts them: allocatable pods, CPU
+// (milli) and memory (bytes), and the pods bound or pinned to the node
+// with the members the cycle placed there.
+type nodeRoom struct {
+	pods, cpu, memory             int64
+	usedPods, usedCPU, usedMemory int64
+}
+
+// nodeRoom reads name's room; ok is false for a node the cycle does not
+// know.
+func (c *cycle) nodeRoom(name string) (nodeRoom, bool) {
 	n := c.st.Nodes[name]
 	if n == nil || n.Node == nil {
-		return 0
+		return nodeRoom{}, false
 	}
-	var extraCPU, extraMem int64
-	if e := c.extra[name]; e != nil {
-		extraCPU, extraMem = e[0], e[1]
-	}
-	usedCPU, usedMem := n.CPUMilli+extraCPU, n.Memory+extraMem
+	alloc := n.allocatable()
+	// A node without allocatable pods (a kwok node before it has a
+	// status, a kubelet that has not reported) takes none: kube-scheduler
+	// refuses it every pod ("Too many pods").
+	r := nodeRoom{pods: alloc[0], cpu: alloc[1], memory: alloc[2]}
 	if c.ignoreNodeUse {
 		// findRoom asks what the node takes once its pods end.
-		usedCPU, usedMem = 0, 0
+		return r, true
 	}
-	fit := math.MaxInt32
-	alloc := n.Node.Status.Allocatable
+	r.usedPods, r.usedCPU, r.usedMemory = n.Pods, n.CPUMilli, n.Memory
+	if e := c.extra[name]; e != nil {
+		r.usedCPU += e[0]
+		r.usedMemory += e[1]
+		r.usedPods += e[2]
+	}
+	return r, true
+}
+
+// fit is how many more pods like m the room takes by each resource:
+// pods, CPU and memory (math.MaxInt32 for a resource m does not ask for).
+func (r nodeRoom) fit(m *Member) (pods, cpu, memory int) {
+	pods, cpu, memory = clampInt(r.pods-r.usedPods), math.MaxInt32, math.MaxInt32
 	if m.CPUMilli > 0 {
-		fit = min(fit, int((alloc.Cpu().MilliValue()-usedCPU)/m.CPUMilli))
+		cpu = clampInt((r.cpu - r.usedCPU) / m.CPUMilli)
 	}
 	if m.Memory > 0 {
-		fit = min(fit, int((alloc.Memory().Value()-usedMem)/m.Memory))
+		memory = clampInt((r.memory - r.usedMemory) / m.Memory)
 	}
-	return fit
+	return pods, cpu, memory
 }
+
+func clampInt(v int64) int { return int(max(min(v, math.MaxInt32), math.MinInt32)) }
+
+// room is how many pods like m node can still take by pods, CPU and
+// memory.
+func (c *cycle) room(name string, m *Member) int {
+	r, ok := c.nodeRoom(name)
+	if !ok {
+		return 0
+	}
+	pods, cpu, memory := r.fit(m)
+	return min(pods, cpu, memory)
+}
+
+// shortfall says why node name takes fewer than want more pods like m, in
+// words with the numbers ("node n3 has no room for more pods (110 of
+// 110)"); "" when it takes want.
+func (c *cycle) shortfall(name string, m *Member, want int) string {
+	r, ok := c.nodeRoom(name)
+	if !ok {
+		return ""
+	}
+	pods, cpu, memory := r.fit(m)
+	fit := min(pods, cpu, memory)
+	if fit >= want {
+		return ""
+	}
+	var why []string
+	switch {
+	case pods > fit:
+	case r.pods <= 0:
+		why = append(why, "publishes no allocatable pods (no kubelet, or kwok, has reported its capacity)")
+	case pods <= 0:
+		why = append(why, fmt.Sprintf("has no room for more pods (%d of %d)", r.usedPods, r.pods))
+	default:
+		why = append(why, fmt.Sprintf("has room for %d more pods (%d of %d)", pods, r.usedPods, r.pods))
+	}
+	if cpu == fit {
+		why = append(why, fmt.Sprintf("has %s of %s CPUs free and the pod asks for %s",
+			milliCPU(r.cpu-r.usedCPU), milliCPU(r.cpu), milliCPU(m.CPUMilli)))
+	}
+	if memory == fit {
+		why = append(why, fmt.Sprintf("has %s of %s of memory free and the pod asks for %s",
+			bytesOf(r.memory-r.usedMemory), bytesOf(r.memory), bytesOf(m.Memory)))
+	}
+	return "node " + name + " " + strings.Join(why, " and ")
+}
+
+func milliCPU(v int64) string {
+	q := resource.NewMilliQuantity(max(v, 0), resource.DecimalSI)
+	return q.String()
+}
+
+func bytesOf(v int64) string {
+	q := resource.NewQuantity(max(v, 0), resource.BinarySI)
+	return q.String()
+}
+
+// roomError says that members find GPUs but not the room on the nodes
+// that kube-scheduler's NodeResourcesFit checks: pods, CPU or memory.
+// Pinned there, a member would wait for kube-scheduler beside members
+// already running.
+type roomError struct {
+	// gpusFree: the GPUs would take every member if room did not count;
+	// fit is then how many of the total members the nodes' room takes.
+	gpusFree   bool
+	fit, total int
+	// candidates is how many nodes the members may run on.
+	candidates int
+	// nodes say why the first nodes short of room are; more counts the
+	// others.
+	nodes []string
+	more  int
+}
+
+func (e *roomError) Error() string {
+	list := strings.Join(e.nodes, "; ")
+	if e.more > 0 {
+		list += fmt.Sprintf("; and %d more", e.more)
+	}
+	switch {
+	case e.gpusFree && e.fit > 0:
+		return fmt.Sprintf("its GPUs are free, but the nodes' room for pods, CPU and memory takes only %d of the %d: %s", e.fit, e.total, list)
+	case e.gpusFree:
+		return "its GPUs are free, but not on a node with room for pods, CPU and memory: " + list
+	case e.candidates == 1:
+		return list
+	}
+	return fmt.Sprintf("none of the %d GPU nodes it may run on has room for pods, CPU and memory: %s", e.candidates, list)
+}
+
+// roomShortNodes is the roomError for total members like m on nodes,
+// naming the nodes that take fewer than want of them. With gpusFree the
+// GPUs would take them all, and fit of them fit by room.
+func (c *cycle) roomShortNodes(nodes []string, m *Member, gpusFree bool, fit, total, want int) *roomError {
+	e := &roomError{gpusFree: gpusFree, fit: fit, total: total, candidates: len(nodes)}
+	for _, name := range nodes {
+		why := c.shortfall(name, m, want)
+		switch {
+		case why == "":
+		case len(e.nodes) < maxRoomNodes:
+			e.nodes = append(e.nodes, why)
+		default:
+			e.more++
+		}
+	}
+	return e
+}
+
+// maxRoomNodes is how many nodes short of room a wait names.
+const maxRoomNodes = 3
 
 // requestShape is the member's request and placement in words, computed
 // once per member.

@@ -302,8 +302,26 @@ type Queue struct {
 // Node is a node and what its pods request.
 type Node struct {
 	Node *corev1.Node
-	// CPUMilli and Memory are the requests of the pods bound to it.
+	// CPUMilli and Memory are the requests of the pods bound or pinned to
+	// it, and Pods how many they are.
 	CPUMilli, Memory int64
+	Pods             int64
+
+	// alloc memoises the node's allocatable pods, milli-CPUs and memory
+	// bytes, read once a State (allocRead): room() asks for them for every
+	// candidate node of every placement. Only the cycle's goroutine
+	// touches them.
+	alloc     [3]int64
+	allocRead bool
+}
+
+// allocatable is the node's allocatable pods, milli-CPUs and memory bytes.
+func (n *Node) allocatable() [3]int64 {
+	if !n.allocRead {
+		a := n.Node.Status.Allocatable
+		n.alloc, n.allocRead = [3]int64{a.Pods().Value(), a.Cpu().MilliValue(), a.Memory().Value()}, true
+	}
+	return n.alloc
 }
 
 // State is what one cycle works on: a copy taken under the cache's lock.
@@ -389,7 +407,7 @@ func (c *Cache) State() *State {
 	}
 	for name, n := range c.nodes {
 		if n.node != nil {
-			st.Nodes[name] = &Node{Node: n.node, CPUMilli: n.cpuMilli, Memory: n.memory}
+			st.Nodes[name] = &Node{Node: n.node, CPUMilli: n.cpuMilli, Memory: n.memory, Pods: n.pods}
 		}
 	}
 	for q, set := range c.pending {

@@ -39,6 +39,10 @@ const (
 	ReasonAdmitted = "Admitted"
 	// ReasonScheduleTimeout: the gang did not bind within its timeout.
 	ReasonScheduleTimeout = "ScheduleTimeout"
+	// ReasonPinRefused: kube-scheduler kept refusing gang members at the
+	// nodes the admission loop pinned them to, while others of the gang
+	// ran; the loop evicted those members so that it places them again.
+	ReasonPinRefused = "PinRefused"
 	// ReasonPreempted: the gang was evicted for another workload.
 	ReasonPreempted = "Preempted"
 	// ReasonWaitingForWorkload: the workload map cannot group the pod yet:

@@ -33,6 +33,7 @@ type agentFlags struct {
 	simulate          string
 	simulateNodes     string
 	simulateUsage     float64
+	simulateResources string
 	once              bool
 	print             bool
 	healthAddr        string
@@ -80,6 +81,7 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.StringVar(&f.simulate, "simulate", "", "simulate the devices instead of reading NVML, e.g. 8xH100-80GB; with --simulate-nodes, the devices of nodes without GPU Feature Discovery labels")
 	fl.StringVar(&f.simulateNodes, "simulate-nodes", "", "fleet mode: serve every node this label selector matches with simulated devices (default selector "+v1alpha1.LabelGPUNode+"=true; give a value with --simulate-nodes=SELECTOR)")
 	fl.Lookup("simulate-nodes").NoOptDefVal = v1alpha1.LabelGPUNode + "=true"
+	fl.StringVar(&f.simulateResources, "simulate-node-resources", "", "with --simulate-nodes: the pods, cpu and memory (e.g. pods=110,cpu=64,memory=512Gi) a served node gets as capacity and allocatable where its status has none, in the write of its GPU capacity: a kwok node has no kubelet to report them")
 	fl.Float64Var(&f.simulateUsage, "simulate-usage", 0.5, "share (0 to 1) of its slice that a simulated pod's process uses, unless the pod's "+nodeagent.AnnotationSimulateMemoryUsedPrefix+"<container> annotation says otherwise")
 	fl.BoolVar(&f.once, "once", false, "discover the GPUs once, print them and exit, without a cluster; with --mode mps, also start, check and stop an MPS control daemon per device")
 	fl.BoolVar(&f.print, "print", false, "with --once, print the inventory as JSON (else one summary line)")
@@ -171,8 +173,14 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 		if opts.NodeSelector, err = labels.Parse(f.simulateNodes); err != nil {
 			return fmt.Errorf("--simulate-nodes: %w", err)
 		}
+		if opts.NodeResources, err = nodeagent.ParseNodeResources(f.simulateResources); err != nil {
+			return fmt.Errorf("--simulate-node-resources: %w", err)
+		}
 		opts.Backends = nodeagent.SimulatedBackends(spec)
 	} else {
+		if f.simulateResources != "" {
+			return errors.New("--simulate-node-resources fills in the status of simulated nodes: use it with --simulate-nodes")
+		}
 		if f.nodeName == "" {
 			if f.nodeName, err = os.Hostname(); err != nil {
 				return fmt.Errorf("find the node name (set --node-name): %w", err)

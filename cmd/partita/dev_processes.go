@@ -47,7 +47,7 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		// One agent serves every simulated GPU node (and in mode host the
 		// real node), with devices from their GPU Feature Discovery labels.
 		Args: []string{"agent", "--kubeconfig", "{kubeconfig}",
-			"--simulate-nodes=" + selector,
+			"--simulate-nodes=" + selector, devcluster.AgentNodeResourcesFlag(),
 			// Heartbeats every 15s, so that the extender's 45s bound below
 			// calls a stopped agent silent within a minute in tests.
 			"--sync-interval", "2s", "--heartbeat-interval", "15s", "--overuse-report-interval", "1m",

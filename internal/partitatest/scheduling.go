@@ -7,6 +7,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // Priority sets spec.priority, as the API server resolves it from the
@@ -109,5 +111,44 @@ func (w *NodeWrapper) Unschedulable() *NodeWrapper {
 // Allocatable sets an allocatable amount.
 func (w *NodeWrapper) Allocatable(name corev1.ResourceName, quantity string) *NodeWrapper {
 	w.Status.Allocatable[name] = resource.MustParse(quantity)
+	return w
+}
+
+// NoAllocatable removes an allocatable resource, as on a node whose
+// kubelet (or kwok) has not reported it yet.
+func (w *NodeWrapper) NoAllocatable(name corev1.ResourceName) *NodeWrapper {
+	delete(w.Status.Allocatable, name)
+	return w
+}
+
+// PinnedTo pins the ungated pod to node the way the admission loop pins a
+// gang member: partita.dev/node and a required node affinity on
+// metadata.name in every term.
+func (w *PodWrapper) PinnedTo(node string) *PodWrapper {
+	w.Annotation(v1alpha1.AnnotationNode, node)
+	req := corev1.NodeSelectorRequirement{Key: metav1.ObjectNameField, Operator: corev1.NodeSelectorOpIn, Values: []string{node}}
+	if w.Spec.Affinity == nil {
+		w.Spec.Affinity = &corev1.Affinity{}
+	}
+	if w.Spec.Affinity.NodeAffinity == nil {
+		w.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := w.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+	return w
+}
+
+// Unschedulable sets the PodScheduled condition kube-scheduler writes when
+// no node takes the pod, with its message.
+func (w *PodWrapper) Unschedulable(message string) *PodWrapper {
+	w.Status.Conditions = append(w.Status.Conditions, corev1.PodCondition{
+		Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: message,
+	})
 	return w
 }

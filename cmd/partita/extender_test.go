@@ -92,3 +92,33 @@ func TestExtenderTakesTheChartsUsageFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestExtenderLeaderElectionFlags: the Lease timings the dev cluster's
+// replicas use get past the checks (to the certificates'), and timings
+// client-go's elector would refuse are refused first, naming the flags.
+func TestExtenderLeaderElectionFlags(t *testing.T) {
+	const certs = "the extender serves HTTPS to kube-scheduler's client certificate only"
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"the defaults":        {want: certs},
+		"short timings":       {args: []string{"--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}, want: certs},
+		"with a replica name": {args: []string{"--replica-name=extender-2"}, want: certs},
+		"renew as long":       {args: []string{"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=4s"}, want: "--leader-election-renew-deadline 4s: want it below --leader-election-lease-duration 4s"},
+		"retry too long":      {args: []string{"--leader-election-renew-deadline=3s", "--leader-election-retry-period=3s"}, want: "--leader-election-retry-period 3s: want it below --leader-election-renew-deadline 3s divided by 1.2"},
+		"a zero lease":        {args: []string{"--leader-election-lease-duration=0"}, want: "want positive durations"},
+		"a negative retry":    {args: []string{"--leader-election-retry-period=-1s"}, want: "want positive durations"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := newRootCommand()
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SetArgs(append([]string{"extender"}, tc.args...))
+			if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("extender %v: error %v, want one saying %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}

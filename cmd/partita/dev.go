@@ -96,7 +96,7 @@ func newDevCommand() *cobra.Command {
 		Short: "Run a local cluster with simulated GPU nodes (real Kubernetes components, kwok nodes)",
 	}
 	f.register(cmd)
-	cmd.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f), newDevKubeconfigCommand(f), newDevDemoCommand(f))
+	cmd.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f), newDevKubeconfigCommand(f), newDevDemoCommand(f), newDevExtenderProxyCommand())
 	return cmd
 }
 

@@ -41,6 +41,7 @@ import (
 	"github.com/partita-dev/partita/admission/claims"
 	"github.com/partita-dev/partita/admission/workloadmap"
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
@@ -413,11 +414,12 @@ func watchCertificates(ctx context.Context, dir string) (*certwatcher.CertWatche
 const devExtenderCertDir = "{state}/extender-certs"
 
 // devExtenderURL is where the dev cluster's kube-scheduler reaches the
-// extender: a loopback port chosen once per cluster.
-const devExtenderURL = "https://127.0.0.1:{port:extender}"
+// extender: the proxy in front of its replicas (devExtenderProxy), on a
+// loopback port chosen once per cluster.
+const devExtenderURL = "https://127.0.0.1:{port:" + devcluster.ExtenderProxyName + "}"
 
 // devSchedulerConfig is the kube-scheduler configuration of the dev cluster,
-// rendered as --print-scheduler-config does, with the {port:extender} and
+// rendered as --print-scheduler-config does, with the {port:extender-proxy} and
 // {state} placeholders the dev cluster fills in. Its options are constants,
 // so an error is a bug (TestDevSchedulerConfig).
 func devSchedulerConfig() string {

@@ -12,10 +12,11 @@ import (
 )
 
 // TestDevSchedulerConfig renders the dev cluster's scheduler configuration,
-// which must name the extender's port placeholder.
+// which must name the port placeholder of the proxy in front of the
+// extender's replicas.
 func TestDevSchedulerConfig(t *testing.T) {
 	got := devSchedulerConfig()
-	for _, want := range []string{`urlPrefix: "https://127.0.0.1:{port:extender}"`, `caFile: "{state}/extender-certs/ca.crt"`,
+	for _, want := range []string{`urlPrefix: "https://127.0.0.1:{port:extender-proxy}"`, `caFile: "{state}/extender-certs/ca.crt"`,
 		`certFile: "{state}/extender-certs/client.crt"`, `keyFile: "{state}/extender-certs/client.key"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("dev scheduler configuration lacks %s:\n%s", want, got)
@@ -103,7 +104,7 @@ func TestExtenderLeaderElectionFlags(t *testing.T) {
 		want string
 	}{
 		"the defaults":        {want: certs},
-		"short timings":       {args: []string{"--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}, want: certs},
+		"the dev cluster's":   {args: devLeaderElectionFlags, want: certs},
 		"with a replica name": {args: []string{"--replica-name=extender-2"}, want: certs},
 		"renew as long":       {args: []string{"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=4s"}, want: "--leader-election-renew-deadline 4s: want it below --leader-election-lease-duration 4s"},
 		"retry too long":      {args: []string{"--leader-election-renew-deadline=3s", "--leader-election-retry-period=3s"}, want: "--leader-election-retry-period 3s: want it below --leader-election-renew-deadline 3s divided by 1.2"},

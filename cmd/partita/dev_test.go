@@ -2,14 +2,24 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/pem"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/partita-dev/partita/devcluster"
+	"github.com/partita-dev/partita/devcluster/tcpproxy"
 	"github.com/partita-dev/partita/dra"
+	"github.com/partita-dev/partita/extender"
 )
 
 func processNames(procs []devcluster.HostProcess) []string {
@@ -205,4 +215,110 @@ func TestWriteDevStatus(t *testing.T) {
 			t.Errorf("status lacks %q:\n%s", want, out.String())
 		}
 	}
+}
+
+// replicaServer is an extender replica as the proxy sees it: /readyz,
+// the leader gauge on /metrics, and /who, which says which one answered.
+func replicaServer(t *testing.T, name string, ready, leader bool) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/readyz":
+			if !ready {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		case "/metrics":
+			v := 0
+			if leader {
+				v = 1
+			}
+			fmt.Fprintf(w, "%s %d\n", extender.LeaderMetric, v)
+		case "/who":
+			fmt.Fprint(w, name)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func serverCAFile(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(f, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestExtenderProbe(t *testing.T) {
+	cases := map[string]struct {
+		ready, leader bool
+		want          tcpproxy.State
+	}{
+		"leader":           {ready: true, leader: true, want: tcpproxy.Preferred},
+		"follower":         {ready: true, want: tcpproxy.Ready},
+		"not ready leader": {leader: true, want: tcpproxy.NotReady},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			srv := replicaServer(t, name, tc.ready, tc.leader)
+			addr := strings.TrimPrefix(srv.URL, "https://")
+			if got := extenderProbe(serverCAFile(t, srv))(t.Context(), addr); got != tc.want {
+				t.Errorf("with the CA: %s, want %s", got, tc.want)
+			}
+			if got := extenderProbe("")(t.Context(), addr); got != tc.want {
+				t.Errorf("unverified: %s, want %s", got, tc.want)
+			}
+		})
+	}
+	srv := replicaServer(t, "x", true, true)
+	addr := strings.TrimPrefix(srv.URL, "https://")
+	if got := extenderProbe(filepath.Join(t.TempDir(), "missing.crt"))(t.Context(), addr); got != tcpproxy.NotReady {
+		t.Errorf("without its CA file: %s, want NotReady", got)
+	}
+}
+
+// TestDevExtenderProxyReachesTheLeader runs the proxy as dev up does: a
+// client's TLS goes through it to the replica that leads, listed second.
+func TestDevExtenderProxyReachesTheLeader(t *testing.T) {
+	follower, leader := replicaServer(t, "follower", true, false), replicaServer(t, "leader", true, true)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	listen := l.Addr().String()
+	_ = l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() {
+		done <- runDevExtenderProxy(ctx, &devProxyFlags{listen: listen, probeInterval: 50 * time.Millisecond,
+			backends: []string{strings.TrimPrefix(follower.URL, "https://"), strings.TrimPrefix(leader.URL, "https://")}})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("proxy: %v", err)
+		}
+	})
+	// The leader's own certificate, through the proxy: TLS is end to end.
+	hc := leader.Client()
+	hc.Transport.(*http.Transport).DisableKeepAlives = true
+	deadline := time.Now().Add(5 * time.Second)
+	last := ""
+	for time.Now().Before(deadline) {
+		resp, err := hc.Get("https://" + listen + "/who")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if last = string(b); last == "leader" {
+				return
+			}
+		} else {
+			last = err.Error()
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("through the proxy: %q, want the leader", last)
 }

@@ -66,6 +66,11 @@ type Options struct {
 	// HostProcesses are Partita's own processes to run on the host once the
 	// cluster is up.
 	HostProcesses []HostProcess
+	// ExtenderReplicas is how many extender replicas HostProcesses run
+	// (mode host; 0 means 1, at most MaxExtenderReplicas), named
+	// ExtenderReplicaName(1..n): Up stops those beyond it, and kept by the
+	// cluster's settings, so that later commands see them all.
+	ExtenderReplicas int
 	// RealNode adds the real node (realnode.NodeName: kubelet, containerd,
 	// kube-proxy, CoreDNS on this host) beside the simulated ones.
 	RealNode bool
@@ -153,6 +158,15 @@ func New(opts Options) (*Cluster, error) {
 		}
 	default:
 		return nil, fmt.Errorf("--mode %q: use %s (Partita's processes on the host) or %s (the Helm chart on the real node)", opts.Mode, ModeHost, ModeChart)
+	}
+	if opts.ExtenderReplicas == 0 {
+		opts.ExtenderReplicas = 1
+	}
+	if err := CheckExtenderReplicas(opts.ExtenderReplicas); err != nil {
+		return nil, err
+	}
+	if opts.ExtenderReplicas > 1 && opts.Mode != ModeHost {
+		return nil, fmt.Errorf("--extender-replicas %d: the extender runs on the host in mode host only; in mode %s set the chart's extender.replicas", opts.ExtenderReplicas, opts.Mode)
 	}
 	for _, kv := range []struct{ flag, value string }{{"--feature-gates", opts.FeatureGates}, {"--runtime-config", opts.RuntimeConfig}} {
 		if err := checkKeyValues(kv.value); err != nil {
@@ -294,6 +308,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 		if err := c.checkCreatedWith(); err != nil {
 			return err
 		}
+		if err := c.checkSchedulerReachesReplicas(); err != nil {
+			return err
+		}
 	} else {
 		c.printf("Creating cluster %q (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok)", c.opts.Name)
 		config, err := c.writeKwokctlConfig()
@@ -403,6 +420,11 @@ func (c *Cluster) Up(ctx context.Context) error {
 		}
 		if err := c.startHostProcesses(ctx, c.opts.PartitaBinary, c.opts.HostProcesses); err != nil {
 			return err
+		}
+		if c.opts.Mode == ModeHost {
+			if err := c.stopExtraExtenderReplicas(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	if err := c.startAddons(ctx, cfg); err != nil {

@@ -50,12 +50,39 @@ func (c *Cluster) HostProcessLog(name string) string {
 
 // hostProcessRunning reports whether the named process runs, by its pid file.
 func (c *Cluster) hostProcessRunning(name string) bool {
+	pid, err := c.HostProcessPID(name)
+	return err == nil && alive(pid)
+}
+
+// HostProcessPID returns the pid of the named host process (e.g.
+// "extender-2") from its pid file, whether or not it still runs.
+func (c *Cluster) HostProcessPID(name string) (int, error) {
 	b, err := os.ReadFile(c.pidFile(name))
 	if err != nil {
-		return false
+		return 0, fmt.Errorf("read the pid file of %s: %w", name, err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	return err == nil && alive(pid)
+	if err != nil || pid <= 0 {
+		return 0, fmt.Errorf("pid file %s: %q is not a pid", c.pidFile(name), b)
+	}
+	return pid, nil
+}
+
+// KillHostProcess sends sig to the named host process, for tests of
+// failures (syscall.SIGKILL: no chance to give up its Lease). The process
+// stays down until the next dev up, which starts it again.
+func (c *Cluster) KillHostProcess(name string, sig syscall.Signal) error {
+	pid, err := c.HostProcessPID(name)
+	if err != nil {
+		return err
+	}
+	if !alive(pid) {
+		return fmt.Errorf("kill %s (pid %d): it does not run", name, pid)
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("kill %s (pid %d) with %s: %w", name, pid, sig, err)
+	}
+	return nil
 }
 
 // alive reports whether pid runs; an exited process that its parent has not
@@ -152,11 +179,7 @@ func (c *Cluster) startHostProcesses(ctx context.Context, bin string, procs []Ho
 // stopHostProcess ends a host process by its pid file: TERM, then KILL
 // after 15 seconds.
 func (c *Cluster) stopHostProcess(ctx context.Context, name string) error {
-	b, err := os.ReadFile(c.pidFile(name))
-	if err != nil {
-		return nil
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := c.HostProcessPID(name)
 	if err != nil || !alive(pid) {
 		return nil
 	}

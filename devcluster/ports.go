@@ -31,13 +31,11 @@ var portPlaceholder = regexp.MustCompile(`\{port:([a-z0-9-]+)\}`)
 // life of the cluster, so a kube-scheduler configured with the extender's
 // address keeps reaching it after the extender restarts.
 func (c *Cluster) ports(names []string) (map[string]int, error) {
-	file := filepath.Join(c.stateDir(), "ports.json")
-	ports := map[string]int{}
-	if b, err := os.ReadFile(file); err == nil {
-		if err := json.Unmarshal(b, &ports); err != nil {
-			return nil, fmt.Errorf("read %s: %w; remove the cluster with 'partita dev down --name %s'", file, err, c.opts.Name)
-		}
+	ports, err := c.savedPorts()
+	if err != nil {
+		return nil, err
 	}
+	file := c.portsFile()
 	changed := false
 	for _, n := range names {
 		if _, ok := ports[n]; ok {
@@ -58,6 +56,21 @@ func (c *Cluster) ports(names []string) (map[string]int, error) {
 		if err := os.WriteFile(file, b, 0o644); err != nil {
 			return nil, fmt.Errorf("write %s: %w", file, err)
 		}
+	}
+	return ports, nil
+}
+
+func (c *Cluster) portsFile() string { return filepath.Join(c.stateDir(), "ports.json") }
+
+// savedPorts returns the ports chosen so far, by name, choosing none.
+func (c *Cluster) savedPorts() (map[string]int, error) {
+	ports := map[string]int{}
+	b, err := os.ReadFile(c.portsFile())
+	if err != nil {
+		return ports, nil
+	}
+	if err := json.Unmarshal(b, &ports); err != nil {
+		return nil, fmt.Errorf("read %s: %w; remove the cluster with 'partita dev down --name %s'", c.portsFile(), err, c.opts.Name)
 	}
 	return ports, nil
 }

@@ -34,6 +34,9 @@ type Settings struct {
 	RealNode   bool        `json:"realNode"`
 	Mode       Mode        `json:"mode"`
 	GPUBackend dra.Backend `json:"gpuBackend,omitempty"`
+	// ExtenderReplicas is how many extender replicas run on the host
+	// (mode host); up without --extender-replicas keeps it.
+	ExtenderReplicas int `json:"extenderReplicas,omitempty"`
 }
 
 func (c *Cluster) settingsPath() string { return filepath.Join(c.stateDir(), "settings.json") }
@@ -43,7 +46,10 @@ func (c *Cluster) settingsPath() string { return filepath.Join(c.stateDir(), "se
 func (c *Cluster) SavedSettings() (s Settings, ok bool) {
 	b, err := os.ReadFile(c.settingsPath())
 	if err != nil || json.Unmarshal(b, &s) != nil {
-		return Settings{Mode: ModeHost, GPUBackend: dra.BackendExtender}, false
+		return Settings{Mode: ModeHost, GPUBackend: dra.BackendExtender, ExtenderReplicas: 1}, false
+	}
+	if s.ExtenderReplicas < 1 {
+		s.ExtenderReplicas = 1
 	}
 	if s.Mode == "" {
 		s.Mode = ModeHost
@@ -58,7 +64,7 @@ func (c *Cluster) saveSettings() error {
 	if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
 		return err
 	}
-	b, err := json.Marshal(Settings{RealNode: c.opts.RealNode, Mode: c.opts.Mode, GPUBackend: c.Backend()})
+	b, err := json.Marshal(Settings{RealNode: c.opts.RealNode, Mode: c.opts.Mode, GPUBackend: c.Backend(), ExtenderReplicas: c.opts.ExtenderReplicas})
 	if err != nil {
 		return err
 	}

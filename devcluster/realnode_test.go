@@ -71,7 +71,7 @@ func TestSettingsAreKept(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, ok := c.SavedSettings()
-	if diff := cmp.Diff(Settings{RealNode: true, Mode: ModeChart, GPUBackend: dra.BackendExtender}, got); !ok || diff != "" {
+	if diff := cmp.Diff(Settings{RealNode: true, Mode: ModeChart, GPUBackend: dra.BackendExtender, ExtenderReplicas: 1}, got); !ok || diff != "" {
 		t.Errorf("saved settings (-want,+got):\n%s", diff)
 	}
 	cases := map[string]struct {

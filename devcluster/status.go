@@ -30,6 +30,8 @@ type Status struct {
 	// cluster has the real node.
 	Mode     Mode `json:"mode,omitempty"`
 	RealNode bool `json:"realNode"`
+	// Extender is the extender's replicas and Lease in mode host.
+	Extender *ExtenderStatus `json:"extender,omitempty"`
 }
 
 // Status inspects the cluster without changing it.
@@ -64,8 +66,12 @@ func (c *Cluster) Status(ctx context.Context) Status {
 			st.Components[name] = "running"
 		}
 	}
-	if err := c.healthy(ctx); err != nil {
-		st.APIServer = "not answering: " + err.Error()
+	apiErr := c.healthy(ctx)
+	if st.Mode == ModeHost {
+		st.Extender = c.extenderStatus(ctx, apiErr == nil)
+	}
+	if apiErr != nil {
+		st.APIServer = "not answering: " + apiErr.Error()
 		return st
 	}
 	st.APIServer = "ready"

@@ -33,6 +33,10 @@ const (
 // never frees the devices early.
 const DefaultAssumeTTL = time.Minute
 
+// DefaultLeaseName is the Lease the extender's replicas elect their leader
+// with (--leader-election-id).
+const DefaultLeaseName = "partita-extender"
+
 // ErrNotLeader answers bind on a replica that is not the elected leader:
 // kube-scheduler retries, and only the leader assigns devices.
 var ErrNotLeader = errors.New("this extender replica is not the leader; only the leader binds")

@@ -22,6 +22,11 @@ type Metrics struct {
 	refused     *prometheus.CounterVec
 }
 
+// LeaderMetric is the gauge that is 1 on the replica that leads (binds and
+// runs the admission loop), else 0: the dev cluster reads it to tell which
+// replica leads.
+const LeaderMetric = "partita_extender_leader"
+
 // NewMetrics creates the extender's metrics and registers them on reg, with
 // the ledger's allocation gauges (read from ledger at each scrape) and the
 // leader gauge when ledger and isLeader are given.
@@ -76,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, ledger *gpu.Ledger, isLeader func() b
 	}
 	if isLeader != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "partita_extender_leader",
+			Name: LeaderMetric,
 			Help: "1 on the replica that is the elected leader (the one that binds), else 0.",
 		}, func() float64 {
 			if isLeader() {

@@ -191,7 +191,16 @@ func (s *Server) bind(c *gin.Context) {
 		},
 		// kube-scheduler reads Error, forgets the pod's assumed node and
 		// tries the pod again.
-		func(err error) { c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{Error: err.Error()}) },
+		func(err error) {
+			if errors.Is(err, ErrNotLeader) {
+				// Its next request dials again, and so may reach the
+				// leader: a Service (or the dev cluster's proxy) picks a
+				// replica per connection, and a kept-alive one would
+				// bring every retry back here.
+				c.Header("Connection", "close")
+			}
+			c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{Error: err.Error()})
+		},
 		func(struct{}) { c.JSON(http.StatusOK, &extenderv1.ExtenderBindingResult{}) })
 }
 

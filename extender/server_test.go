@@ -201,6 +201,22 @@ func deref(v any) any {
 	return v
 }
 
+// TestNotLeaderClosesTheConnection: a follower's answer to bind closes the
+// connection, so that kube-scheduler's retry dials again and may reach the
+// leader; the leader keeps it open.
+func TestNotLeaderClosesTheConnection(t *testing.T) {
+	body := mustJSON(t, bindArgs("p", "n1"))
+	for _, leader := range []bool{false, true} {
+		req := httptest.NewRequestWithContext(pt.Context(t), http.MethodPost, "/bind", strings.NewReader(body))
+		req.TLS = schedulerConn(t)
+		rec := httptest.NewRecorder()
+		testServer{synced: true, leader: leader}.handler(t).ServeHTTP(rec, req)
+		if got, want := rec.Header().Get("Connection") == "close", !leader; got != want {
+			t.Errorf("leader %t: Connection: close %t, want %t; body:\n%s", leader, got, want, rec.Body)
+		}
+	}
+}
+
 // TestServerBindsOnce checks through HTTP that a bind writes the Binding
 // once and that a retry of it succeeds without writing again.
 func TestServerBindsOnce(t *testing.T) {

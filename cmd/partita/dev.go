@@ -3,9 +3,12 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -13,6 +16,7 @@ import (
 	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/devcluster/realnode"
 	"github.com/partita-dev/partita/dra"
+	"github.com/partita-dev/partita/extender"
 )
 
 // devFlags are shared by every `partita dev` subcommand.
@@ -26,6 +30,9 @@ type devFlags struct {
 	// extra are --webhook-flag's and --extender-flag's: more flags for the
 	// host webhook and extender.
 	extra extraFlags
+	// extenderReplicas is --extender-replicas as given; unless given, the
+	// cluster's (1 for a new one).
+	extenderReplicas int
 }
 
 func (f *devFlags) register(cmd *cobra.Command) {
@@ -77,7 +84,14 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 	if len(f.extra.extender) > 0 && opts.Mode != devcluster.ModeHost {
 		return nil, fmt.Errorf("--extender-flag: the extender runs on the host in mode host only; in mode %s set the chart's values (extender.*)", opts.Mode)
 	}
-	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode, f.extra); err != nil {
+	opts.ExtenderReplicas = saved.ExtenderReplicas
+	if cmd.Flags().Changed("extender-replicas") {
+		if opts.Mode != devcluster.ModeHost {
+			return nil, fmt.Errorf("--extender-replicas: the extender runs on the host in mode host only; in mode %s set the chart's extender.replicas", opts.Mode)
+		}
+		opts.ExtenderReplicas = f.extenderReplicas
+	}
+	if opts.HostProcesses, err = devHostProcesses(opts.Mode, opts.GPUBackend, opts.RealNode, f.extra, opts.ExtenderReplicas); err != nil {
 		return nil, err
 	}
 	return devcluster.New(opts)
@@ -96,7 +110,7 @@ func newDevCommand() *cobra.Command {
 		Short: "Run a local cluster with simulated GPU nodes (real Kubernetes components, kwok nodes)",
 	}
 	f.register(cmd)
-	cmd.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f), newDevKubeconfigCommand(f), newDevDemoCommand(f))
+	cmd.AddCommand(newDevUpCommand(f), newDevDownCommand(f), newDevStatusCommand(f), newDevKubeconfigCommand(f), newDevDemoCommand(f), newDevExtenderProxyCommand())
 	return cmd
 }
 
@@ -131,6 +145,13 @@ controllers of ` + strings.Join(devcluster.AddonNames(), ", ") + `, built from t
 'make addon-bins' (about 3 minutes each the first time), with their CRDs (and webhooks, served on loopback with a
 self-signed certificate). Addons can be added to a running cluster.
 
+--extender-replicas 2 (up to ` + fmt.Sprint(devcluster.MaxExtenderReplicas) + `, mode host) runs the extender as
+replicas extender, extender-2, ..., each with its own port and log, electing
+their leader with a short Lease (6s); kube-scheduler calls them through
+extender-proxy, a TCP forwarder that prefers the leader. Later runs of up
+keep the number unless given another, starting or stopping replicas; dev
+status says which replica leads.
+
 --feature-gates and --runtime-config go to kube-apiserver,
 kube-controller-manager and kube-scheduler when the cluster is created, e.g.
 the native Workload API of Kubernetes 1.37:
@@ -157,6 +178,7 @@ the native Workload API of Kubernetes 1.37:
 	cmd.Flags().BoolVar(&f.opts.RealNode, "real-node", false, "add the real node "+realnode.NodeName+" (kubelet, containerd, kube-proxy, CoreDNS on this host; needs root)")
 	cmd.Flags().StringVar(&f.mode, "mode", "", "where Partita runs: host (processes on the host) or chart (the Helm chart on the real node); default: the cluster's, host for a new one")
 	cmd.Flags().StringVar(&f.gpuBackend, "gpu-backend", "", "how GPU pods are placed: extender (partita.dev/gpu-milli and Partita's scheduler extender) or dra (the GPUs as DRA devices of "+dra.DriverName+", placed by kube-scheduler's DRA plugin); default: the cluster's, extender for a new one")
+	cmd.Flags().IntVar(&f.extenderReplicas, "extender-replicas", 1, fmt.Sprintf("extender replicas to run on the host (mode host, 1 to %d), electing a leader; kube-scheduler calls them through a proxy; default: the cluster's, 1 for a new one", devcluster.MaxExtenderReplicas))
 	cmd.Flags().StringVar(&f.opts.ImagesDir, "images-dir", "", "directory with the real node's image tarballs (default: images/ beside the partita binary, where 'make images' writes them)")
 	addClusterFlags(cmd, f)
 	return cmd
@@ -229,36 +251,81 @@ func newDevStatusCommand(f *devFlags) *cobra.Command {
 				enc.SetIndent("", "  ")
 				return enc.Encode(st)
 			}
-			if !st.Exists {
-				_, err := fmt.Fprintf(out, "Cluster %q does not exist; create it with 'partita dev up'\n", st.Name)
-				return err
-			}
-			fmt.Fprintf(out, "Cluster:     %s\n", st.Name)
-			fmt.Fprintf(out, "API server:  %s\n", st.APIServer)
-			fmt.Fprintf(out, "Kubeconfig:  %s\n", st.Kubeconfig)
-			fmt.Fprintf(out, "GPU nodes:   %d (%d ready)\n", st.GPUNodes, st.ReadyNodes)
-			fmt.Fprintf(out, "Partita:     mode %s\n", st.Mode)
-			if st.RealNode {
-				fmt.Fprintf(out, "Real node:   %s\n", realnode.NodeName)
-			}
+			consoleURL := ""
 			if st.Components["partita-"+devConsole.Name] == "running" {
-				if url, err := devConsoleURL(c); err == nil {
-					fmt.Fprintf(out, "Console:     %s\n", url)
-				}
+				consoleURL, _ = devConsoleURL(c)
 			}
-			names := make([]string, 0, len(st.Components))
-			for n := range st.Components {
-				names = append(names, n)
-			}
-			sort.Strings(names)
-			for _, n := range names {
-				fmt.Fprintf(out, "  %-26s %s\n", n, st.Components[n])
-			}
-			return nil
+			return writeDevStatus(out, st, consoleURL)
 		},
 	}
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
 	return cmd
+}
+
+// writeDevStatus writes `dev status` for a person: the cluster, then its
+// extender replicas with the one that leads, then every component.
+func writeDevStatus(out io.Writer, st devcluster.Status, consoleURL string) error {
+	if !st.Exists {
+		_, err := fmt.Fprintf(out, "Cluster %q does not exist; create it with 'partita dev up'\n", st.Name)
+		return err
+	}
+	fmt.Fprintf(out, "Cluster:     %s\n", st.Name)
+	fmt.Fprintf(out, "API server:  %s\n", st.APIServer)
+	fmt.Fprintf(out, "Kubeconfig:  %s\n", st.Kubeconfig)
+	fmt.Fprintf(out, "GPU nodes:   %d (%d ready)\n", st.GPUNodes, st.ReadyNodes)
+	fmt.Fprintf(out, "Partita:     mode %s\n", st.Mode)
+	if st.RealNode {
+		fmt.Fprintf(out, "Real node:   %s\n", realnode.NodeName)
+	}
+	if consoleURL != "" {
+		fmt.Fprintf(out, "Console:     %s\n", consoleURL)
+	}
+	if e := st.Extender; e != nil {
+		proxy := ""
+		if e.Proxy != "" {
+			proxy = ", kube-scheduler calls them through " + e.Proxy
+		}
+		fmt.Fprintf(out, "Extender:    %d %s%s\n", len(e.Replicas), plural(len(e.Replicas), "replica", "replicas"), proxy)
+		for _, r := range e.Replicas {
+			state := "stopped"
+			switch {
+			case r.Running && r.Leader:
+				state = "leader"
+			case r.Running && r.Ready:
+				state = "follower"
+			case r.Running:
+				state = "not ready"
+			}
+			pid := "-"
+			if r.PID > 0 {
+				pid = strconv.Itoa(r.PID)
+			}
+			fmt.Fprintf(out, "  %-12s %-10s pid %-8s 127.0.0.1:%d\n", r.Name, state, pid, r.Port)
+		}
+		if e.LeaseHolder != "" {
+			renewed := ""
+			if e.LeaseRenewed != nil {
+				renewed = ", renewed " + e.LeaseRenewed.Local().Format(time.TimeOnly)
+			}
+			fmt.Fprintf(out, "  Lease %s/%s held by %s%s\n", devcluster.PartitaNamespace, extender.DefaultLeaseName, e.LeaseHolder, renewed)
+		}
+	}
+	names := make([]string, 0, len(st.Components))
+	for n := range st.Components {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(out, "  %-26s %s\n", n, st.Components[n])
+	}
+	return nil
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func newDevDemoCommand(f *devFlags) *cobra.Command {

@@ -36,7 +36,14 @@ const extenderSA = devcluster.ChartRelease + "-extender"
 // extra's flags go at the end of the webhook's and the extender's command
 // lines (dev up's --extender-flag, and its hidden --webhook-flag for
 // measuring what an option costs), where they override the defaults above.
-func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, extra extraFlags) ([]devcluster.HostProcess, error) {
+//
+// In mode host the extender runs as replicas extender, extender-2, ...
+// (devExtenderReplicas), and kube-scheduler calls them through
+// devExtenderProxy.
+func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, extra extraFlags, replicas int) ([]devcluster.HostProcess, error) {
+	if err := devcluster.CheckExtenderReplicas(replicas); err != nil {
+		return nil, err
+	}
 	selector := v1alpha1.LabelGPUNode + "=true"
 	realNodeAgent := backend == dra.BackendDRA && realNode && mode == devcluster.ModeHost
 	if mode == devcluster.ModeChart || realNodeAgent {
@@ -73,9 +80,8 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		ServiceAccount: devcluster.ChartRelease + "-webhook",
 	}
 	ext := devcluster.HostProcess{
-		Name: "extender",
-		// kube-scheduler reaches it at the same {port:extender} the
-		// scheduler configuration names (devSchedulerConfig), over HTTPS
+		Name: devcluster.ExtenderName,
+		// kube-scheduler reaches it through devExtenderProxy, over HTTPS
 		// with the client certificate of devExtenderCertDir, which
 		// devPrepare writes before kube-scheduler starts. Its Lease is in
 		// Partita's namespace, where the chart's Role lets it elect itself.
@@ -99,15 +105,71 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		wh.Args = append(wh.Args, "--gpu-backend", string(dra.BackendDRA))
 	}
 	wh.Args = append(wh.Args, extra.webhook...)
-	ext.Args = append(ext.Args, extra.extender...)
 	if mode == devcluster.ModeChart {
 		return []devcluster.HostProcess{agent, devConsole}, nil
 	}
-	procs := []devcluster.HostProcess{agent, wh, ext, devConsole}
+	exts := devExtenderReplicas(ext, replicas, extra.extender)
+	procs := append(append([]devcluster.HostProcess{agent, wh}, exts...), devExtenderProxy(exts), devConsole)
 	if realNodeAgent {
 		procs = append(procs, devRealNodeAgent)
 	}
 	return procs, nil
+}
+
+// devLeaderElectionFlags are the extender replicas' Lease timings: a
+// killed leader is replaced within about 7 seconds (its Lease expires
+// after 6, the others try every second), where the defaults take up to 17;
+// a 4-second renew deadline still rides out a slow API server on a busy
+// 2-core box (a leader that misses it exits, and dev up starts it again).
+var devLeaderElectionFlags = []string{"--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
+
+// devExtenderReplicas makes n replicas of the extender ext, each on its own
+// port ({port:NAME}) with its own log, and extra (--extender-flag's) at
+// the end of every command line. One replica is ext as it always was;
+// with more, each names itself in the Lease (--replica-name, so that the
+// Lease says which leads) and the Lease's timings are short
+// (devLeaderElectionFlags), so that a test that kills the leader sees
+// another take over in seconds.
+func devExtenderReplicas(ext devcluster.HostProcess, n int, extra []string) []devcluster.HostProcess {
+	out := make([]devcluster.HostProcess, n)
+	for i := range out {
+		name := devcluster.ExtenderReplicaName(i + 1)
+		r := ext
+		r.Name = name
+		r.Args = make([]string, 0, len(ext.Args)+len(devLeaderElectionFlags)+2+len(extra))
+		for _, a := range ext.Args {
+			r.Args = append(r.Args, strings.ReplaceAll(a, "{port:"+devcluster.ExtenderName+"}", "{port:"+name+"}"))
+		}
+		if n > 1 {
+			r.Args = append(append(r.Args, "--replica-name", name), devLeaderElectionFlags...)
+		}
+		r.Args = append(r.Args, extra...)
+		r.ReadyURL = "https://127.0.0.1:{port:" + name + "}/readyz"
+		out[i] = r
+	}
+	return out
+}
+
+// devExtenderProxy is what kube-scheduler calls (devExtenderURL): `partita
+// dev extender-proxy` forwards each connection, TLS and all, to a replica,
+// the leader first. It runs with one replica too: kube-scheduler's
+// configuration is written once, when the cluster is created, so only a
+// proxy that is always there lets a later dev up add replicas it reaches.
+// Its command line names the cluster's state (the CA it verifies the
+// replicas' probes with), so dev down stops it with the rest.
+func devExtenderProxy(replicas []devcluster.HostProcess) devcluster.HostProcess {
+	args := []string{"dev", "extender-proxy", "--listen", "127.0.0.1:{port:" + devcluster.ExtenderProxyName + "}",
+		"--probe-ca-file", devExtenderCertDir + "/" + extender.DevCAFile}
+	for _, r := range replicas {
+		args = append(args, "--backend", "127.0.0.1:{port:"+r.Name+"}")
+	}
+	return devcluster.HostProcess{
+		Name: devcluster.ExtenderProxyName,
+		Args: append(args, "--v", "2"),
+		// Through the proxy to a replica: the whole path kube-scheduler
+		// takes.
+		ReadyURL: "https://127.0.0.1:{port:" + devcluster.ExtenderProxyName + "}/readyz",
+	}
 }
 
 // extraFlags are flags added to host processes' command lines.

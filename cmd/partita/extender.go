@@ -17,9 +17,15 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
 	"k8s.io/utils/clock"
@@ -35,6 +41,7 @@ import (
 	"github.com/partita-dev/partita/admission/claims"
 	"github.com/partita-dev/partita/admission/workloadmap"
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/extender"
 	"github.com/partita-dev/partita/gpu"
@@ -56,6 +63,10 @@ type extenderFlags struct {
 	leaderElect       bool
 	leaseNamespace    string
 	leaseName         string
+	leaseDuration     time.Duration
+	renewDeadline     time.Duration
+	retryPeriod       time.Duration
+	replicaName       string
 	placement         string
 	assumeTTL         time.Duration
 	heartbeatTimeout  time.Duration
@@ -132,7 +143,13 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.BoolVar(&f.debugEndpoints, "debug-endpoints", false, "serve /debug/ledger (the ledger checked against its invariants), to kube-scheduler's client certificate only")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect a leader among replicas; only the leader binds")
 	fl.StringVar(&f.leaseNamespace, "leader-election-namespace", f.leaseNamespace, "namespace of the leader election Lease (default $POD_NAMESPACE, else "+defaultPartitaNamespace+")")
-	fl.StringVar(&f.leaseName, "leader-election-id", "partita-extender", "name of the leader election Lease")
+	fl.StringVar(&f.leaseName, "leader-election-id", extender.DefaultLeaseName, "name of the leader election Lease")
+	// controller-runtime's defaults; the dev cluster's replicas take
+	// shorter ones, so that its tests see a killed leader replaced quickly.
+	fl.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long after the leader's last renewal another replica may take the Lease: how long binds wait when the leader dies without giving it up")
+	fl.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew the Lease before it stops leading (and exits); below --leader-election-lease-duration")
+	fl.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often each replica tries to take or renew the Lease")
+	fl.StringVar(&f.replicaName, "replica-name", "", "this replica's name, which starts its identity in the Lease (<name>_<random>) so that the Lease says which replica leads; empty: the host name (a pod's name), as controller-runtime names it")
 	fl.StringVar(&f.placement, "placement", string(gpu.PlacementBinpack), "device placement for pods that do not choose one with "+v1alpha1.AnnotationPlacement+": binpack or spread")
 	fl.DurationVar(&f.assumeTTL, "assume-ttl", extender.DefaultAssumeTTL, "how long a GPU assignment may wait to show on its pod before it is checked and, if the pod is unbound, dropped")
 	fl.DurationVar(&f.heartbeatTimeout, "agent-heartbeat-timeout", admission.DefaultAgentHeartbeatTimeout, "a node whose agent has written no new GPUNode heartbeat for this long takes no new GPU pods (filter, bind and the admission loop say why) until it reports again; keep it well above the agents' --heartbeat-interval")
@@ -191,6 +208,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if f.admitter.Usage.Enabled() && !f.admission {
 		return errors.New("--fair-share-usage-weight weighs usage in the admission loop's fair share: it needs --admission=true")
 	}
+	if err := checkLeaderElection(f.leaseDuration, f.renewDeadline, f.retryPeriod); err != nil {
+		return err
+	}
 	if f.certDir == "" || f.clientCAFile == "" {
 		return errors.New("the extender serves HTTPS to kube-scheduler's client certificate only: set --cert-dir (tls.crt, tls.key) and --client-ca-file (the CA of kube-scheduler's client certificate); the chart and partita dev up set both, docs/operations.md says how")
 	}
@@ -221,15 +241,33 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if err != nil {
 		return err
 	}
+	var lock resourcelock.Interface
+	if f.leaderElect && f.replicaName != "" {
+		events := record.NewBroadcaster()
+		events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: cs.CoreV1().Events("")})
+		defer events.Shutdown()
+		id := f.replicaName + "_" + string(uuid.NewUUID())
+		if lock, err = newLeaseLock(cfg, f.leaseNamespace, f.leaseName, f.renewDeadline, resourcelock.ResourceLockConfig{
+			Identity:      id,
+			EventRecorder: events.NewRecorder(clientgoscheme.Scheme, corev1.EventSource{Component: "partita-extender", Host: f.replicaName}),
+		}); err != nil {
+			return err
+		}
+		log.Info("Electing a leader", "lease", f.leaseNamespace+"/"+f.leaseName, "identity", id)
+	}
 	mgr, err := manager.New(cfg, manager.Options{
-		Scheme:                        scheme,
-		Logger:                        log,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		LeaderElection:                f.leaderElect,
-		LeaderElectionID:              f.leaseName,
-		LeaderElectionNamespace:       f.leaseNamespace,
-		LeaderElectionReleaseOnCancel: true,
+		Scheme:                              scheme,
+		Logger:                              log,
+		Metrics:                             metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:              "0",
+		LeaderElection:                      f.leaderElect,
+		LeaderElectionID:                    f.leaseName,
+		LeaderElectionNamespace:             f.leaseNamespace,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaderElectionResourceLockInterface: lock,
+		LeaseDuration:                       &f.leaseDuration,
+		RenewDeadline:                       &f.renewDeadline,
+		RetryPeriod:                         &f.retryPeriod,
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
 			// Only the policy ConfigMaps of Partita's namespace are cached.
 			&corev1.ConfigMap{}: {
@@ -322,6 +360,40 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	return g.Wait()
 }
 
+// checkLeaderElection checks the Lease timings as client-go's elector
+// would, but before anything starts and naming the flags.
+func checkLeaderElection(lease, renew, retry time.Duration) error {
+	switch {
+	case lease <= 0 || renew <= 0 || retry <= 0:
+		return fmt.Errorf("--leader-election-lease-duration %s, --leader-election-renew-deadline %s, --leader-election-retry-period %s: want positive durations", lease, renew, retry)
+	case renew >= lease:
+		return fmt.Errorf("--leader-election-renew-deadline %s: want it below --leader-election-lease-duration %s, or two replicas could lead at once", renew, lease)
+	case float64(renew) <= leaderelection.JitterFactor*float64(retry):
+		return fmt.Errorf("--leader-election-retry-period %s: want it below --leader-election-renew-deadline %s divided by %.1f, so that the leader tries to renew more than once", retry, renew, leaderelection.JitterFactor)
+	}
+	return nil
+}
+
+// newLeaseLock is the Lease lock controller-runtime would make, under an
+// identity of our choosing (--replica-name): controller-runtime's is the
+// host name, the same for every replica on one host (the dev cluster's).
+// Its client times out at half the renew deadline (at least a second), as
+// controller-runtime's does, so that one hung request does not cost the
+// Lease.
+func newLeaseLock(cfg *rest.Config, namespace, name string, renewDeadline time.Duration, rlc resourcelock.ResourceLockConfig) (resourcelock.Interface, error) {
+	cfg = rest.AddUserAgent(rest.CopyConfig(cfg), "leader-election")
+	cfg.Timeout = max(renewDeadline/2, time.Second)
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create leader election client: %w", err)
+	}
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, namespace, name, cs.CoreV1(), cs.CoordinationV1(), rlc)
+	if err != nil {
+		return nil, fmt.Errorf("create leader election lock: %w", err)
+	}
+	return lock, nil
+}
+
 // watchCertificates serves the certificate in dir and reloads it on change.
 func watchCertificates(ctx context.Context, dir string) (*certwatcher.CertWatcher, error) {
 	cw, err := certwatcher.New(filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key"))
@@ -343,11 +415,12 @@ func watchCertificates(ctx context.Context, dir string) (*certwatcher.CertWatche
 const devExtenderCertDir = "{state}/extender-certs"
 
 // devExtenderURL is where the dev cluster's kube-scheduler reaches the
-// extender: a loopback port chosen once per cluster.
-const devExtenderURL = "https://127.0.0.1:{port:extender}"
+// extender: the proxy in front of its replicas (devExtenderProxy), on a
+// loopback port chosen once per cluster.
+const devExtenderURL = "https://127.0.0.1:{port:" + devcluster.ExtenderProxyName + "}"
 
 // devSchedulerConfig is the kube-scheduler configuration of the dev cluster,
-// rendered as --print-scheduler-config does, with the {port:extender} and
+// rendered as --print-scheduler-config does, with the {port:extender-proxy} and
 // {state} placeholders the dev cluster fills in. Its options are constants,
 // so an error is a bug (TestDevSchedulerConfig).
 func devSchedulerConfig() string {

@@ -12,10 +12,11 @@ import (
 )
 
 // TestDevSchedulerConfig renders the dev cluster's scheduler configuration,
-// which must name the extender's port placeholder.
+// which must name the port placeholder of the proxy in front of the
+// extender's replicas.
 func TestDevSchedulerConfig(t *testing.T) {
 	got := devSchedulerConfig()
-	for _, want := range []string{`urlPrefix: "https://127.0.0.1:{port:extender}"`, `caFile: "{state}/extender-certs/ca.crt"`,
+	for _, want := range []string{`urlPrefix: "https://127.0.0.1:{port:extender-proxy}"`, `caFile: "{state}/extender-certs/ca.crt"`,
 		`certFile: "{state}/extender-certs/client.crt"`, `keyFile: "{state}/extender-certs/client.key"`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("dev scheduler configuration lacks %s:\n%s", want, got)
@@ -87,6 +88,36 @@ func TestExtenderTakesTheChartsUsageFlags(t *testing.T) {
 			cmd.SetArgs(append([]string{"extender"}, tc.args...))
 			err := cmd.Execute()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("extender %v: error %v, want one saying %q", tc.args, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestExtenderLeaderElectionFlags: the Lease timings the dev cluster's
+// replicas use get past the checks (to the certificates'), and timings
+// client-go's elector would refuse are refused first, naming the flags.
+func TestExtenderLeaderElectionFlags(t *testing.T) {
+	const certs = "the extender serves HTTPS to kube-scheduler's client certificate only"
+	cases := map[string]struct {
+		args []string
+		want string
+	}{
+		"the defaults":        {want: certs},
+		"the dev cluster's":   {args: devLeaderElectionFlags, want: certs},
+		"with a replica name": {args: []string{"--replica-name=extender-2"}, want: certs},
+		"renew as long":       {args: []string{"--leader-election-lease-duration=4s", "--leader-election-renew-deadline=4s"}, want: "--leader-election-renew-deadline 4s: want it below --leader-election-lease-duration 4s"},
+		"retry too long":      {args: []string{"--leader-election-renew-deadline=3s", "--leader-election-retry-period=3s"}, want: "--leader-election-retry-period 3s: want it below --leader-election-renew-deadline 3s divided by 1.2"},
+		"a zero lease":        {args: []string{"--leader-election-lease-duration=0"}, want: "want positive durations"},
+		"a negative retry":    {args: []string{"--leader-election-retry-period=-1s"}, want: "want positive durations"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := newRootCommand()
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			cmd.SetArgs(append([]string{"extender"}, tc.args...))
+			if err := cmd.Execute(); err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("extender %v: error %v, want one saying %q", tc.args, err, tc.want)
 			}
 		})

@@ -14,7 +14,7 @@ import (
 func TestDevAgentFillsNodeResources(t *testing.T) {
 	for _, mode := range []devcluster.Mode{devcluster.ModeHost, devcluster.ModeChart} {
 		for _, backend := range []dra.Backend{dra.BackendExtender, dra.BackendDRA} {
-			procs, err := devHostProcesses(mode, backend, true, extraFlags{})
+			procs, err := devHostProcesses(mode, backend, true, extraFlags{}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

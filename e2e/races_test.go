@@ -25,6 +25,7 @@ func TestQueueAppliedWithItsPodGroup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
 	c := crClient(t)
 	for i := range 10 {
 		q := &v1alpha1.Queue{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", ns, i)},
@@ -70,10 +71,10 @@ func TestGangSkipsANodeWithoutPodRoom(t *testing.T) {
 	ns := extNamespace(ctx, t, clientset)
 	ensureGPUPriorityClass(ctx, t, clientset)
 	labels := map[string]string{"e2e.partita.dev/pod-room": ns}
-	// tight has 8 free GPUs but room for 2 pods: binpacking alone would
-	// put the whole gang there.
-	addGPUNode(ctx, t, ns+"-tight", 8, labels)
-	addGPUNode(ctx, t, ns+"-roomy", 4, labels)
+	// tight has 4 free GPUs but room for 2 pods: binpacking by GPUs
+	// alone would put the whole gang there, the fuller node.
+	addGPUNode(ctx, t, ns+"-tight", 4, labels)
+	addGPUNode(ctx, t, ns+"-roomy", 8, labels)
 	setAllocatablePods(ctx, t, ns+"-tight", 2)
 	// Cleanups run last first: the pods go before their nodes.
 	t.Cleanup(func() { deletePods(ctx, t, ns) })

@@ -122,7 +122,9 @@ func TestNodeAddedByHandGetsPodRoom(t *testing.T) {
 	if _, err := clientset.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create node: %v", err)
 	}
-	t.Cleanup(func() { _ = clientset.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = clientset.CoreV1().Nodes().Delete(context.WithoutCancel(ctx), name, metav1.DeleteOptions{})
+	})
 	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	ensureGPUPriorityClass(ctx, t, clientset)
 	poll(t, 90*time.Second, "node "+name+" Ready with GPUs, pods, CPU and memory", func() (bool, string) {

@@ -89,15 +89,27 @@ func TestAdmitterHoldsMemorySlices(t *testing.T) {
 	if alloc := q.Status.Allocated[v1alpha1.ResourceGPU]; alloc.Cmp(resource.MustParse("890m")) != 0 {
 		t.Errorf("queue a allocated %s, want 890m (what the slice holds of the L4)", alloc.String())
 	}
-	// Ungated and still unbound past the hold: the devices go back.
+	// Ungated and still unbound past the hold, kube-scheduler not having
+	// tried it yet (a long backlog): the hold stays, or the next cycle
+	// would give its device to another pod as well.
 	got.ResourceVersion = ""
 	cache.UpsertPod(&got)
 	clk.Step(opts.InflightTTL + time.Second)
 	if err := a.Cycle(ctx); err != nil {
 		t.Fatal(err)
 	}
+	if _, ok := ledger.Allocation(pod.UID); !ok {
+		t.Error("the hold of a pod kube-scheduler has not tried lapsed at InflightTTL")
+	}
+	// Refused by kube-scheduler: the devices go back.
+	got.Status.Conditions = append(got.Status.Conditions, corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable})
+	ledger.UpsertPod(&got)
+	cache.UpsertPod(&got)
+	if err := a.Cycle(ctx); err != nil {
+		t.Fatal(err)
+	}
 	if a, ok := ledger.Allocation(pod.UID); ok {
-		t.Errorf("the hold outlived InflightTTL: %+v", a)
+		t.Errorf("the hold outlived InflightTTL after kube-scheduler refused the pod: %+v", a)
 	}
 }
 

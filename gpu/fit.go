@@ -75,6 +75,10 @@ type podEntry struct {
 	// expires is set for a reservation read from an unbound pod: it holds
 	// until then (Ledger.ExpireReservations).
 	expires time.Time
+	// untilTried: the reservation is a single pod's hold that
+	// kube-scheduler has not tried yet; it outlives expires until the pod
+	// binds or kube-scheduler refuses it (see reservedEntry).
+	untilTried bool
 	// problem says why the pod's annotations could not be read fully; the
 	// entry counts what could be read.
 	problem    string

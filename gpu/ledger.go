@@ -182,7 +182,7 @@ func (l *Ledger) ExpireReservations() int {
 	defer l.lock.Unlock()
 	n := 0
 	for _, e := range l.reserved {
-		if !now.Before(e.expires) {
+		if !now.Before(e.expires) && !e.untilTried {
 			l.removeEntry(e)
 			n++
 		}

@@ -160,14 +160,41 @@ func reservedEntry(pod *corev1.Pod, now time.Time) *podEntry {
 		return nil
 	}
 	r, err := ParseReservation(s)
-	if err != nil || !now.Before(r.Expires) {
+	if err != nil {
+		return nil
+	}
+	untilTried := holdsUntilTried(pod)
+	if !now.Before(r.Expires) && !untilTried {
 		return nil
 	}
 	e, err := entryFromReservation(pod, r)
 	if err != nil {
 		return nil
 	}
+	e.untilTried = untilTried
 	return e
+}
+
+// holdsUntilTried reports whether an unbound pod's reservation is a single
+// pod's hold (not pinned to a node: partita.dev/node unset) that
+// kube-scheduler has not tried yet (no PodScheduled=False with reason
+// Unschedulable). Such a hold outlives its expiry: the pod is admitted and
+// charged to its queue, and when kube-scheduler's backlog is longer than
+// the hold (thousands of pods released at once), dropping it let the
+// admission loop give the same device to another pod, one of the two then
+// never starting. It ends when the pod binds, is refused or goes away.
+// Pinned gang members keep their expiry: the loop's schedule timeout acts
+// on it.
+func holdsUntilTried(pod *corev1.Pod) bool {
+	if pod.Annotations[v1alpha1.AnnotationNode] != "" {
+		return false
+	}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return false
+		}
+	}
+	return true
 }
 
 func entryFromReservation(pod *corev1.Pod, r *Reservation) (*podEntry, error) {

@@ -226,3 +226,44 @@ func FuzzParseReservation(f *testing.F) {
 // cmpIgnoreIndexes compares allocations by device UUID: a reservation
 // names devices by UUID alone.
 var cmpIgnoreIndexes = cmpopts.IgnoreFields(gpu.ContainerAllocation{}, "DeviceIndexes")
+
+// TestLedgerKeepsSingleHoldsUntilTried: a single pod's hold (no pin)
+// outlives its expiry while kube-scheduler has not tried the pod, so that
+// its device is not given to another pod in a long scheduling backlog;
+// once kube-scheduler refuses it, the expired hold goes.
+func TestLedgerKeepsSingleHoldsUntilTried(t *testing.T) {
+	clk := testingclock.NewFakeClock(reservedAt)
+	l := gpu.NewLedger(gpu.WithClock(clk))
+	l.UpsertNode(h100s("n1", 1))
+	single := reservedPod("s", "n1", reservedAt.Add(time.Minute), 0)
+	delete(single.Annotations, v1alpha1.AnnotationNode)
+	l.UpsertPod(single)
+	other := parse(t, pt.MakePod("other", "ns").GPUCount(1).Obj())
+
+	clk.Step(2 * time.Minute)
+	if n := l.ExpireReservations(); n != 0 {
+		t.Errorf("ExpireReservations dropped %d holds of pods kube-scheduler has not tried, want 0", n)
+	}
+	if err := l.Fit("n1", other); err == nil {
+		t.Error("another pod fits the device of an expired hold whose pod kube-scheduler has not tried")
+	}
+	if _, ok := gpu.BuildLedger([]v1alpha1.GPUNode{*h100s("n1", 1)}, []corev1.Pod{*single}, gpu.WithClock(clk)).Allocation(single.UID); !ok {
+		t.Error("BuildLedger dropped the expired hold of an untried pod")
+	}
+
+	// Still gated (SchedulingGated is not a refusal): held.
+	single.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonSchedulingGated}}
+	l.UpsertPod(single)
+	if _, ok := l.Allocation(single.UID); !ok {
+		t.Error("a SchedulingGated condition dropped the hold")
+	}
+	// Refused by kube-scheduler: the expired hold goes.
+	single.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable}}
+	l.UpsertPod(single)
+	if _, ok := l.Allocation(single.UID); ok {
+		t.Error("the expired hold of a pod kube-scheduler refused still holds")
+	}
+	if err := l.Fit("n1", other); err != nil {
+		t.Errorf("Fit after the refused pod's hold went: %v", err)
+	}
+}

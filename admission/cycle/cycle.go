@@ -142,7 +142,9 @@ type Admission struct {
 	// smaller device) and where the cycle counted them, and its filter
 	// offers kube-scheduler that one node, which then skips scoring and the
 	// extender's prioritize. No node affinity is written: once the hold
-	// lapses the pod may go anywhere, and is charged what it holds.
+	// lapses (InflightTTL passed and kube-scheduler refused the pod, see
+	// gpu's reservedEntry) the pod may go anywhere, and is charged what it
+	// holds.
 	Hold bool
 }
 

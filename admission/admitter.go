@@ -797,7 +797,10 @@ func (a *Admitter) event(obj client.Object, eventType, reason, action, note stri
 	if a.recorder == nil {
 		return
 	}
-	a.recorder.Eventf(obj, nil, eventType, reason, action, "%s", note)
+	// An Event's note may be at most 1,024 bytes: the API server refuses a
+	// longer one and the event is lost (a wait that lists every held GPU
+	// of a large cluster is longer).
+	a.recorder.Eventf(obj, nil, eventType, reason, action, "%s", truncate(note, 1024))
 }
 
 // membersGrace is how long a gang that is still getting members is not

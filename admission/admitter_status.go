@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -142,9 +143,15 @@ func (a *Admitter) writePodGroupStatus(ctx context.Context, st *cycle.State, res
 	return errors.Join(parallel(statusWorkers, jobs)...)
 }
 
+// truncate cuts s to at most n bytes, ending in "..." when cut, at a rune
+// boundary so that the result stays valid UTF-8.
 func truncate(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
-	return s[:n-3] + "..."
+	cut := n - 3
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

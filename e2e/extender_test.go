@@ -568,27 +568,35 @@ func TestExtenderRestartMidBurst(t *testing.T) {
 // used so far (kwokctl's components and Partita's host processes), by name.
 func componentCPU(dir string) map[string]float64 {
 	out := map[string]float64{}
+	for name, pid := range componentPIDs(dir) {
+		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+		if err != nil {
+			continue
+		}
+		// Fields after the command name: utime and stime are the 12th
+		// and 13th, in clock ticks (100 a second on Linux).
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+		fields := strings.Fields(rest)
+		if len(fields) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(fields[11], 64)
+		st, _ := strconv.ParseFloat(fields[12], 64)
+		out[name] = (u + st) / 100
+	}
+	return out
+}
+
+// componentPIDs are the pids of a dev cluster's processes (the control
+// plane's and Partita's host processes), by name, from their pid files.
+func componentPIDs(dir string) map[string]string {
+	out := map[string]string{}
 	for _, glob := range []string{filepath.Join(dir, "pids", "*.pid"), filepath.Join(dir, "partita", "*.pid")} {
 		files, _ := filepath.Glob(glob)
 		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue
+			if b, err := os.ReadFile(f); err == nil {
+				out[strings.TrimSuffix(filepath.Base(f), ".pid")] = strings.TrimSpace(string(b))
 			}
-			stat, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(b)), "stat"))
-			if err != nil {
-				continue
-			}
-			// Fields after the command name: utime and stime are the 12th
-			// and 13th, in clock ticks (100 a second on Linux).
-			rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-			fields := strings.Fields(rest)
-			if len(fields) < 13 {
-				continue
-			}
-			u, _ := strconv.ParseFloat(fields[11], 64)
-			st, _ := strconv.ParseFloat(fields[12], 64)
-			out[strings.TrimSuffix(filepath.Base(f), ".pid")] = (u + st) / 100
 		}
 	}
 	return out

@@ -102,7 +102,7 @@ func TestFailover(t *testing.T) {
 
 	t.Run("kube-apiserver restarted mid-fill", func(t *testing.T) {
 		fill("fill-c", func() {
-			killAPIServer(ctx, t, bc)
+			killAPIServer(t, bc)
 			begin := time.Now()
 			devUpAgain()
 			t.Logf("kube-apiserver answered again %s after it was killed", time.Since(begin).Round(100*time.Millisecond))
@@ -176,7 +176,7 @@ func killLeadingExtender(ctx context.Context, bc *devcluster.Cluster) (time.Dura
 }
 
 // killAPIServer SIGKILLs the cluster's kube-apiserver.
-func killAPIServer(ctx context.Context, t *testing.T, bc *devcluster.Cluster) {
+func killAPIServer(t *testing.T, bc *devcluster.Cluster) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(bc.Dir(), "pids", "kube-apiserver.pid"))
 	if err != nil {
@@ -193,7 +193,6 @@ func killAPIServer(ctx context.Context, t *testing.T, bc *devcluster.Cluster) {
 		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
 		return os.IsNotExist(err), "still in the process table"
 	})
-	_ = ctx
 }
 
 // countHeld counts the bound, not deleted pods of queue q in ns.

@@ -470,21 +470,14 @@ func ledgerProblems(gns []v1alpha1.GPUNode, pods []corev1.Pod) []string {
 // the cluster.
 func peakMemory(dir string) string {
 	var parts []string
-	for _, glob := range []string{filepath.Join(dir, "pids", "*.pid"), filepath.Join(dir, "partita", "*.pid")} {
-		files, _ := filepath.Glob(glob)
-		for _, f := range files {
-			b, err := os.ReadFile(f)
-			if err != nil {
-				continue
-			}
-			status, err := os.ReadFile(filepath.Join("/proc", strings.TrimSpace(string(b)), "status"))
-			if err != nil {
-				continue
-			}
-			for _, line := range strings.Split(string(status), "\n") {
-				if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
-					parts = append(parts, strings.TrimSuffix(filepath.Base(f), ".pid")+" "+strings.TrimSpace(v))
-				}
+	for name, pid := range componentPIDs(dir) {
+		status, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				parts = append(parts, name+" "+strings.TrimSpace(v))
 			}
 		}
 	}

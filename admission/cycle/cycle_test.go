@@ -155,7 +155,8 @@ func checkOutcome(t *testing.T, want, got outcome) {
 	}
 }
 
-func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
+// build makes the loop's cache and the ledger of w.
+func (w world) build(t testing.TB) (*Cache, *gpu.Ledger) {
 	t.Helper()
 	opts2 := []CacheOption{WithMapper(tablemap(w.mapped)), WithDefaultQueue(w.defaultQueue)}
 	if w.claims != nil {
@@ -206,6 +207,12 @@ func runWorld(t *testing.T, w world, opts Options) (outcome, *Result) {
 			t.Fatalf("assume running pod %s: %v", p.Name, err)
 		}
 	}
+	return cache, ledger
+}
+
+func runWorld(t testing.TB, w world, opts Options) (outcome, *Result) {
+	t.Helper()
+	cache, ledger := w.build(t)
 	if opts.Now.IsZero() {
 		opts.Now = t0.Add(time.Hour)
 	}

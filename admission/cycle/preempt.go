@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
@@ -12,7 +13,10 @@ import (
 	"github.com/partita-dev/partita/gpu"
 )
 
-// maxVictims bounds the workloads one search may evict.
+// maxVictims bounds the workloads one search may evict for a workload of
+// up to 32 GPUs (a larger one may take twice its GPUs' worth: victimCap),
+// and the placements one search simulates after the victims released
+// could hold the workload (the gang is placed again each time).
 const maxVictims = 64
 
 // spared is a workload that would be a victim but for Options.Unevictable.
@@ -160,7 +164,7 @@ func (c *cycle) evictFor(s *search) bool {
 			s.restore(v)
 		}
 	}
-	if waitFor > 0 && s.fits() {
+	if waitFor > 0 && s.mayFit() && s.fits() {
 		restoreTerminating()
 		c.move(q, s.need(), 1)
 		c.holdFor(w, s.room)
@@ -200,6 +204,15 @@ type search struct {
 	// charges of the released victims then, by the queue charged.
 	lim *underLimit
 	off map[*queueState][3]int64
+	// needMilli is the least room w's members need, in milli-GPUs: what
+	// those asking for fractions or whole devices ask (what a memory
+	// request or a claim holds depends on the device: they count 0).
+	// freeMilli is the free room of the snapshot when the search began
+	// (withheld devices included: an upper bound), and freed what the
+	// released victims hold; placing w is tried only once
+	// freeMilli+freed reaches needMilli, which it must to fit.
+	needMilli, freeMilli, freed int64
+	heldMilli                   map[types.UID]int64
 }
 
 func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member, lim *underLimit) *search {
@@ -210,12 +223,41 @@ func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member, lim *un
 	if lim != nil {
 		s.off = map[*queueState][3]int64{}
 	}
+	for _, m := range members {
+		if !m.memory && m.Claims == nil {
+			s.needMilli += m.GPUMilli
+		}
+	}
+	if s.needMilli > 0 {
+		s.heldMilli = map[types.UID]int64{}
+		for _, n := range c.nodeNamesOnce() {
+			s.freeMilli += c.snap.FreeMilli(n)
+		}
+	}
 	return s
+}
+
+// mayFit reports whether the room free and released could hold w's
+// members at all: fits is not worth its placement otherwise.
+func (s *search) mayFit() bool {
+	return s.freeMilli+s.freed >= s.needMilli
+}
+
+// victimCap bounds the victims of one search: maxVictims, or twice the
+// GPUs the workload needs (a 2,000-GPU gang reclaims 2,000 single-GPU
+// workloads).
+func (s *search) victimCap() int {
+	return max(maxVictims, int(2*s.needMilli/gpu.MilliPerGPU))
 }
 
 func (s *search) release(v victim) {
 	for _, m := range v.members {
 		if a, ok := s.c.snap.Allocation(m.Pod.UID); ok {
+			if s.heldMilli != nil {
+				held, _ := s.c.snap.HeldMilli(m.Pod.UID, a.Node)
+				s.heldMilli[m.Pod.UID] = held
+				s.freed += held
+			}
 			s.saved[m.Pod.UID] = a
 			s.c.snap.Forget(m.Pod.UID)
 		}
@@ -231,6 +273,8 @@ func (s *search) restore(v victim) {
 		if a := s.saved[m.Pod.UID]; a != nil {
 			_ = s.c.snap.Restore(a)
 			delete(s.saved, m.Pod.UID)
+			s.freed -= s.heldMilli[m.Pod.UID]
+			delete(s.heldMilli, m.Pod.UID)
 		}
 		if s.claims != nil && len(m.Pod.Spec.ResourceClaims) > 0 {
 			s.claims.Restore(m.Pod)
@@ -313,21 +357,34 @@ func (s *search) choose(cands []victim) []victim {
 	// over every domain never free room that no domain has whole.
 	if groups := s.c.victimsByDomain(s.w, cands); groups != nil {
 		for _, g := range groups {
-			if chosen := s.chooseFrom(g); chosen != nil {
+			if chosen := s.chooseAmong(g); chosen != nil {
 				return chosen
 			}
 		}
 		return nil
 	}
-	return s.chooseFrom(cands)
+	return s.chooseAmong(cands)
 }
 
-// chooseFrom is choose among cands.
+// chooseAmong takes victims from cands in their order (chooseFrom), or,
+// when that frees room only spread over many nodes, node by node
+// (chooseByNode).
+func (s *search) chooseAmong(cands []victim) []victim {
+	if chosen := s.chooseFrom(cands); chosen != nil {
+		return chosen
+	}
+	if len(cands) < 2 {
+		return nil
+	}
+	return s.chooseByNode(cands)
+}
+
+// chooseFrom is choose among cands, taken in their order.
 func (s *search) chooseFrom(cands []victim) []victim {
 	c := s.c
 	taken := map[*queueState]int64{}
 	var chosen []victim
-	found := false
+	found, tries := false, 0
 	for _, v := range cands {
 		charge := c.victimCharge(v)[0]
 		if c.keeps(v, charge, taken) {
@@ -336,11 +393,13 @@ func (s *search) chooseFrom(cands []victim) []victim {
 		s.release(v)
 		taken[v.q] += charge
 		chosen = append(chosen, v)
-		if s.fits() {
-			found = true
-			break
+		if s.mayFit() {
+			if tries++; s.fits() {
+				found = true
+				break
+			}
 		}
-		if len(chosen) >= maxVictims {
+		if len(chosen) >= s.victimCap() || tries >= maxVictims {
 			break
 		}
 	}
@@ -350,17 +409,147 @@ func (s *search) chooseFrom(cands []victim) []victim {
 		}
 		return nil
 	}
-	// Least disruption: spare every chosen victim the placement does not
-	// need, the most important first.
-	for i := len(chosen) - 2; i >= 0; i-- {
+	return s.spare(chosen)
+}
+
+// spare restores every chosen victim the placement does not need, the
+// most important (the last taken) first, as long as w still fits: least
+// disruption. It simulates at most maxVictims placements.
+func (s *search) spare(chosen []victim) []victim {
+	tries := 0
+	for i := len(chosen) - 2; i >= 0 && tries < maxVictims; i-- {
 		s.restore(chosen[i])
-		if s.fits() {
-			chosen = slices.Delete(chosen, i, i+1)
-			continue
+		if s.mayFit() {
+			if tries++; s.fits() {
+				chosen = slices.Delete(chosen, i, i+1)
+				continue
+			}
 		}
 		s.release(chosen[i])
 	}
 	return chosen
+}
+
+// chooseByNode takes the victims of whole nodes together, the nodes that
+// cost least first: lowest priority of the most important victim, then
+// most room once their victims are gone, then fewest victims, then the
+// least work lost. Victims
+// taken one by one in order of importance free a device here and there;
+// a gang of whole-node members (KAI's 250 × 8-GPU job reclaiming from
+// 4,000 single-GPU pods) needs every victim of some nodes and none of the
+// others. Nodes that the placement does not need are spared again, the
+// costliest first.
+func (s *search) chooseByNode(cands []victim) []victim {
+	c := s.c
+	type nodeVictims struct {
+		node     string
+		victims  []int // indexes into cands, least important first
+		priority int32
+		room     int64
+		// oldest is when its longest-running victim started: the later,
+		// the less work its evictions lose.
+		oldest time.Time
+	}
+	byNode := map[string]*nodeVictims{}
+	var nodes []*nodeVictims
+	for i, v := range cands {
+		for _, m := range v.members {
+			if m.node == "" {
+				continue
+			}
+			n := byNode[m.node]
+			if n == nil {
+				n = &nodeVictims{node: m.node, priority: v.w.Priority, room: c.snap.FreeMilli(m.node), oldest: v.w.Started()}
+				byNode[m.node] = n
+				nodes = append(nodes, n)
+			}
+			if k := len(n.victims); k == 0 || n.victims[k-1] != i {
+				n.victims = append(n.victims, i)
+			}
+			n.priority = max(n.priority, v.w.Priority)
+			if v.w.Started().Before(n.oldest) {
+				n.oldest = v.w.Started()
+			}
+			if held, ok := c.snap.HeldMilli(m.Pod.UID, m.node); ok {
+				n.room += held
+			}
+		}
+	}
+	if len(nodes) < 2 {
+		return nil // chooseFrom tried these victims in this order
+	}
+	slices.SortFunc(nodes, func(a, b *nodeVictims) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(b.room, a.room),
+			cmp.Compare(len(a.victims), len(b.victims)), b.oldest.Compare(a.oldest), strings.Compare(a.node, b.node))
+	})
+	taken := map[*queueState]int64{}
+	released := make([]bool, len(cands))
+	var chosen []victim
+	// spans[k] are the victims chosen for the k-th node taken: chosen[spans[k][0]:spans[k][1]].
+	var spans [][2]int
+	found, tries := false, 0
+	for _, n := range nodes {
+		start := len(chosen)
+		for _, i := range n.victims {
+			v := cands[i]
+			charge := c.victimCharge(v)[0]
+			if released[i] || c.keeps(v, charge, taken) {
+				continue
+			}
+			s.release(v)
+			released[i] = true
+			taken[v.q] += charge
+			chosen = append(chosen, v)
+		}
+		if len(chosen) == start {
+			continue
+		}
+		spans = append(spans, [2]int{start, len(chosen)})
+		if s.mayFit() {
+			if tries++; s.fits() {
+				found = true
+				break
+			}
+		}
+		if len(chosen) >= s.victimCap() || tries >= maxVictims {
+			break
+		}
+	}
+	if !found {
+		for _, v := range chosen {
+			s.restore(v)
+		}
+		return nil
+	}
+	// Spare the nodes the placement does not need, the costliest first.
+	keep := make([]bool, len(spans))
+	keep[len(spans)-1] = true
+	tries = 0
+	for k := len(spans) - 2; k >= 0; k-- {
+		vs := chosen[spans[k][0]:spans[k][1]]
+		for _, v := range vs {
+			s.restore(v)
+		}
+		if tries < maxVictims && s.mayFit() {
+			if tries++; s.fits() {
+				continue
+			}
+		}
+		for _, v := range vs {
+			s.release(v)
+		}
+		keep[k] = true
+	}
+	var out []victim
+	for k, sp := range spans {
+		if keep[k] {
+			out = append(out, chosen[sp[0]:sp[1]]...)
+		}
+	}
+	if len(out) <= maxVictims {
+		out = s.spare(out)
+	}
+	return out
 }
 
 // enough reports whether the quota policy allows w with every candidate
@@ -377,7 +566,7 @@ func (s *search) enough(cands []victim) bool {
 		s.take(v, 1)
 		taken[v.q] += charge
 		took = append(took, v)
-		if len(took) >= maxVictims {
+		if len(took) >= s.victimCap() {
 			break
 		}
 	}

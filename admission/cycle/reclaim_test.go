@@ -1,0 +1,95 @@
+package cycle
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	. "github.com/partita-dev/partita/internal/partitatest"
+)
+
+// TestReclaimFreesWholeNodesForAGang is KAI's "one large job reclaims its
+// room" scenario at a twentieth of its size: queue a borrowed every GPU
+// with single-GPU pods started round-robin over the nodes, so the youngest
+// victims are spread over all of them; queue b's gang needs whole nodes.
+// Victims taken one by one in order of importance free a GPU on every node
+// and none whole; the search must take nodes' victims together, and no
+// more than the gang needs.
+func TestReclaimFreesWholeNodesForAGang(t *testing.T) {
+	const nodes, perNode = 20, 8
+	ns, gns := gpuNodes("n", nodes, perNode)
+	var pods []*corev1.Pod
+	for i := range nodes * perNode {
+		pods = append(pods, running(fmt.Sprintf("a-%03d", i), "a", fmt.Sprintf("n-%d", i%nodes), 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+	}
+	members, pg := gang("big", "b", nodes/2, nodes/2, perNode)
+	pods = append(pods, members...)
+	w := world{nodes: ns, gpuNodes: gns, pods: pods, podGroups: []*v1alpha1.PodGroup{pg},
+		queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}}
+	out, _ := runWorld(t, w, Options{})
+
+	if got, want := len(out.Evicted), nodes*perNode/2; got != want {
+		t.Fatalf("evicted %d workloads, want %d (the gang's 80 GPUs, a's pods beyond its fair share); waiting: %v", got, want, out.Waiting)
+	}
+	// The victims fill whole nodes: ten nodes lose all eight pods.
+	perVictimNode := map[string]int{}
+	for _, e := range out.Evicted {
+		var i int
+		if _, err := fmt.Sscanf(e, "ns/a-%03d (reclaim)", &i); err != nil {
+			t.Fatalf("unexpected victim %q", e)
+		}
+		perVictimNode[fmt.Sprintf("n-%d", i%nodes)]++
+	}
+	var emptied []string
+	for n, k := range perVictimNode {
+		if k != perNode {
+			t.Errorf("node %s loses %d pods, not all %d: the gang cannot use it", n, k, perNode)
+		}
+		emptied = append(emptied, n)
+	}
+	slices.Sort(emptied)
+	wait := out.Waiting["ns/big"]
+	if !strings.HasPrefix(wait, "WaitingForCapacity: evicting 80 workload(s) to make room") {
+		t.Errorf("gang's wait = %q", wait)
+	}
+	// Every node costs the same evictions: those whose pods started last
+	// lose the least work.
+	want := []string{"n-10", "n-11", "n-12", "n-13", "n-14", "n-15", "n-16", "n-17", "n-18", "n-19"}
+	if diff := cmp.Diff(want, emptied); diff != "" {
+		t.Errorf("nodes emptied (-want +got):\n%s", diff)
+	}
+}
+
+// BenchmarkReclaimForALargeGang is one admission cycle of KAI's "one
+// 250-pod / 2,000-GPU job reclaims its room" scenario: 500 nodes × 8 GPUs
+// all held by queue a's 4,000 single-GPU pods, and queue b's gang of
+// 250 × 8 GPUs. The cycle chooses the 2,000 victims (250 whole nodes).
+func BenchmarkReclaimForALargeGang(b *testing.B) {
+	const nodes, perNode = 500, 8
+	ns, gns := gpuNodes("n", nodes, perNode)
+	var pods []*corev1.Pod
+	for i := range nodes * perNode {
+		pods = append(pods, running(fmt.Sprintf("a-%04d", i), "a", fmt.Sprintf("n-%d", i%nodes), 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+	}
+	members, pg := gang("big", "b", nodes/2, nodes/2, perNode)
+	pods = append(pods, members...)
+	w := world{nodes: ns, gpuNodes: gns, pods: pods, podGroups: []*v1alpha1.PodGroup{pg},
+		queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}}
+	cache, ledger := w.build(b)
+	st := cache.State()
+	var res *Result
+	for b.Loop() {
+		res = Run(context.Background(), st, ledger.Snapshot(), limitQuota{}, Options{Now: t0.Add(2 * time.Hour)})
+	}
+	if len(res.Evictions) != nodes*perNode/2 {
+		b.Fatalf("evictions: %d, want %d; waiting: %v", len(res.Evictions), nodes*perNode/2, res.Waiting)
+	}
+	b.ReportMetric(float64(len(res.Evictions)), "victims")
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -51,12 +53,18 @@ type finishing struct {
 //     evicted, the victim is spared for EvictionRetry (the next cycles
 //     look for other victims), and the preemptor waits with reason
 //     EvictionRefused, saying why on its pods and its PodGroup.
-//  2. Then the victims are evicted, one after the other. Should an
-//     eviction still fail (a budget changed in between), no further
-//     victim is started, and a victim already partly evicted is finished
-//     first in the next cycles (finishEvictions), through the Eviction API
-//     still, before the loop evicts anything else.
+//  2. Then the victims are evicted, patchWorkers at a time (a gang's
+//     reclaim may take thousands of them), each victim's pods one after
+//     the other. Should an eviction still fail (a budget changed in
+//     between), no further victim is started, and a victim already partly
+//     evicted is finished first in the next cycles (finishEvictions),
+//     through the Eviction API still, before the loop evicts anything
+//     else.
+//
+// The budgets of a namespace are read once per call (budgetBook), and
+// what this call's evictions take of them is counted against them.
 func (a *Admitter) evictAll(ctx context.Context, res *cycle.Result, now time.Time) {
+	budgets := &budgetBook{c: a.client, spent: map[types.NamespacedName]int32{}, byNamespace: map[string][]policyv1.PodDisruptionBudget{}}
 	var order []cycle.WorkloadKey
 	groups := map[cycle.WorkloadKey][]*cycle.Eviction{}
 	for i := range res.Evictions {
@@ -79,28 +87,82 @@ func (a *Admitter) evictAll(ctx context.Context, res *cycle.Result, now time.Tim
 			}
 			continue
 		}
-		if v, why := a.preflight(ctx, g); v != nil {
+		if v, why := a.preflight(ctx, g, budgets); v != nil {
 			a.refuse(ctx, res, g[0].For, v, why, now)
 			continue
 		}
-		for _, e := range g {
-			evicted, err := a.evictWhole(ctx, e)
-			if err == nil {
+		evicted, errs := a.evictGroup(ctx, g)
+		// Victims never started need nothing; one refused before its first
+		// pod is spared; one stopped part-way is finished first later (its
+		// wait is written last: it says more).
+		for i, e := range g {
+			if errs[i] != nil && evicted[i] == 0 {
+				a.refuse(ctx, res, e.For, e.Victim, errs[i].Error(), now)
+			}
+		}
+		for i, e := range g {
+			if errs[i] == nil || evicted[i] == 0 {
 				continue
 			}
-			why := err.Error()
-			if evicted == 0 {
-				a.refuse(ctx, res, e.For, e.Victim, why, now)
-			} else {
-				a.finishing[e.Victim.Key] = finishing{forKey: e.For.Key, why: why, kind: evictionKind(e), message: e.Message}
-				a.rewriteWait(res, e.For.Key, v1alpha1.ReasonEvictionRefused, fmt.Sprintf(
-					"evicting %s to make room stopped after %d of its pods: %s; the rest of %s is evicted as soon as that is allowed, before anything else",
-					e.Victim.Key, evicted, why, e.Victim.Key))
-				a.refusedFor[e.For.Key] = now.Add(EvictionRetry)
-			}
-			break
+			why := errs[i].Error()
+			a.finishing[e.Victim.Key] = finishing{forKey: e.For.Key, why: why, kind: evictionKind(e), message: e.Message}
+			a.rewriteWait(res, e.For.Key, v1alpha1.ReasonEvictionRefused, fmt.Sprintf(
+				"evicting %s to make room stopped after %d of its pods: %s; the rest of %s is evicted as soon as that is allowed, before anything else",
+				e.Victim.Key, evicted[i], why, e.Victim.Key))
+			a.refusedFor[e.For.Key] = now.Add(EvictionRetry)
 		}
 	}
+}
+
+// evictGroup evicts the victims of g, patchWorkers at a time, and returns
+// for each how many of its pods it evicted and the error that stopped it.
+// After a failure no further victim is started.
+func (a *Admitter) evictGroup(ctx context.Context, g []*cycle.Eviction) ([]int, []error) {
+	evicted := make([]int, len(g))
+	errs := make([]error, len(g))
+	var failed atomic.Bool
+	jobs := make([]func() error, len(g))
+	for i, e := range g {
+		jobs[i] = func() error {
+			if failed.Load() {
+				return nil
+			}
+			if evicted[i], errs[i] = a.evictWhole(ctx, e); errs[i] != nil {
+				failed.Store(true)
+			}
+			return nil
+		}
+	}
+	parallel(patchWorkers, jobs)
+	return evicted, errs
+}
+
+// budgetBook is what one evictAll knows of PodDisruptionBudgets: those of
+// each namespace, read once, and the disruptions its evictions took of
+// each since (the Eviction API takes them off the budget's status, which
+// the list read before does not show).
+type budgetBook struct {
+	c           client.Client
+	byNamespace map[string][]policyv1.PodDisruptionBudget
+	spent       map[types.NamespacedName]int32
+}
+
+// in returns the budgets of namespace ns.
+func (b *budgetBook) in(ctx context.Context, ns string) ([]policyv1.PodDisruptionBudget, error) {
+	if pdbs, ok := b.byNamespace[ns]; ok {
+		return pdbs, nil
+	}
+	var list policyv1.PodDisruptionBudgetList
+	if err := b.c.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return nil, err
+	}
+	b.byNamespace[ns] = list.Items
+	return list.Items, nil
+}
+
+// allowed is how many more disruptions pdb allows now.
+func (b *budgetBook) allowed(pdb *policyv1.PodDisruptionBudget) int32 {
+	return pdb.Status.DisruptionsAllowed - b.spent[types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}]
 }
 
 // evictionMembers are the pods an eviction takes: the members it names
@@ -120,8 +182,9 @@ func evictionKind(e *cycle.Eviction) string {
 }
 
 // preflight returns the first victim of g that cannot be evicted now, and
-// why; nil when every victim pod may go.
-func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction) (*cycle.Workload, string) {
+// why; nil when every victim pod may go, and then the disruptions they
+// take are counted spent in budgets.
+func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction, budgets *budgetBook) (*cycle.Workload, string) {
 	type victimPod struct {
 		pod *corev1.Pod
 		w   *cycle.Workload
@@ -143,13 +206,14 @@ func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction) (*cycle.W
 		namespaces = append(namespaces, ns)
 	}
 	slices.Sort(namespaces)
+	takes := map[types.NamespacedName]int32{}
 	for _, ns := range namespaces {
-		var pdbs policyv1.PodDisruptionBudgetList
-		if err := a.client.List(ctx, &pdbs, client.InNamespace(ns)); err != nil {
+		pdbs, err := budgets.in(ctx, ns)
+		if err != nil {
 			return byNamespace[ns][0].w, fmt.Sprintf("the PodDisruptionBudgets of namespace %s could not be read: %v", ns, err)
 		}
-		for i := range pdbs.Items {
-			pdb := &pdbs.Items[i]
+		for i := range pdbs {
+			pdb := &pdbs[i]
 			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 			if err != nil {
 				continue
@@ -162,9 +226,12 @@ func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction) (*cycle.W
 					under = append(under, vp)
 				}
 			}
-			if int32(len(under)) > pdb.Status.DisruptionsAllowed {
+			if allowed := budgets.allowed(pdb); int32(len(under)) > allowed {
 				return under[0].w, fmt.Sprintf("PodDisruptionBudget %s/%s allows %d disruption(s) now and the eviction takes %d of its pods",
-					pdb.Namespace, pdb.Name, pdb.Status.DisruptionsAllowed, len(under))
+					pdb.Namespace, pdb.Name, max(allowed, 0), len(under))
+			}
+			if len(under) > 0 {
+				takes[types.NamespacedName{Namespace: pdb.Namespace, Name: pdb.Name}] = int32(len(under))
 			}
 		}
 	}
@@ -181,6 +248,9 @@ func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction) (*cycle.W
 		if err != nil {
 			return pods[i].w, fmt.Sprintf("the eviction of pod %s/%s is refused: %v", pods[i].pod.Namespace, pods[i].pod.Name, err)
 		}
+	}
+	for k, n := range takes {
+		budgets.spent[k] += n
 	}
 	return nil, ""
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,7 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/partita-dev/partita/admission/cycle"
@@ -357,5 +360,148 @@ func TestRefusalsKeepTheWaitsReason(t *testing.T) {
 	a.rewriteMessage(res, key("quota"), "waiting until ns/v is evicted whole before evicting anything more")
 	if got, want := reasons(res)["quota"], v1alpha1.ReasonWaitingForQuota+": waiting until ns/v is evicted whole before evicting anything more"; got != want {
 		t.Errorf("while a victim is evicted whole: %q, want %q", got, want)
+	}
+}
+
+// TestEvictionsShareOneReadOfTheBudgets: the victims of several
+// preemptors in one cycle are checked against budgets read once per
+// namespace, and what earlier evictions of the cycle took of a budget
+// counts: two single pods under a budget of one disruption, each the
+// victim of another preemptor, are not both evicted.
+func TestEvictionsShareOneReadOfTheBudgets(t *testing.T) {
+	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
+	var pods []*corev1.Pod
+	for i, node := range []string{"n1", "n2"} {
+		p := pt.WholePod(fmt.Sprintf("low-%d", i), 1, "1000").Queue("a").Label("app", "low").
+			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
+		p.Spec.PriorityClassName = "low"
+		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
+		p.Spec.NodeName = node
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+		pods = append(pods, p)
+		h := pt.WholePod(fmt.Sprintf("high-%d", i), 1, "1000").Queue("a").
+			SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(evictionT0.Add(time.Duration(i) * time.Second)).Obj()
+		h.Spec.PriorityClassName = "high"
+		pods = append(pods, h)
+	}
+	objs := []client.Object{pt.MakeQueue("a").Obj(), &policyv1.PodDisruptionBudget{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-low", Namespace: "ns"},
+		Spec:       policyv1.PodDisruptionBudgetSpec{MaxUnavailable: ptrTo(intstr.FromInt32(1)), Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "low"}}},
+		// The Eviction API takes a disruption off the status; the fake
+		// one does not, and the list is read once: the loop must count.
+		Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 1, CurrentHealthy: 2, DesiredHealthy: 1, ExpectedPods: 2},
+	}}
+	var rtObjs []runtime.Object
+	for _, p := range pods {
+		p.Spec.Priority = ptrTo(map[string]int32{"low": 10, "high": 1000}[p.Spec.PriorityClassName])
+		objs = append(objs, p)
+		rtObjs = append(rtObjs, p)
+	}
+	budgetLists := 0
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &v1alpha1.PodGroup{}, &corev1.Pod{}, &policyv1.PodDisruptionBudget{}).
+		WithInterceptorFuncs(interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+			if _, ok := list.(*policyv1.PodDisruptionBudgetList); ok {
+				budgetLists++
+			}
+			return c.List(ctx, list, opts...)
+		}}).Build()
+	cs := k8sfake.NewClientset(rtObjs...)
+	var mu sync.Mutex
+	var real []string
+	cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		if len(ev.DeleteOptions.DryRun) > 0 {
+			return true, nil, nil
+		}
+		mu.Lock()
+		real = append(real, ev.Name)
+		mu.Unlock()
+		var p corev1.Pod
+		if err := c.Get(context.Background(), client.ObjectKey{Namespace: ev.Namespace, Name: ev.Name}, &p); err == nil {
+			_ = c.Delete(context.Background(), &p)
+		}
+		return true, nil, nil
+	})
+	w := &evictionWorld{clk: testingclock.NewFakeClock(evictionT0), c: c}
+	w.start(t, cs)
+	w.cycle(t)
+	if len(real) != 1 {
+		t.Fatalf("evicted %v: the budget allows one disruption", real)
+	}
+	if budgetLists != 1 {
+		t.Errorf("the budgets of namespace ns were listed %d times in one cycle, want once", budgetLists)
+	}
+	// The other victim is spared, saying why (the preemptor's wait and
+	// the next cycles' "is not evicted" read it).
+	var refused []string
+	for k, r := range w.a.refused {
+		refused = append(refused, k.String()+": "+r.why)
+	}
+	if len(refused) != 1 || !strings.Contains(refused[0], "PodDisruptionBudget ns/one-low allows 0 disruption(s) now and the eviction takes 1 of its pods") {
+		t.Errorf("victims spared: %q; want one, naming the budget's spent disruption", refused)
+	}
+}
+
+// TestReclaimEvictsManyVictimsAtOnce: a gang that reclaims many single
+// pods gets them all evicted in the cycle that chose them.
+func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
+	const victims = 40
+	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
+	var objs []client.Object
+	var rtObjs []runtime.Object
+	var gns []v1alpha1.GPUNode
+	for i := range victims {
+		node := fmt.Sprintf("n%d", i)
+		gns = append(gns, *pt.H100Node(node, 1).Obj())
+		p := pt.WholePod(fmt.Sprintf("a-%d", i), 1, "1000").Queue("a").
+			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
+		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
+		p.Spec.NodeName = node
+		objs, rtObjs = append(objs, p), append(rtObjs, p)
+	}
+	for i := range victims / 2 {
+		p := pt.WholePod(fmt.Sprintf("b-%d", i), 1, "1000").Queue("b").PodGroup("big").
+			SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(evictionT0).Obj()
+		objs, rtObjs = append(objs, p), append(rtObjs, p)
+	}
+	objs = append(objs, pt.MakeQueue("a").Obj(), pt.MakeQueue("b").Obj(), pt.MakePodGroup("big", "ns").MinMember(victims/2).Obj())
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &v1alpha1.PodGroup{}, &corev1.Pod{}).Build()
+	cs := k8sfake.NewClientset(rtObjs...)
+	var evicted atomic.Int32
+	cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() == "eviction" && len(action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).DeleteOptions.DryRun) == 0 {
+			evicted.Add(1)
+		}
+		return action.GetSubresource() == "eviction", nil, nil
+	})
+	clk := testingclock.NewFakeClock(evictionT0)
+	var pods corev1.PodList
+	if err := c.List(t.Context(), &pods); err != nil {
+		t.Fatal(err)
+	}
+	ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
+	a := NewAdmitter(ledger, c, cs, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	for _, gn := range gns {
+		cache.UpsertNode(pt.MakeNode(gn.Name).Obj())
+	}
+	for i := range pods.Items {
+		cache.UpsertPod(&pods.Items[i])
+	}
+	cache.UpsertQueue(pt.MakeQueue("a").Obj())
+	cache.UpsertQueue(pt.MakeQueue("b").Obj())
+	cache.UpsertPodGroup(pt.MakePodGroup("big", "ns").MinMember(victims / 2).Obj())
+	if err := a.Cycle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got := evicted.Load(); got != victims/2 {
+		var pg v1alpha1.PodGroup
+		_ = c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "big"}, &pg)
+		t.Fatalf("evicted %d pods in the cycle, want %d (a's pods beyond its fair share); PodGroup big: %s", got, victims/2, pg.Status.Reason)
 	}
 }

@@ -37,8 +37,8 @@ import (
 //   - gang: one PodGroup of 512 × 1 GPU;
 //   - reclaim: queue "owner" (quota half the cluster) takes its share back
 //     from queue "borrower" (quota 0), which fills the cluster;
-//   - big-reclaim: one 250-pod × 8-GPU gang of "owner" reclaims its room
-//     from a cluster that "borrower" fills.
+//   - big-reclaim: one gang of "owner" of nodes/2 pods × 8 GPUs (KAI's
+//     250 × 8) reclaims its room from a cluster that "borrower" fills.
 //
 // KAI's suite runs Jobs (its pod grouper makes a PodGroup of each); here
 // each single-GPU pod is a bare pod with a queue label, which Partita
@@ -397,19 +397,20 @@ func (s *scaleRun) reclaim(run int) {
 
 func (s *scaleRun) bigReclaim(run int) {
 	total := s.nodes * s.gpus
-	const members, each = 250, 8
+	// KAI's job is 250 × 8 GPUs on 500 nodes: half the cluster.
+	members, each := s.nodes/2, s.gpus
 	s.create(s.fillPods("borrowed", "borrower", total))
 	s.waitBound("borrowed", total, 30*time.Minute)
 	pods := make([]*corev1.Pod, members)
 	for i := range pods {
 		p := tputPod(s.ns, fmt.Sprintf("big-%03d", i), "big", 1000)
-		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(each, resource.DecimalSI)}
+		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(each), resource.DecimalSI)}
 		p.Labels[v1alpha1.LabelQueue] = "owner"
 		p.Labels[v1alpha1.LabelPodGroup] = "big"
 		pods[i] = p
 	}
 	m := s.begin(fmt.Sprintf("big reclaim %d × %d GPUs run %d", members, each, run))
-	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: s.ns}, Spec: v1alpha1.PodGroupSpec{MinMember: members, Queue: "owner"}}
+	pg := &v1alpha1.PodGroup{ObjectMeta: metav1.ObjectMeta{Name: "big", Namespace: s.ns}, Spec: v1alpha1.PodGroupSpec{MinMember: int32(members), Queue: "owner"}}
 	if err := s.c.Create(s.ctx, pg); err != nil {
 		s.t.Fatalf("create pod group: %v", err)
 	}

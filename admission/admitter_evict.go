@@ -49,7 +49,9 @@ type finishing struct {
 //     over them must allow as many disruptions as the victims take of
 //     them together (the Eviction API checks one pod at a time, so two
 //     pods under a budget of one both pass alone), and a dry-run eviction
-//     of each (DeleteOptions dryRun All) must pass. Otherwise nothing is
+//     (DeleteOptions dryRun All) of each that a budget selects must pass
+//     (one no budget selects the Eviction API would not refuse: its dry
+//     run would cost an eviction request for nothing). Otherwise nothing is
 //     evicted, the victim is spared for EvictionRetry (the next cycles
 //     look for other victims), and the preemptor waits with reason
 //     EvictionRefused, saying why on its pods and its PodGroup.
@@ -183,20 +185,24 @@ func evictionKind(e *cycle.Eviction) string {
 
 // preflight returns the first victim of g that cannot be evicted now, and
 // why; nil when every victim pod may go, and then the disruptions they
-// take are counted spent in budgets.
+// take are counted spent in budgets. A pod no budget selects is not asked
+// about by a dry run: the Eviction API would refuse it only for a budget.
 func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction, budgets *budgetBook) (*cycle.Workload, string) {
 	type victimPod struct {
 		pod *corev1.Pod
 		w   *cycle.Workload
+		// budgeted: a budget selects the pod (or one could not be read
+		// for it): the dry run asks the Eviction API.
+		budgeted bool
 	}
-	var pods []victimPod
-	byNamespace := map[string][]victimPod{}
+	var pods []*victimPod
+	byNamespace := map[string][]*victimPod{}
 	for _, e := range g {
 		for _, m := range evictionMembers(e) {
 			if m.Pod.DeletionTimestamp != nil {
 				continue
 			}
-			vp := victimPod{pod: m.Pod, w: e.Victim}
+			vp := &victimPod{pod: m.Pod, w: e.Victim}
 			pods = append(pods, vp)
 			byNamespace[m.Pod.Namespace] = append(byNamespace[m.Pod.Namespace], vp)
 		}
@@ -216,13 +222,21 @@ func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction, budgets *
 			pdb := &pdbs[i]
 			sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 			if err != nil {
+				// The dry runs ask the Eviction API what it makes of it.
+				for _, vp := range byNamespace[ns] {
+					vp.budgeted = true
+				}
 				continue
 			}
-			var under []victimPod
+			var under []*victimPod
 			for _, vp := range byNamespace[ns] {
+				if !sel.Matches(labels.Set(vp.pod.Labels)) {
+					continue
+				}
+				vp.budgeted = true
 				// Only ready pods take from a budget; the dry run below
 				// checks the others.
-				if sel.Matches(labels.Set(vp.pod.Labels)) && podReady(vp.pod) {
+				if podReady(vp.pod) {
 					under = append(under, vp)
 				}
 			}
@@ -235,12 +249,14 @@ func (a *Admitter) preflight(ctx context.Context, g []*cycle.Eviction, budgets *
 			}
 		}
 	}
-	jobs := make([]func() error, len(pods))
+	var jobs []func() error
 	errs := make([]error, len(pods))
 	for i, vp := range pods {
-		jobs[i] = func() error {
-			errs[i] = a.evictPod(ctx, vp.pod, true)
-			return nil
+		if vp.budgeted {
+			jobs = append(jobs, func() error {
+				errs[i] = a.evictPod(ctx, vp.pod, true)
+				return nil
+			})
 		}
 	}
 	parallel(patchWorkers, jobs)

@@ -447,7 +447,8 @@ func TestEvictionsShareOneReadOfTheBudgets(t *testing.T) {
 }
 
 // TestReclaimEvictsManyVictimsAtOnce: a gang that reclaims many single
-// pods gets them all evicted in the cycle that chose them.
+// pods gets them all evicted in the cycle that chose them, without dry
+// runs where no budget could refuse.
 func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 	const victims = 40
 	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
@@ -472,12 +473,17 @@ func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
 		WithStatusSubresource(&v1alpha1.Queue{}, &v1alpha1.PodGroup{}, &corev1.Pod{}).Build()
 	cs := k8sfake.NewClientset(rtObjs...)
-	var evicted atomic.Int32
+	var evicted, dryRuns atomic.Int32
 	cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
-		if action.GetSubresource() == "eviction" && len(action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).DeleteOptions.DryRun) == 0 {
-			evicted.Add(1)
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
 		}
-		return action.GetSubresource() == "eviction", nil, nil
+		if len(action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction).DeleteOptions.DryRun) == 0 {
+			evicted.Add(1)
+		} else {
+			dryRuns.Add(1)
+		}
+		return true, nil, nil
 	})
 	clk := testingclock.NewFakeClock(evictionT0)
 	var pods corev1.PodList
@@ -503,5 +509,9 @@ func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 		var pg v1alpha1.PodGroup
 		_ = c.Get(t.Context(), client.ObjectKey{Namespace: "ns", Name: "big"}, &pg)
 		t.Fatalf("evicted %d pods in the cycle, want %d (a's pods beyond its fair share); PodGroup big: %s", got, victims/2, pg.Status.Reason)
+	}
+	// No budget selects them: a dry run could not be refused.
+	if got := dryRuns.Load(); got != 0 {
+		t.Errorf("%d dry-run evictions of pods no budget selects", got)
 	}
 }

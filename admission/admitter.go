@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -180,7 +181,7 @@ type Admitter struct {
 	refusedPins map[types.UID]struct{}
 	repinned    map[cycle.WorkloadKey]time.Time
 	// told is the last reason and message told about a waiting workload.
-	told map[cycle.WorkloadKey]string
+	told map[cycle.WorkloadKey]toldWait
 	// toldPods are the pods told they wait (a partita.dev/Admitted=False
 	// condition queued), until they are admitted or gone: only they are
 	// told again when admitted (see admit). lastPrune is when the gone
@@ -241,7 +242,7 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[cycle.WorkloadKey]backoffState{}, timedOut: map[cycle.WorkloadKey]timeout{},
 		refusedPins: map[types.UID]struct{}{}, repinned: map[cycle.WorkloadKey]time.Time{},
-		told: map[cycle.WorkloadKey]string{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
+		told: map[cycle.WorkloadKey]toldWait{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[cycle.WorkloadKey]podGroupWrite{},
 		refused:   map[cycle.WorkloadKey]refusal{}, finishing: map[cycle.WorkloadKey]finishing{},
 		refusedFor: map[cycle.WorkloadKey]time.Time{},
@@ -773,11 +774,14 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 				msg += "; creating the PodGroup failed: " + pw.err
 			}
 		}
-		said := wt.Reason + msg
-		if a.told[key] == said || budget <= 0 || settling(wt, now) {
+		said := wt.Reason + ": " + msg
+		if t, ok := a.told[key]; ok && (t.said == said || (progressShape(t.said) == progressShape(said) && now.Sub(t.at) < progressRefresh)) {
 			continue
 		}
-		a.told[key] = said
+		if budget <= 0 || settling(wt, now) {
+			continue
+		}
+		a.told[key] = toldWait{said: said, at: now}
 		ann := workloadAnnotations(wt.Workload)
 		for _, m := range wt.Workload.Pending {
 			budget--
@@ -791,6 +795,38 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 			delete(a.told, key)
 		}
 	}
+}
+
+// toldWait is what a waiting workload was last told, and when.
+type toldWait struct {
+	said string
+	at   time.Time
+}
+
+// progressRefresh is how often a wait whose message changes only in its
+// numbers is told again ("waiting for 12 evicted ... pods to terminate",
+// then 11, 10, ...): each telling is an event and a status write per
+// pending pod, and a reclaim of thousands of pods would spend most of
+// its API requests on counts.
+const progressRefresh = 30 * time.Second
+
+// progressShape is a wait's reason and message with its numbers taken
+// out.
+func progressShape(said string) string {
+	var b strings.Builder
+	digits := false
+	for _, r := range said {
+		if r >= '0' && r <= '9' {
+			if !digits {
+				b.WriteByte('#')
+			}
+			digits = true
+			continue
+		}
+		digits = false
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 func (a *Admitter) event(obj client.Object, eventType, reason, action, note string) {

@@ -300,8 +300,8 @@ func TestAdmitterEnforcesCPUAndMemoryQuotas(t *testing.T) {
 		}
 		// The condition is written by a writer goroutine that Start runs;
 		// the cycle's reason is in the told map.
-		if got := a.told[cycle.WorkloadKey{Namespace: "ns", Pod: name}]; got != v1alpha1.ReasonWaitingForQuota+want {
-			t.Errorf("pod %s waits with %q, want %q", name, got, want)
+		if got := a.told[cycle.WorkloadKey{Namespace: "ns", Pod: name}]; got.said != v1alpha1.ReasonWaitingForQuota+": "+want {
+			t.Errorf("pod %s waits with %q, want %q", name, got.said, want)
 		}
 	}
 	var q v1alpha1.Queue
@@ -440,7 +440,7 @@ func TestAdmitterSeesItsOwnReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got.Spec.SchedulingGates) != 0 {
-		t.Errorf("the late pod is still gated; the loop said: %q", a.told[cycle.WorkloadKey{Namespace: "ns", Pod: "d"}])
+		t.Errorf("the late pod is still gated; the loop said: %q", a.told[cycle.WorkloadKey{Namespace: "ns", Pod: "d"}].said)
 	}
 	for {
 		select {
@@ -450,5 +450,52 @@ func TestAdmitterSeesItsOwnReleases(t *testing.T) {
 		default:
 		}
 		break
+	}
+}
+
+// TestWaitsChangingOnlyInTheirNumbersAreToldLessOften: a wait whose
+// message changes only in its numbers (pods left to terminate, members
+// that fit) is told again, as an event and a condition per pending pod,
+// at most every progressRefresh; any other change is told at once.
+func TestWaitsChangingOnlyInTheirNumbersAreToldLessOften(t *testing.T) {
+	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	rec := events.NewFakeRecorder(20)
+	clk := testingclock.NewFakeClock(now)
+	a := NewAdmitter(pt.Ledger(nil), nil, nil, rec, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	pod := pt.WholePod("p", 1, "1000").Queue("a").Obj()
+	w := &cycle.Workload{Key: cycle.WorkloadKey{Namespace: "ns", Pod: "p"}, Pending: []*cycle.Member{{Pod: pod}}}
+	told := func(at time.Duration, msg string) int {
+		t.Helper()
+		a.tell(&cycle.Result{Waiting: []cycle.Wait{{Workload: w, Reason: v1alpha1.ReasonWaitingForCapacity, Message: msg}}}, now.Add(at))
+		return len(rec.Events)
+	}
+	steps := []struct {
+		at   time.Duration
+		msg  string
+		want int // events so far
+	}{
+		{0, "waiting for 12 evicted or deleted pods to terminate to make room", 1},
+		{time.Second, "waiting for 12 evicted or deleted pods to terminate to make room", 1},
+		{2 * time.Second, "waiting for 9 evicted or deleted pods to terminate to make room", 1},
+		{20 * time.Second, "waiting for 3 evicted or deleted pods to terminate to make room", 1},
+		{31 * time.Second, "waiting for 2 evicted or deleted pods to terminate to make room", 2},
+		{32 * time.Second, "evicting 1 workload(s) to make room: ns/x", 3},
+	}
+	for _, s := range steps {
+		if got := told(s.at, s.msg); got != s.want {
+			t.Fatalf("after %q at %s: %d events, want %d", s.msg, s.at, got, s.want)
+		}
+	}
+}
+
+func TestProgressShape(t *testing.T) {
+	for in, want := range map[string]string{
+		"WaitingForCapacity: waiting for 12 evicted pods": "WaitingForCapacity: waiting for # evicted pods",
+		"gang needs 10 × 8 GPUs; at most 0 fit now":       "gang needs # × # GPUs; at most # fit now",
+		"no numbers":                                      "no numbers",
+	} {
+		if got := progressShape(in); got != want {
+			t.Errorf("progressShape(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -207,12 +207,14 @@ type search struct {
 	// needMilli is the least room w's members need, in milli-GPUs: what
 	// those asking for fractions or whole devices ask (what a memory
 	// request or a claim holds depends on the device: they count 0).
-	// freeMilli is the free room of the snapshot when the search began
-	// (withheld devices included: an upper bound), and freed what the
-	// released victims hold; placing w is tried only once
-	// freeMilli+freed reaches needMilli, which it must to fit.
-	needMilli, freeMilli, freed int64
-	heldMilli                   map[types.UID]int64
+	// freed is what the released victims hold; freeMilli the free room of
+	// the snapshot when mayFit first looked (withheld devices included: an
+	// upper bound), freed being freedThen. Placing w is tried only once
+	// the room free and released reaches needMilli, which it must to fit.
+	needMilli, freed     int64
+	freeMilli, freedThen int64
+	freeKnown            bool
+	heldMilli            map[types.UID]int64
 }
 
 func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member, lim *underLimit) *search {
@@ -230,17 +232,25 @@ func (c *cycle) newSearch(q *queueState, w *Workload, members []*Member, lim *un
 	}
 	if s.needMilli > 0 {
 		s.heldMilli = map[types.UID]int64{}
-		for _, n := range c.nodeNamesOnce() {
-			s.freeMilli += c.snap.FreeMilli(n)
-		}
 	}
 	return s
 }
 
 // mayFit reports whether the room free and released could hold w's
-// members at all: fits is not worth its placement otherwise.
+// members at all: fits is not worth its placement otherwise. The free
+// room is summed once a search, when first needed: most searches of a
+// cycle with thousands of waiting workloads end before.
 func (s *search) mayFit() bool {
-	return s.freeMilli+s.freed >= s.needMilli
+	if s.needMilli == 0 {
+		return true
+	}
+	if !s.freeKnown {
+		for _, n := range s.c.nodeNamesOnce() {
+			s.freeMilli += s.c.snap.FreeMilli(n)
+		}
+		s.freedThen, s.freeKnown = s.freed, true
+	}
+	return s.freeMilli+s.freed-s.freedThen >= s.needMilli
 }
 
 // victimCap bounds the victims of one search: maxVictims, or twice the

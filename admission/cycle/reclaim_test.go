@@ -3,6 +3,7 @@ package cycle
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -92,4 +93,44 @@ func BenchmarkReclaimForALargeGang(b *testing.B) {
 		b.Fatalf("evictions: %d, want %d; waiting: %v", len(res.Evictions), nodes*perNode/2, res.Waiting)
 	}
 	b.ReportMetric(float64(len(res.Evictions)), "victims")
+}
+
+// BenchmarkCycleWithFiftyThousandPending is issue 31's memory goal at the
+// loop's end: 500 nodes × 8 GPUs full of 4,000 running single-GPU pods of
+// queue a, and 50,000 pending single-GPU pods of queues b and c (none fits;
+// b and c may reclaim from a down to its fair share). It reports the time
+// of one cycle and the heap the cache, the pods (as an informer holds them)
+// and a cycle's result keep alive.
+func BenchmarkCycleWithFiftyThousandPending(b *testing.B) {
+	const nodes, perNode, pending = 500, 8, 50_000
+	ns, gns := gpuNodes("n", nodes, perNode)
+	var pods []*corev1.Pod
+	for i := range nodes * perNode {
+		pods = append(pods, running(fmt.Sprintf("a-%04d", i), "a", fmt.Sprintf("n-%d", i%nodes), 1, t0.Add(time.Duration(i)*time.Millisecond)).Obj())
+	}
+	for i := range pending {
+		q := "b"
+		if i%2 == 1 {
+			q = "c"
+		}
+		pods = append(pods, gated(fmt.Sprintf("%s-%05d", q, i), q, 1).Created(t0.Add(time.Duration(i)*time.Millisecond)).Obj())
+	}
+	w := world{nodes: ns, gpuNodes: gns, pods: pods,
+		queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj(), MakeQueue("c").Obj()}}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	cache, ledger := w.build(b)
+	var res *Result
+	for b.Loop() {
+		res = Run(context.Background(), cache.State(), ledger.Snapshot(), limitQuota{}, Options{Now: t0.Add(2 * time.Hour)})
+	}
+	var after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/(1<<20), "heap-MiB")
+	b.ReportMetric(float64(len(res.Waiting)), "waiting")
+	b.ReportMetric(float64(len(res.Evictions)), "evictions")
+	runtime.KeepAlive(pods)
+	runtime.KeepAlive(cache)
 }

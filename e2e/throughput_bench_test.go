@@ -453,8 +453,11 @@ func deletePhase(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns,
 	t.Helper()
 	sel := metav1.ListOptions{LabelSelector: "e2e.partita.dev/phase=" + phase}
 	now := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
-	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, now, sel); err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-		t.Fatalf("delete the %s pods: %v", phase, err)
+	// A collection of thousands may outlast the API server's request
+	// timeout, or the stream may be reset under load: the poll below
+	// deletes what is left one by one.
+	if err := cs.CoreV1().Pods(ns).DeleteCollection(ctx, now, sel); err != nil {
+		t.Logf("delete the %s pods as a collection: %v; deleting what is left one by one", phase, err)
 	}
 	poll(t, 3*time.Minute, "the "+phase+" pods gone", func() (bool, string) {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, sel)

@@ -492,7 +492,7 @@ func TestProgressShape(t *testing.T) {
 	for in, want := range map[string]string{
 		"WaitingForCapacity: waiting for 12 evicted pods": "WaitingForCapacity: waiting for # evicted pods",
 		"gang needs 10 × 8 GPUs; at most 0 fit now":       "gang needs # × # GPUs; at most # fit now",
-		"no numbers":                                      "no numbers",
+		"no numbers": "no numbers",
 	} {
 		if got := progressShape(in); got != want {
 			t.Errorf("progressShape(%q) = %q, want %q", in, got, want)

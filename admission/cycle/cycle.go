@@ -277,6 +277,9 @@ type cycle struct {
 	// for the end of the cycle (admitExtras).
 	extras   []extraWork
 	searches int
+	// terminatingLooks counts the workloads placed with the room of pods
+	// already terminating (evictFor), bounded apart from searches.
+	terminatingLooks int
 	// candidates caches staticCandidates by constraint signature; nodeNames
 	// are the snapshot's nodes in name order; terminating caches
 	// terminatingVictims.

@@ -124,9 +124,13 @@ func (l *underLimit) where() string {
 // It reports whether the workload now waits (its wait is recorded).
 func (c *cycle) evictFor(s *search) bool {
 	q, w := s.q, s.w
-	// Each search places the gang again, so a cycle bounds them; the
-	// look at terminating pods below is one of them.
-	if c.searches >= c.opts.MaxPreemptionSearches {
+	// Each search places the workload again, so a cycle bounds them, and
+	// apart the looks at pods already terminating: preemptors waiting for
+	// their victims to go must not use up the searches of those behind
+	// them (the reclaim would go at the pace of pods terminating).
+	maySearch := c.searches < c.opts.MaxPreemptionSearches
+	mayWait := c.terminatingLooks < maxTerminatingLooks*c.opts.MaxPreemptionSearches
+	if !maySearch && !mayWait {
 		return false
 	}
 	// Elastic members beyond their gang's minimum go first, one by one.
@@ -137,23 +141,27 @@ func (c *cycle) evictFor(s *search) bool {
 		scope = s.lim.scope
 		reason, where = v1alpha1.ReasonWaitingForQuota, s.lim.where()
 	}
-	cands := c.elasticVictims(q, w)
-	if scope != nil {
-		cands = slices.DeleteFunc(cands, func(v victim) bool { return !inSubtree(v.q, scope) })
+	var cands []victim
+	if maySearch {
+		cands = c.elasticVictims(q, w)
+		if scope != nil {
+			cands = slices.DeleteFunc(cands, func(v victim) bool { return !inSubtree(v.q, scope) })
+		}
+		cands = append(cands, c.victims(q, w, s.members, scope)...)
 	}
-	cands = append(cands, c.victims(q, w, s.members, scope)...)
 	terminating := c.terminatingVictims()
 	// waitFor counts the terminating members whose room w waits for.
 	waitFor := 0
-	for _, v := range terminating {
-		if scope == nil || inSubtree(v.q, scope) {
-			waitFor += len(v.members)
+	if mayWait {
+		for _, v := range terminating {
+			if scope == nil || inSubtree(v.q, scope) {
+				waitFor += len(v.members)
+			}
 		}
 	}
 	if len(cands) == 0 && waitFor == 0 {
 		return false
 	}
-	c.searches++
 	// Pods already terminating free their room soon: if that is enough,
 	// wait for them rather than evict more.
 	for _, v := range terminating {
@@ -164,13 +172,21 @@ func (c *cycle) evictFor(s *search) bool {
 			s.restore(v)
 		}
 	}
-	if waitFor > 0 && s.mayFit() && s.fits() {
-		restoreTerminating()
-		c.move(q, s.need(), 1)
-		c.holdFor(w, s.room)
-		c.wait(w, reason, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room%s", waitFor, where))
-		return true
+	if waitFor > 0 {
+		c.terminatingLooks++
+		if s.mayFit() && s.fits() {
+			restoreTerminating()
+			c.move(q, s.need(), 1)
+			c.holdFor(w, s.room)
+			c.wait(w, reason, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room%s", waitFor, where))
+			return true
+		}
 	}
+	if len(cands) == 0 {
+		restoreTerminating()
+		return false
+	}
+	c.searches++
 	chosen := s.choose(cands)
 	if chosen == nil {
 		restoreTerminating()
@@ -182,6 +198,10 @@ func (c *cycle) evictFor(s *search) bool {
 	c.wait(w, reason, fmt.Sprintf("evicting %d workload(s) to make room%s: %s", len(chosen), where, strings.Join(names, ", ")))
 	return true
 }
+
+// maxTerminatingLooks bounds, as a multiple of the cycle's searches, the
+// workloads a cycle places with the room of pods already terminating.
+const maxTerminatingLooks = 8
 
 // search simulates evictions for w of queue q: victims' members are taken
 // off the snapshot (release) and put back (restore), and fits tells

@@ -821,29 +821,37 @@ func (r *runner) cleanup(ctx context.Context, sr *scenarioResult, phases ...stri
 	defer func() { sr.CleanupSeconds = round3(time.Since(begin).Seconds()) }()
 	sel := metav1.ListOptions{LabelSelector: fmt.Sprintf("%s in (%s)", phaseLabel, strings.Join(phases, ","))}
 	del := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), PropagationPolicy: ptr.To(metav1.DeletePropagationBackground)}
-	if err := r.cs.BatchV1().Jobs(ns).DeleteCollection(ctx, del, sel); err != nil {
-		return fmt.Errorf("delete Jobs: %w", err)
-	}
-	if err := r.dc.Resource(podGroupGVR).Namespace(ns).DeleteCollection(ctx, del, sel); err != nil {
-		return fmt.Errorf("delete PodGroups: %w", err)
+	// A collection of thousands may outlast the API server's request
+	// timeout, or its stream be reset under load: the deletes are repeated
+	// every 10 s while anything is left, and their errors only logged.
+	deleteAll := func(what string, del1 func() error) {
+		if err := del1(); err != nil {
+			logf("%s: delete %s: %v (tried again while any is left)", sr.Name, what, err)
+		}
 	}
 	deadline := begin.Add(r.o.cleanupTimeout)
 	var lastDelete time.Time
 	for {
 		pods := len(r.pods.List())
-		if pods > 0 && time.Since(lastDelete) > 10*time.Second {
-			if err := r.cs.CoreV1().Pods(ns).DeleteCollection(ctx, del, sel); err != nil && !apierrors.IsTimeout(err) && !apierrors.IsServerTimeout(err) {
-				return fmt.Errorf("delete pods: %w", err)
-			}
-			lastDelete = time.Now()
-		}
-		jobs, err := r.cs.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{})
+		jobs, err := r.cs.BatchV1().Jobs(ns).List(ctx, sel)
 		if err != nil {
 			return fmt.Errorf("list Jobs: %w", err)
 		}
-		pgs, err := r.dc.Resource(podGroupGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
+		pgs, err := r.dc.Resource(podGroupGVR).Namespace(ns).List(ctx, sel)
 		if err != nil {
 			return fmt.Errorf("list PodGroups: %w", err)
+		}
+		if time.Since(lastDelete) > 10*time.Second {
+			if len(jobs.Items) > 0 {
+				deleteAll("Jobs", func() error { return r.cs.BatchV1().Jobs(ns).DeleteCollection(ctx, del, sel) })
+			}
+			if len(pgs.Items) > 0 {
+				deleteAll("PodGroups", func() error { return r.dc.Resource(podGroupGVR).Namespace(ns).DeleteCollection(ctx, del, sel) })
+			}
+			if pods > 0 {
+				deleteAll("pods", func() error { return r.cs.CoreV1().Pods(ns).DeleteCollection(ctx, del, sel) })
+			}
+			lastDelete = time.Now()
 		}
 		if pods == 0 && len(jobs.Items) == 0 && len(pgs.Items) == 0 {
 			break

@@ -152,14 +152,14 @@ func (c *cycle) evictFor(s *search) bool {
 	terminating := c.terminatingVictims()
 	// waitFor counts the terminating members whose room w waits for.
 	waitFor := 0
-	if mayWait {
-		for _, v := range terminating {
-			if scope == nil || inSubtree(v.q, scope) {
-				waitFor += len(v.members)
-			}
+	for _, v := range terminating {
+		if scope == nil || inSubtree(v.q, scope) {
+			waitFor += len(v.members)
 		}
 	}
-	if len(cands) == 0 && waitFor == 0 {
+	// Without a look at the terminating room, a search could evict for
+	// room that is already on its way.
+	if (len(cands) == 0 && waitFor == 0) || (waitFor > 0 && !mayWait) {
 		return false
 	}
 	// Pods already terminating free their room soon: if that is enough,

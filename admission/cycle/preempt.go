@@ -409,37 +409,13 @@ func (s *search) chooseAmong(cands []victim) []victim {
 	return s.chooseByNode(cands)
 }
 
-// chooseFrom is choose among cands, taken in their order.
+// chooseFrom is choose among cands, taken one by one in their order.
 func (s *search) chooseFrom(cands []victim) []victim {
-	c := s.c
-	taken := map[*queueState]int64{}
-	var chosen []victim
-	found, tries := false, 0
-	for _, v := range cands {
-		charge := c.victimCharge(v)[0]
-		if c.keeps(v, charge, taken) {
-			continue
-		}
-		s.release(v)
-		taken[v.q] += charge
-		chosen = append(chosen, v)
-		if s.mayFit() {
-			if tries++; s.fits() {
-				found = true
-				break
-			}
-		}
-		if len(chosen) >= s.victimCap() || tries >= maxVictims {
-			break
-		}
+	groups := make([][]int, len(cands))
+	for i := range cands {
+		groups[i] = []int{i}
 	}
-	if !found {
-		for _, v := range chosen {
-			s.restore(v)
-		}
-		return nil
-	}
-	return s.spare(chosen)
+	return s.takeGroups(cands, groups)
 }
 
 // spare restores every chosen victim the placement does not need, the
@@ -512,15 +488,32 @@ func (s *search) chooseByNode(cands []victim) []victim {
 		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(b.room, a.room),
 			cmp.Compare(len(a.victims), len(b.victims)), b.oldest.Compare(a.oldest), strings.Compare(a.node, b.node))
 	})
+	groups := make([][]int, len(nodes))
+	for k, n := range nodes {
+		groups[k] = n.victims
+	}
+	return s.takeGroups(cands, groups)
+}
+
+// takeGroups releases the victims of groups (indexes into cands), group
+// after group, until w fits, skipping those whose queue keeps them; then
+// spares every group the placement does not need, the last taken (the
+// costliest) first, and, among at most maxVictims victims left, every
+// victim. It returns the victims, released, or nil (nothing released)
+// when none fit. Placements are simulated only when the released room
+// could hold w, at most maxVictims times while taking and as many while
+// sparing.
+func (s *search) takeGroups(cands []victim, groups [][]int) []victim {
+	c := s.c
 	taken := map[*queueState]int64{}
 	released := make([]bool, len(cands))
 	var chosen []victim
-	// spans[k] are the victims chosen for the k-th node taken: chosen[spans[k][0]:spans[k][1]].
+	// spans[k] are the victims chosen for the k-th group taken: chosen[spans[k][0]:spans[k][1]].
 	var spans [][2]int
-	found, tries := false, 0
-	for _, n := range nodes {
+	found, tries, singles := false, 0, true
+	for _, g := range groups {
 		start := len(chosen)
-		for _, i := range n.victims {
+		for _, i := range g {
 			v := cands[i]
 			charge := c.victimCharge(v)[0]
 			if released[i] || c.keeps(v, charge, taken) {
@@ -535,6 +528,7 @@ func (s *search) chooseByNode(cands []victim) []victim {
 			continue
 		}
 		spans = append(spans, [2]int{start, len(chosen)})
+		singles = singles && len(chosen)-start == 1
 		if s.mayFit() {
 			if tries++; s.fits() {
 				found = true
@@ -551,7 +545,6 @@ func (s *search) chooseByNode(cands []victim) []victim {
 		}
 		return nil
 	}
-	// Spare the nodes the placement does not need, the costliest first.
 	keep := make([]bool, len(spans))
 	keep[len(spans)-1] = true
 	tries = 0
@@ -576,7 +569,8 @@ func (s *search) chooseByNode(cands []victim) []victim {
 			out = append(out, chosen[sp[0]:sp[1]]...)
 		}
 	}
-	if len(out) <= maxVictims {
+	// Groups of one were spared one by one already.
+	if !singles && len(out) <= maxVictims {
 		out = s.spare(out)
 	}
 	return out

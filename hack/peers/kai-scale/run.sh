@@ -36,17 +36,8 @@ ts() { date -u +%H:%M:%S; }
 
 # 1. KAI's sources and binaries (cached, shared with kai-topology: the same
 # KAI_HOME and binary names, so KAI is built once for both).
+KAI_REF=$KAI_REF KAI_HOME=$KAI_HOME KAI_GIT=$KAI_GIT "$HERE/../kai-build.sh"
 SRC=$KAI_HOME/src-$KAI_REF
-if [ ! -d "$SRC" ]; then
-  mkdir -p "$SRC.tmp" && git --git-dir="$KAI_GIT" archive "$KAI_REF" | tar -x -C "$SRC.tmp" && mv "$SRC.tmp" "$SRC"
-fi
-COMPONENTS="scheduler binder podgrouper queuecontroller"
-for c in $COMPONENTS; do
-  if [ ! -x "$KAI_HOME/bin/$c-$KAI_REF" ]; then
-    echo "$(ts) building KAI $c at $KAI_REF"
-    (cd "$SRC" && GOFLAGS=-mod=mod go build -o "$KAI_HOME/bin/$c-$KAI_REF" ./cmd/$c)
-  fi
-done
 (cd "$ROOT" && go build -o "$KAI_HOME/bin/kai-scale" ./hack/peers/kai-scale)
 
 # 2. A fresh kwok cluster (no kube-scheduler: only KAI schedules here). Its

@@ -26,17 +26,8 @@ mkdir -p "$OUT" "$KAI_HOME/bin" "$KWOK_WORKDIR"
 ts() { date -u +%H:%M:%S; }
 
 # 1. KAI's sources and binaries (cached; rebuilt when KAI_REF changes).
+KAI_REF=$KAI_REF KAI_HOME=$KAI_HOME KAI_GIT=$KAI_GIT "$HERE/../kai-build.sh"
 SRC=$KAI_HOME/src-$KAI_REF
-if [ ! -d "$SRC" ]; then
-  mkdir -p "$SRC.tmp" && git --git-dir="$KAI_GIT" archive "$KAI_REF" | tar -x -C "$SRC.tmp" && mv "$SRC.tmp" "$SRC"
-fi
-COMPONENTS="scheduler binder podgrouper queuecontroller"
-for c in $COMPONENTS; do
-  if [ ! -x "$KAI_HOME/bin/$c-$KAI_REF" ]; then
-    echo "$(ts) building KAI $c at $KAI_REF"
-    (cd "$SRC" && GOFLAGS=-mod=mod go build -o "$KAI_HOME/bin/$c-$KAI_REF" ./cmd/$c)
-  fi
-done
 (cd "$ROOT" && go build -o "$KAI_HOME/bin/kai-topology" ./hack/peers/kai-topology)
 
 # 2. A fresh kwok cluster (no kube-scheduler: only KAI schedules here).

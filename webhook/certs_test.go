@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/go-logr/logr"
 )
 
 func TestEnsureDevCertificates(t *testing.T) {
@@ -71,7 +73,9 @@ func TestServeTLSReloadsCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
-	go func() { done <- ServeTLS(ctx, l, newTestServer(t, testOptions{}), cw.GetCertificate) }()
+	go func() {
+		done <- ServeTLS(ctx, l, newTestServer(t, testOptions{}), cw.GetCertificate, nil, logr.Discard())
+	}()
 	url := "https://" + l.Addr().String() + PathHealthz
 	get := func(ca []byte) error {
 		pool := x509.NewCertPool()

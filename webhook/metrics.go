@@ -10,6 +10,10 @@ import (
 const (
 	badRequestTooLarge = "too_large"
 	badRequestDecode   = "decode"
+	// A caller without the API server's client certificate (401), or with
+	// one of a name not allowed (403).
+	badRequestUnauthenticated = "unauthenticated"
+	badRequestForbidden       = "forbidden"
 )
 
 // Label values of partita_webhook_admission_requests_total's result.
@@ -46,7 +50,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"webhook", "reason"}),
 		badRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_webhook_bad_requests_total",
-			Help: "HTTP requests answered without an AdmissionReview, by reason: too_large (over --max-request-bytes, 413) or decode (not an AdmissionReview v1, 400).",
+			Help: "HTTP requests answered without an AdmissionReview, by reason: too_large (over --max-request-bytes, 413), decode (not an AdmissionReview v1, 400), unauthenticated (no valid client certificate of the API server, 401) or forbidden (a certificate of a name not allowed, 403).",
 		}, []string{"reason"}),
 	}
 	reg.MustRegister(m.duration, m.requests, m.denials, m.badRequests)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	admissionv1 "k8s.io/api/admission/v1"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -152,7 +153,7 @@ func (s *apiServer) serveWebhook(t *testing.T) (stop func()) {
 	h := newTestServer(t, testOptions{gate: true, modes: []v1alpha1.IsolationMode{v1alpha1.IsolationTimeSlicing, v1alpha1.IsolationMPS},
 		trusted: &Identities{Users: []string{testExtender}}})
 	done := make(chan error, 1)
-	go func() { done <- ServeTLS(ctx, l, s.calls.wrap(h), cw.GetCertificate) }()
+	go func() { done <- ServeTLS(ctx, l, s.calls.wrap(h), cw.GetCertificate, nil, logr.Discard()) }()
 	s.url, s.ca = "https://"+l.Addr().String(), ca
 	o := ConfigurationOptions{Namespace: partitaNamespace, URL: "https://" + l.Addr().String(), CABundle: ca,
 		ExcludedNamespaces: DefaultExcludedNamespaces(), Policies: true, AdmissionGate: true, Trusted: Identities{Users: []string{testExtender}}}

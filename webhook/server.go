@@ -16,6 +16,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"github.com/partita-dev/partita/internal/clientauth"
 	"github.com/partita-dev/partita/internal/httpserver"
 )
 
@@ -46,6 +47,7 @@ type Server struct {
 	ready          func() error
 	maxBytes       int64
 	clock          clock.PassiveClock
+	callers        *clientauth.Checker
 	log            logr.Logger
 }
 
@@ -92,13 +94,13 @@ func NewServer(log logr.Logger, pods *PodAdmission, opts ...ServerOption) *Serve
 // sets release mode once at start.
 func (s *Server) Handler() http.Handler {
 	r := httpserver.NewEngine(httpserver.EngineOptions{Log: s.log, AccessLogV: 3, Clock: s.clock, Ready: s.ready, Metrics: s.metricsHandler})
-	r.POST(PathMutatePods, s.review("mutate-pods", s.pods.Mutate, decodePodReview))
-	r.POST(PathValidatePods, s.review("validate-pods", s.pods.Validate, decodePodReview))
+	r.POST(PathMutatePods, s.requireCaller, s.review("mutate-pods", s.pods.Mutate, decodePodReview))
+	r.POST(PathValidatePods, s.requireCaller, s.review("validate-pods", s.pods.Validate, decodePodReview))
 	if s.policies != nil {
-		r.POST(PathValidatePolicies, s.review("validate-policies", s.policies.Validate, decodeReview))
+		r.POST(PathValidatePolicies, s.requireCaller, s.review("validate-policies", s.policies.Validate, decodeReview))
 	}
 	if s.podGroups != nil {
-		r.POST(PathValidatePodGroups, s.review("validate-podgroups", s.podGroups.Validate, decodeReview))
+		r.POST(PathValidatePodGroups, s.requireCaller, s.review("validate-podgroups", s.podGroups.Validate, decodeReview))
 	}
 	return r
 }
@@ -229,10 +231,17 @@ func shortenMessage(s string) string {
 
 // ServeTLS serves h on l with TLS until ctx ends. getCertificate is asked
 // for the certificate at each handshake, so a renewed certificate is used
-// without a restart (see WatchCertificates).
-func ServeTLS(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error)) error {
+// without a restart (see WatchCertificates). With callerCAs, a client
+// certificate is verified against them when the caller presents one (the
+// API server's; WithCallerCheck refuses callers without one); nil asks
+// for none.
+func ServeTLS(ctx context.Context, l net.Listener, h http.Handler, getCertificate func(*tls.ClientHelloInfo) (*tls.Certificate, error),
+	callerCAs *clientauth.CAs, log logr.Logger) error {
 	if getCertificate == nil {
 		return errors.New("serve admission webhooks: no certificate; the API server calls webhooks over TLS only")
 	}
-	return httpserver.Serve(ctx, l, h, getCertificate, "admission webhooks")
+	if callerCAs == nil {
+		return httpserver.Serve(ctx, l, h, getCertificate, "admission webhooks")
+	}
+	return httpserver.ServeTLSConfig(ctx, l, h, clientauth.TLSConfig(getCertificate, callerCAs, log), "admission webhooks")
 }

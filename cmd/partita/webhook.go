@@ -40,6 +40,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/internal/clientauth"
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/policy"
 	"github.com/partita-dev/partita/webhook"
@@ -82,6 +83,9 @@ type webhookFlags struct {
 	burst            int
 	verbosity        int
 	clientCert       clientCertFlags
+	callerCAFile     string
+	callerNames      []string
+	anyCaller        bool
 }
 
 func newWebhookCommand() *cobra.Command {
@@ -142,8 +146,30 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.StringVar(&f.gpuBackend, "gpu-backend", string(dra.BackendExtender), "how GPU pods are placed: extender (write partita.dev/gpu-milli and the device env for the scheduler extender) or dra (give each GPU container a ResourceClaim on "+dra.DriverName+" devices from a claim template the webhook creates in the pod's namespace, for kube-scheduler's DRA plugin)")
 	fl.StringSliceVar(&f.gpuDeviceClasses, "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs: a pod that asks for them through ResourceClaims only is given a queue and the admission gate like any GPU pod (its claims are read live)")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every admission decision, 3 the access log)")
+	fl.StringVar(&f.callerCAFile, "client-ca-file", "", "CA bundle that the API server's client certificate (its admission configuration's kubeconfig) must be signed by; only callers with such a certificate get an AdmissionReview answered (re-read when it changes). Required unless --allow-unauthenticated-callers")
+	fl.StringSliceVar(&f.callerNames, "client-allowed-names", []string{webhook.DefaultClientName}, "common names of the API server's client certificates accepted; empty accepts any certificate the --client-ca-file CA signed")
+	fl.BoolVar(&f.anyCaller, "allow-unauthenticated-callers", false, "answer AdmissionReviews from any caller that reaches the port (for API servers that cannot present a client certificate, e.g. some managed clusters): anyone who reaches it can make the webhook compile Rego and, with --gpu-backend dra, create claim templates; restrict the port with a NetworkPolicy")
 	f.clientCert.register(fl)
 	return cmd
+}
+
+// callerAuth reads the CA of the API server's client certificate; nil
+// (with --allow-unauthenticated-callers only) serves any caller.
+func (f *webhookFlags) callerAuth(log logr.Logger) (*clientauth.CAs, error) {
+	switch {
+	case f.anyCaller && f.callerCAFile != "":
+		return nil, errors.New("--allow-unauthenticated-callers and --client-ca-file: give one; with the CA the webhook answers the API server only")
+	case f.anyCaller:
+		log.Info("WARNING: answering AdmissionReviews from any caller (--allow-unauthenticated-callers); anyone who reaches the port can make the webhook compile Rego and, with the dra backend, create claim templates")
+		return nil, nil
+	case f.callerCAFile == "":
+		return nil, errors.New("the webhook answers only the API server: set --client-ca-file to the CA of the client certificate its admission configuration presents (the chart and partita dev up do; docs/install.md says how), or --allow-unauthenticated-callers where the API server cannot present one")
+	}
+	cas, err := clientauth.NewCAs(f.callerCAFile, clock.RealClock{})
+	if err != nil {
+		return nil, fmt.Errorf("--client-ca-file: %w", err)
+	}
+	return cas, nil
 }
 
 // policyConfig reads the policy flags.
@@ -217,6 +243,10 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		return errors.New("--default-queue is empty: name the queue of GPU pods that name none, or refuse them with --require-queue")
 	}
 	pinned, err := f.modes()
+	if err != nil {
+		return err
+	}
+	callerCAs, err := f.callerAuth(log)
 	if err != nil {
 		return err
 	}
@@ -387,6 +417,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		webhook.WithMetrics(webhook.NewMetrics(reg), promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg})),
 		webhook.WithReady(ready),
 		webhook.WithMaxRequestBytes(f.maxRequestBytes),
+		webhook.WithCallerCheck(webhook.CallerCheck(f.callerNames), callerCAs != nil),
 		webhook.WithPolicyAdmission(webhook.NewPolicyAdmission(loader, f.namespace)),
 		webhook.WithPodGroupAdmission(webhook.NewPodGroupAdmission(decisions, refs)))
 
@@ -402,7 +433,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		if err != nil {
 			return err
 		}
-		return webhook.ServeTLS(gctx, l, srv.Handler(), cw.GetCertificate)
+		return webhook.ServeTLS(gctx, l, srv.Handler(), cw.GetCertificate, callerCAs, log.WithName("tls"))
 	})
 	if f.devRegister {
 		g.Go(func() error {

@@ -43,7 +43,9 @@ func (c *Cluster) ChartValues() map[string]any {
 	return map[string]any{
 		"gpuBackend": string(c.Backend()),
 		"image":      map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
-		"webhook":    map[string]any{"nodeSelector": onNode, "logLevel": 2},
+		"webhook": map[string]any{"nodeSelector": onNode, "logLevel": 2,
+			// The API server's client certificate (writeWebhookClientAuth).
+			"clientAuth": map[string]any{"caBundle": c.webhookClientCA(), "allowedNames": []string{WebhookClientName}}},
 		"extender": map[string]any{"nodeSelector": onNode, "logLevel": 2,
 			"admission": map[string]any{"preemptMinRuntime": "5s"}},
 		"scheduler": map[string]any{"nodeSelector": onNode},
@@ -78,8 +80,15 @@ func (c *Cluster) installChart(ctx context.Context) error {
 	}
 	start := time.Now()
 	c.printf("Installing the chart (release %s in %s) on %s", ChartRelease, PartitaNamespace, realnode.NodeName)
-	out, err := c.Helm(ctx, "upgrade", "--install", ChartRelease, c.ChartDir(), "--namespace", PartitaNamespace, "--create-namespace",
-		"--values", c.ChartValuesFile(), "--wait", "--timeout", "5m")
+	args := []string{"upgrade", "--install", ChartRelease, c.ChartDir(), "--namespace", PartitaNamespace, "--create-namespace",
+		"--values", c.ChartValuesFile(), "--wait", "--timeout", "5m"}
+	for _, kv := range c.opts.ChartSet {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return fmt.Errorf("--set %q: want key=value, as helm's --set", kv)
+		}
+		args = append(args, "--set", kv)
+	}
+	out, err := c.Helm(ctx, args...)
 	if err != nil {
 		cs, cerr := c.Clientset()
 		detail := ""

@@ -74,6 +74,9 @@ type Options struct {
 	// RealNode adds the real node (realnode.NodeName: kubelet, containerd,
 	// kube-proxy, CoreDNS on this host) beside the simulated ones.
 	RealNode bool
+	// ChartSet are helm --set values (key=value) for mode chart, applied
+	// over ChartValues.
+	ChartSet []string
 	// Mode says where Partita runs: ModeHost (HostProcesses) or ModeChart
 	// (the chart on the real node; HostProcesses then serve the simulated
 	// nodes only). Empty means ModeHost.
@@ -306,6 +309,9 @@ func (c *Cluster) Up(ctx context.Context) error {
 			c.printf("Cluster %q is already running", c.opts.Name)
 		}
 		if err := c.checkCreatedWith(); err != nil {
+			return err
+		}
+		if err := c.checkWebhookClientAuth(); err != nil {
 			return err
 		}
 		if err := c.checkSchedulerReachesReplicas(); err != nil {

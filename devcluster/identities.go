@@ -116,7 +116,8 @@ func (c *Cluster) RBACManifest(ctx context.Context) ([]byte, error) {
 	return helm.Template(ctx, helm.TemplateOptions{
 		Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
 		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/rbac.yaml", "--show-only", "templates/agent-policy.yaml",
-			"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true", "--set", "gpuBackend=" + string(c.Backend())},
+			"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true", "--set", "gpuBackend=" + string(c.Backend()),
+			"--set", showOnlyClientAuth},
 	})
 }
 

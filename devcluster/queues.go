@@ -16,9 +16,16 @@ import (
 func (c *Cluster) DefaultQueueManifest(ctx context.Context) ([]byte, error) {
 	return helm.Template(ctx, helm.TemplateOptions{
 		Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
-		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/default-queue.yaml"},
+		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/default-queue.yaml",
+			// Only the Queue is kept; the chart renders nothing without
+			// a webhook client setting.
+			"--set", showOnlyClientAuth},
 	})
 }
+
+// showOnlyClientAuth satisfies the chart's required webhook client setting
+// in renders that keep objects other than the webhook's (--show-only).
+const showOnlyClientAuth = "webhook.clientAuth.allowUnauthenticated=true"
 
 // ensureDefaultQueue creates (or restores) the chart's default Queue.
 func (c *Cluster) ensureDefaultQueue(ctx context.Context, cfg *rest.Config) error {

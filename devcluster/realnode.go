@@ -163,6 +163,7 @@ componentsPatches:
   - {key: requestheader-username-headers, value: X-Remote-User}
   - {key: requestheader-group-headers, value: X-Remote-Group}
   - {key: requestheader-extra-headers-prefix, value: X-Remote-Extra-}
+  - {key: admission-control-config-file, value: "` + c.admissionConfigFile() + `"}
 `
 }
 
@@ -172,6 +173,9 @@ func (c *Cluster) writeKwokctlConfig() (string, error) {
 	}
 	if err := os.MkdirAll(c.stateDir(), 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", c.stateDir(), err)
+	}
+	if err := c.writeWebhookClientAuth(); err != nil {
+		return "", err
 	}
 	path := filepath.Join(c.stateDir(), "kwokctl.yaml")
 	if err := os.WriteFile(path, []byte(c.kwokctlConfig()), 0o644); err != nil {

@@ -149,6 +149,7 @@ func TestKwokctlConfig(t *testing.T) {
 		"kube-apiserver --requestheader-username-headers":         "X-Remote-User",
 		"kube-apiserver --requestheader-group-headers":            "X-Remote-Group",
 		"kube-apiserver --requestheader-extra-headers-prefix":     "X-Remote-Extra-",
+		"kube-apiserver --admission-control-config-file":          c.admissionConfigFile(),
 	}
 	if diff := cmp.Diff(want, args); diff != "" {
 		t.Errorf("component arguments (-want,+got):\n%s", diff)
@@ -170,6 +171,11 @@ func TestChartValues(t *testing.T) {
 	bin := filepath.Join(c.BinDir(), "helm")
 	if _, err := os.Stat(bin); err != nil {
 		t.Skipf("no helm at %s (make cluster-bins)", bin)
+	}
+	// The API server's webhook client CA, as dev up writes it before the
+	// cluster starts.
+	if err := c.writeWebhookClientAuth(); err != nil {
+		t.Fatal(err)
 	}
 	values, err := yaml.Marshal(c.ChartValues())
 	if err != nil {

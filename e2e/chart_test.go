@@ -56,12 +56,17 @@ func runHelm(ctx context.Context, t *testing.T, args ...string) string {
 // that select no namespace. The chart's webhook pods run no process here,
 // so webhooks that selected namespaces (failing closed) would refuse every
 // pod of the other tests while this one runs.
-var chartValues = []string{
-	"--set", "agent.simulate=8xH100-80GB",
-	"--set", "webhook.namespaceSelector.matchLabels.e2e\\.partita\\.dev/chart-webhook=nowhere",
-	// The dev cluster already has its default Queue (cluster-scoped, one
-	// per cluster), which `partita dev up` created from the same template.
-	"--set", "webhook.createDefaultQueue=false",
+func chartValues() []string {
+	return []string{
+		"--set", "agent.simulate=8xH100-80GB",
+		"--set", "webhook.namespaceSelector.matchLabels.e2e\\.partita\\.dev/chart-webhook=nowhere",
+		// The dev cluster already has its default Queue (cluster-scoped, one
+		// per cluster), which `partita dev up` created from the same template.
+		"--set", "webhook.createDefaultQueue=false",
+		// The CA of the dev API server's webhook client certificate, as on a
+		// cluster set up for Partita (docs/install.md).
+		"--set-file", "webhook.clientAuth.caBundle=" + cluster.WebhookClientCAFile(),
+	}
 }
 
 func TestChartInstallUpgradeUninstall(t *testing.T) {
@@ -80,7 +85,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 	}
 
 	start := time.Now()
-	runHelm(ctx, t, append([]string{"install", chartRelease, chartDir, "-n", ns, "--create-namespace", "--wait", "--timeout", "3m"}, chartValues...)...)
+	runHelm(ctx, t, append([]string{"install", chartRelease, chartDir, "-n", ns, "--create-namespace", "--wait", "--timeout", "3m"}, chartValues()...)...)
 	t.Logf("helm install --wait took %s", time.Since(start).Round(time.Millisecond))
 	webhookName, extenderName, agentName := chartRelease+"-partita-webhook", chartRelease+"-partita-extender", chartRelease+"-partita-agent"
 	schedulerName := chartRelease + "-partita-scheduler"
@@ -135,7 +140,7 @@ func TestChartInstallUpgradeUninstall(t *testing.T) {
 
 	start = time.Now()
 	runHelm(ctx, t, append([]string{"upgrade", chartRelease, chartDir, "-n", ns, "--wait", "--timeout", "3m",
-		"--set", "webhook.replicas=3", "--set", "scheduler.mode=default", "--set", "agent.enforce=kill"}, chartValues...)...)
+		"--set", "webhook.replicas=3", "--set", "scheduler.mode=default", "--set", "agent.enforce=kill"}, chartValues()...)...)
 	t.Logf("helm upgrade --wait took %s", time.Since(start).Round(time.Millisecond))
 	waitRunning(ctx, t, ns, "webhook", 3)
 	waitRunning(ctx, t, ns, "extender", 1)

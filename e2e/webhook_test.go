@@ -297,6 +297,58 @@ func TestWebhookRefusesBadRequests(t *testing.T) {
 	}
 }
 
+// TestWebhookAnswersOnlyTheAPIServer forges AdmissionReviews and sends
+// them straight to the webhook's port: without the API server's client
+// certificate (the dev cluster's admission configuration presents it) the
+// webhook answers no review and compiles nothing; with it, the same review
+// is answered. Every pod the other tests create shows the API server
+// presenting it.
+func TestWebhookAnswersOnlyTheAPIServer(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	policyCM := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "forged", Namespace: devcluster.PartitaNamespace, Labels: map[string]string{v1alpha1.LabelPolicy: "rego"}},
+		Data:       map[string]string{"forged.rego": "package partita.admission\nthis is not rego"},
+	}
+	policyReview, err := partitatest.CreateReview(policyCM, "ConfigMap", "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	podReview, err := partitatest.CreateReview(gpuPod("default", "forged", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}, nil), "Pod", "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]struct {
+		path        string
+		body        []byte
+		apiServer   bool
+		wantStatus  int
+		wantAnswer  bool
+		wantMessage string
+	}{
+		"a forged policy review": {path: webhook.PathValidatePolicies, body: policyReview, wantStatus: 401,
+			wantMessage: "no client certificate; only kube-apiserver may call the admission webhooks"},
+		"a forged pod review": {path: webhook.PathMutatePods, body: podReview, wantStatus: 401, wantMessage: "no client certificate"},
+		"a forged pod check":  {path: webhook.PathValidatePods, body: podReview, wantStatus: 401, wantMessage: "no client certificate"},
+		"the API server's policy review": {path: webhook.PathValidatePolicies, body: policyReview, apiServer: true, wantStatus: 200, wantAnswer: true,
+			wantMessage: "forged.rego"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			status, body, err := cluster.WebhookCall(ctx, tc.path, tc.body, tc.apiServer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp := partitatest.ReviewResponse(body)
+			if status != tc.wantStatus || (resp != nil) != tc.wantAnswer || !strings.Contains(string(body), tc.wantMessage) {
+				t.Errorf("%s answered %d, an AdmissionReview: %v, %q; want %d, %v, containing %q", tc.path, status, resp != nil, body, tc.wantStatus, tc.wantAnswer, tc.wantMessage)
+			}
+			if tc.wantAnswer && resp.Allowed {
+				t.Errorf("the broken policy was allowed: %+v", resp)
+			}
+		})
+	}
+}
+
 // TestWebhookPolicyConfigMap: a policy ConfigMap changes decisions within 5
 // seconds; a broken one is refused with the compiler's message and the
 // policy in force keeps deciding.

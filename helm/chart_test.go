@@ -34,6 +34,10 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
+// apiServerCA gives every render the CA of the API server's webhook client
+// certificate, without which the chart refuses to install.
+var apiServerCA = []string{"--set-file", "webhook.clientAuth.caBundle=" + filepath.Join("testdata", "apiserver-client-ca.crt")}
+
 // helmBinary is the helm of the cluster binaries; tests that need it skip
 // without it.
 func helmBinary(t *testing.T) string {
@@ -59,7 +63,8 @@ var goldenCases = map[string][]string{
 	"simulated-no-policy-cm": {"--set", "agent.simulate=8xH100-80GB", "--set", "policy.defaultConfigMap=false", "--set", "webhook.excludeNamespaces={monitoring}"},
 	"network-policy-peers": {"--set", "scheduler.mode=default", "--set", "extender.networkPolicy.schedulerFrom[0].ipBlock.cidr=10.0.0.0/24",
 		"--set", "extender.networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name=monitoring",
-		"--set", "extender.debugEndpoints=true"},
+		"--set", "extender.debugEndpoints=true",
+		"--set", "webhook.networkPolicy.apiServerFrom[0].ipBlock.cidr=10.0.0.0/24"},
 	"console": {"--set", "console.enabled=true", "--set", "console.prometheusURL=http://prometheus.monitoring:9090",
 		"--set", "console.tls.secretName=partita-console-tls", "--set", "console.authProxy.enabled=true",
 		"--set", "console.authProxy.clientCAConfigMap=proxy-ca", "--set", "console.authProxy.allowedNames={oauth2-proxy}"},
@@ -71,7 +76,7 @@ func render(t *testing.T, args ...string) []byte {
 	defer cancel()
 	out, err := helm.Template(ctx, helm.TemplateOptions{
 		Helm: helmBinary(t), ChartDir: helm.ChartName, Release: "partita", Namespace: "partita-system",
-		KubeVersion: devcluster.K8sVersion, Args: args,
+		KubeVersion: devcluster.K8sVersion, Args: append(append([]string{}, apiServerCA...), args...),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -107,7 +112,7 @@ func TestChartLint(t *testing.T) {
 	bin := helmBinary(t)
 	for name, args := range goldenCases {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), bin, append([]string{"lint", "--strict", "--kube-version", devcluster.K8sVersion, helm.ChartName}, args...)...)
+			cmd := exec.CommandContext(t.Context(), bin, append(append([]string{"lint", "--strict", "--kube-version", devcluster.K8sVersion, helm.ChartName}, apiServerCA...), args...)...)
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Errorf("helm lint: %v\n%s", err, out)
 			}
@@ -139,7 +144,7 @@ func TestChartRefusesBadValues(t *testing.T) {
 	}
 	for name, set := range cases {
 		t.Run(name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion, "--set", set)
+			cmd := exec.CommandContext(t.Context(), bin, append([]string{"template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion, "--set", set}, apiServerCA...)...)
 			out, err := cmd.CombinedOutput()
 			if err == nil || !strings.Contains(string(out), "values don't meet the specifications of the schema") {
 				t.Errorf("--set %s: err %v, want a schema error:\n%s", set, err, out)
@@ -692,11 +697,75 @@ func TestChartAgentPolicy(t *testing.T) {
 // one rather than render a console that would refuse every request.
 func TestChartConsoleProxyNeedsItsCA(t *testing.T) {
 	bin := helmBinary(t)
-	cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion,
-		"--set", "console.enabled=true", "--set", "console.authProxy.enabled=true")
+	cmd := exec.CommandContext(t.Context(), bin, append([]string{"template", "partita", helm.ChartName, "--kube-version", devcluster.K8sVersion,
+		"--set", "console.enabled=true", "--set", "console.authProxy.enabled=true"}, apiServerCA...)...)
 	out, err := cmd.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "console.authProxy.clientCAConfigMap") {
 		t.Errorf("authProxy without its CA: err %v, want a refusal naming clientCAConfigMap:\n%s", err, out)
+	}
+}
+
+// TestChartWebhookCallers: the webhook answers the API server's client
+// certificate only; the chart refuses to install without its CA unless
+// told in so many words to answer anyone, and never with both.
+func TestChartWebhookCallers(t *testing.T) {
+	bin := helmBinary(t)
+	caFile := filepath.Join("testdata", "apiserver-client-ca.crt")
+	cases := map[string]struct {
+		args       []string
+		wantErr    string
+		wantArgs   []string
+		wantNoArgs []string
+		wantCA     bool
+	}{
+		"neither": {wantErr: "webhook.clientAuth.caBundle is empty"},
+		"both": {args: []string{"--set-file", "webhook.clientAuth.caBundle=" + caFile, "--set", "webhook.clientAuth.allowUnauthenticated=true"},
+			wantErr: "give caBundle or allowUnauthenticated, not both"},
+		"the API server's CA": {args: []string{"--set-file", "webhook.clientAuth.caBundle=" + caFile},
+			wantArgs:   []string{"--client-ca-file=/etc/partita/apiserver-client/ca.crt", "--client-allowed-names=" + webhook.DefaultClientName},
+			wantNoArgs: []string{"--allow-unauthenticated-callers"}, wantCA: true},
+		"anyone": {args: []string{"--set", "webhook.clientAuth.allowUnauthenticated=true"},
+			wantArgs: []string{"--allow-unauthenticated-callers"}, wantNoArgs: []string{"--client-ca-file=/etc/partita/apiserver-client/ca.crt"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.CommandContext(t.Context(), bin, append([]string{"template", "partita", helm.ChartName, "--namespace", "partita-system",
+				"--kube-version", devcluster.K8sVersion}, tc.args...)...)
+			out, err := cmd.Output()
+			if tc.wantErr != "" {
+				var ee *exec.ExitError
+				if err == nil || !errors.As(err, &ee) || !strings.Contains(string(ee.Stderr), tc.wantErr) {
+					t.Fatalf("err %v, want a refusal saying %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var wh appsv1.Deployment
+			if !find(t, out, "Deployment", "partita-webhook", &wh) {
+				t.Fatal("no webhook Deployment")
+			}
+			args := container(t, &wh, "webhook").Args
+			for _, want := range tc.wantArgs {
+				if !slices.Contains(args, want) {
+					t.Errorf("webhook args %v lack %s", args, want)
+				}
+			}
+			for _, unwanted := range tc.wantNoArgs {
+				if slices.Contains(args, unwanted) {
+					t.Errorf("webhook args %v have %s", args, unwanted)
+				}
+			}
+			var cm corev1.ConfigMap
+			ok := find(t, out, "ConfigMap", "partita-webhook-apiserver-client-ca", &cm)
+			if ok != tc.wantCA {
+				t.Fatalf("ConfigMap partita-webhook-apiserver-client-ca rendered: %v, want %v", ok, tc.wantCA)
+			}
+			if want, _ := os.ReadFile(caFile); ok && cm.Data["ca.crt"] != string(want) {
+				t.Errorf("its ca.crt = %q, want the file's %q", cm.Data["ca.crt"], want)
+			}
+		})
 	}
 }
 
@@ -828,7 +897,7 @@ func TestChartIdentities(t *testing.T) {
 func TestChartRefusesOldKubernetes(t *testing.T) {
 	bin := helmBinary(t)
 	for version, wantOK := range map[string]bool{"v1.29.9": false, "v1.30.0": true, devcluster.K8sVersion: true, "v0.0.0-master": true} {
-		cmd := exec.CommandContext(t.Context(), bin, "template", "partita", helm.ChartName, "--kube-version", version)
+		cmd := exec.CommandContext(t.Context(), bin, append([]string{"template", "partita", helm.ChartName, "--kube-version", version}, apiServerCA...)...)
 		out, err := cmd.CombinedOutput()
 		switch {
 		case wantOK && err != nil:

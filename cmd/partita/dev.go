@@ -81,6 +81,14 @@ func (f *devFlags) cluster(cmd *cobra.Command) (*devcluster.Cluster, error) {
 	if len(f.extra.webhook) > 0 && opts.Mode != devcluster.ModeHost {
 		return nil, fmt.Errorf("--webhook-flag: the webhook runs on the host in mode host only; in mode %s set the chart's values", opts.Mode)
 	}
+	if len(f.opts.ChartSet) > 0 && opts.Mode != devcluster.ModeChart {
+		return nil, fmt.Errorf("--set: chart values apply in mode chart only (--mode chart --real-node); in mode %s use --extender-flag", opts.Mode)
+	}
+	for _, kv := range f.opts.ChartSet {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+			return nil, fmt.Errorf("--set %q: want key=value, as helm's --set (e.g. --set agent.isolation=hami-core)", kv)
+		}
+	}
 	if len(f.extra.extender) > 0 && opts.Mode != devcluster.ModeHost {
 		return nil, fmt.Errorf("--extender-flag: the extender runs on the host in mode host only; in mode %s set the chart's values (extender.*)", opts.Mode)
 	}
@@ -121,6 +129,7 @@ func addNodeFlags(cmd *cobra.Command, f *devFlags) {
 	cmd.Flags().StringSliceVar(&f.opts.Disable, "disable", nil, "cluster components not to start (kube-scheduler, kube-controller-manager); for trying failure modes")
 	_ = cmd.Flags().MarkHidden("disable")
 	cmd.Flags().StringArrayVar(&f.extra.extender, "extender-flag", nil, "a flag for the extender and its admission loop (mode host), added to its command line when it starts; e.g. --extender-flag=--fair-share-usage-weight=1 (repeat for more)")
+	cmd.Flags().StringArrayVar(&f.opts.ChartSet, "set", nil, "a chart value for mode chart, as helm's --set key=value (e.g. --set agent.isolation=hami-core; repeat for more), over dev up's own; a later up without it installs without it")
 	cmd.Flags().StringArrayVar(&f.extra.webhook, "webhook-flag", nil, "a flag for the webhook (mode host), added to its command line when it starts; e.g. --webhook-flag=--admission-gate=false to measure what the admission loop costs")
 	_ = cmd.Flags().MarkHidden("webhook-flag")
 }

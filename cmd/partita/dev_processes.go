@@ -71,6 +71,9 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		Args: []string{"webhook", "--kubeconfig", "{kubeconfig}", "--dev-register",
 			"--addr", "127.0.0.1:{port:webhook}",
 			"--cert-dir", "{dir}/partita/webhook-certs", "--cert-rotation", "none",
+			// Only the API server, with the client certificate dev up
+			// gave it (devcluster.WebhookClientDir), is answered.
+			"--client-ca-file", "{state}/webhook-client/" + extender.DevCAFile, "--client-allowed-names", devcluster.WebhookClientName,
 			// As the chart does: only the extender's ServiceAccount may bind
 			// with device annotations. The admin (system:masters) is not
 			// trusted, so tests must not write system annotations as admin

@@ -149,6 +149,11 @@ func TestDevUpExtenderReplicasFlag(t *testing.T) {
 		"zero":          {args: []string{"--extender-replicas", "0"}, want: "--extender-replicas 0: must be between 1 and 5"},
 		"six":           {args: []string{"--extender-replicas=6"}, want: "--extender-replicas 6: must be between 1 and 5"},
 		"in mode chart": {args: []string{"--extender-replicas", "2", "--mode", "chart", "--real-node"}, want: "--extender-replicas: the extender runs on the host in mode host only; in mode chart set the chart's extender.replicas"},
+		// --set passes chart values; they mean nothing in mode host.
+		"chart values in mode chart": {args: []string{"--mode", "chart", "--real-node", "--set", "agent.isolation=hami-core", "--set", "agent.enforce=kill"}, want: "missing cluster binaries"},
+		"chart values in mode host":  {args: []string{"--set", "agent.isolation=hami-core"}, want: "--set: chart values apply in mode chart only"},
+		"a value without a key":      {args: []string{"--mode", "chart", "--real-node", "--set", "=mps"}, want: `--set "=mps": want key=value`},
+		"a value without =":          {args: []string{"--mode", "chart", "--real-node", "--set", "agent.isolation"}, want: `--set "agent.isolation": want key=value`},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package dra
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,8 @@ import (
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientscheme"
+	"github.com/partita-dev/partita/internal/partitatest"
+	"github.com/partita-dev/partita/webhook"
 )
 
 // model is the simulated GPU model of the cluster.
@@ -480,5 +483,53 @@ func TestPodCannotSetItsDevices(t *testing.T) {
 	}
 	if _, err := clientset.CoreV1().Pods(ns).Get(ctx, "all", metav1.GetOptions{}); err == nil {
 		t.Error("the refused pod was stored")
+	}
+}
+
+// TestForgedReviewCreatesNoClaimTemplate: with the dra backend the webhook
+// creates a claim template in a pod's namespace when it answers the pod's
+// review, under its own ServiceAccount. A review forged by anyone but the
+// API server (no client certificate) gets no answer and creates nothing;
+// the same review from the API server's certificate does create it.
+func TestForgedReviewCreatesNoClaimTemplate(t *testing.T) {
+	ctx := testContext(t, time.Minute)
+	ns := newNamespace(ctx, t)
+	p := basePod(ns, "forged", "")
+	p.Annotations = map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"}
+	review, err := partitatest.CreateReview(p, "Pod", "mallory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	templates := func() []string {
+		t.Helper()
+		list, err := clientset.ResourceV1().ResourceClaimTemplates(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var names []string
+		for _, tmpl := range list.Items {
+			names = append(names, tmpl.Name)
+		}
+		return names
+	}
+	status, body, err := cluster.WebhookCall(ctx, webhook.PathMutatePods, review, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status != http.StatusUnauthorized || partitatest.ReviewResponse(body) != nil {
+		t.Errorf("a forged review answered %d %q, want 401 and no AdmissionReview", status, body)
+	}
+	if got := templates(); len(got) != 0 {
+		t.Errorf("a forged review created claim templates %v in %s", got, ns)
+	}
+	status, body, err = cluster.WebhookCall(ctx, webhook.PathMutatePods, review, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp := partitatest.ReviewResponse(body); status != http.StatusOK || resp == nil || !resp.Allowed {
+		t.Fatalf("the API server's review answered %d %q, want an allowing AdmissionReview", status, body)
+	}
+	if got := templates(); len(got) == 0 {
+		t.Errorf("the API server's review created no claim template in %s", ns)
 	}
 }

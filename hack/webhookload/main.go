@@ -2,7 +2,10 @@
 // over HTTPS at a fixed rate from its own process, and prints the latency
 // percentiles and the errors: the loopback benchmark of docs/benchmarks.md.
 //
-//	go run ./hack/webhookload --url https://127.0.0.1:PORT --ca CA.crt --rate 500 --duration 30s
+//	go run ./hack/webhookload --url https://127.0.0.1:PORT --ca CA.crt --cert client.crt --key client.key --rate 500 --duration 30s
+//
+// The webhook answers the API server's client certificate only: on the dev
+// cluster, --cert and --key are <work-dir>/partita/<cluster>/webhook-client/client.{crt,key}.
 //
 // Requests alternate between /mutate-pods (a Run:ai fraction pod, as a
 // user writes it) and /validate-pods (the same pod in canonical form); an
@@ -44,8 +47,19 @@ func main() {
 	namespace := flag.String("namespace", "default", "namespace of the pods sent")
 	queue := flag.String("queue", "default", "queue label of the pods sent (the validating webhook refuses a GPU pod without one; empty: none)")
 	http1 := flag.Bool("http1", false, "use HTTP/1.1 with a pool of connections instead of HTTP/2 (kube-apiserver uses HTTP/2)")
+	certFile := flag.String("cert", "", "the API server's webhook client certificate, which the webhook requires")
+	keyFile := flag.String("key", "", "its key")
 	flag.Parse()
-	if err := run(*url, *caFile, *namespace, *queue, *rate, *duration, *http1); err != nil {
+	if *certFile == "" || *keyFile == "" {
+		fmt.Fprintln(os.Stderr, "webhookload: --cert and --key are required: the webhook answers the API server's client certificate only")
+		os.Exit(2)
+	}
+	cert, err := tls.LoadX509KeyPair(*certFile, *keyFile)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "webhookload: client certificate:", err)
+		os.Exit(1)
+	}
+	if err := run(*url, *caFile, *namespace, *queue, *rate, *duration, *http1, cert); err != nil {
 		fmt.Fprintln(os.Stderr, "webhookload:", err)
 		os.Exit(1)
 	}
@@ -56,7 +70,7 @@ type result struct {
 	err     error
 }
 
-func run(url, caFile, namespace, queue string, rate int, duration time.Duration, http1 bool) error {
+func run(url, caFile, namespace, queue string, rate int, duration time.Duration, http1 bool, cert tls.Certificate) error {
 	if url == "" || caFile == "" || rate <= 0 {
 		return errors.New("--url, --ca and a positive --rate are required")
 	}
@@ -69,7 +83,7 @@ func run(url, caFile, namespace, queue string, rate int, duration time.Duration,
 		return fmt.Errorf("no certificate in %s", caFile)
 	}
 	tr := &http.Transport{
-		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
+		TLSClientConfig:     &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}},
 		MaxIdleConnsPerHost: 256,
 		ForceAttemptHTTP2:   !http1,
 	}

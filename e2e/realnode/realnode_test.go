@@ -322,6 +322,33 @@ func TestRealNodeSchedulerCallsExtenderOverMTLS(t *testing.T) {
 	}
 }
 
+// TestRealNodeWebhookAnswersOnlyTheAPIServer: the chart's webhook, given
+// the CA of the dev API server's client certificate (dev up's chart
+// values), answers every pod the API server sends it (every other test's
+// pods went through it) and no one else: a pod that posts to the webhook's
+// Service gets 401 and no AdmissionReview.
+func TestRealNodeWebhookAnswersOnlyTheAPIServer(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	wh := waitComponent(ctx, t, "webhook", 1)[0]
+	var args []string
+	for _, c := range wh.Spec.Containers {
+		if c.Name == "webhook" {
+			args = c.Args
+		}
+	}
+	if !slices.Contains(args, "--client-ca-file=/etc/partita/apiserver-client/ca.crt") || slices.Contains(args, "--allow-unauthenticated-callers") {
+		t.Errorf("the webhook's args %v: want --client-ca-file and not --allow-unauthenticated-callers", args)
+	}
+	for _, path := range []string{"/validate-policies", "/mutate-pods"} {
+		url := "https://" + release + "-webhook." + ns + ".svc" + path
+		out := sampleOutput(ctx, t, "forger", nil, "--get", url, "--method", "POST", "--insecure")
+		if status, body := getResult(t, out, url); status != http.StatusUnauthorized || !strings.Contains(body, "only kube-apiserver may call the admission webhooks") {
+			t.Errorf("POST %s from a pod: %d %q, want 401 and the reason", path, status, body)
+		}
+	}
+}
+
 // TestRealNodeNetworkPolicyAdmitsTheScheduler: the extender's
 // NetworkPolicy selects the extender's pods and admits, on its port, the
 // pods of the scheduler Deployment and no other pod of the release. The

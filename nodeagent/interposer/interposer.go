@@ -13,15 +13,21 @@
 // the file a new inode, so a container that already runs keeps the library
 // it started with.
 //
-// interposer imports nothing of Partita.
+// interposer imports nothing of Partita: the agent's NRI hook and the
+// `partita interposer` command both use it.
 package interposer
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/utils/clock"
 )
 
 const (
@@ -173,4 +179,34 @@ func writeIfChanged(path string, content []byte) (bool, error) {
 		_ = d.Close()
 	}
 	return true, nil
+}
+
+// Keep installs the library at src into hostDir, then checks every
+// interval until ctx ends and installs again whatever was removed or
+// changed on the host. The first install's error ends it; later ones are
+// logged and retried at the next check, as the files already in place
+// keep serving.
+func Keep(ctx context.Context, src, hostDir string, interval time.Duration, clk clock.WithTicker) error {
+	log := logr.FromContextOrDiscard(ctx).WithValues("source", src, "hostDir", hostDir)
+	wrote, err := Install(src, hostDir)
+	if err != nil {
+		return err
+	}
+	log.Info("Installed the interposer", "changed", wrote)
+	t := clk.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C():
+		}
+		wrote, err := Install(src, hostDir)
+		switch {
+		case err != nil:
+			log.Error(err, "Could not install the interposer again")
+		case wrote:
+			log.Info("Installed the interposer again: its files on the host had changed")
+		}
+	}
 }

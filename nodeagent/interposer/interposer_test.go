@@ -2,14 +2,17 @@ package interposer
 
 import (
 	"bytes"
+	"context"
 	"debug/elf"
 	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	testingclock "k8s.io/utils/clock/testing"
 )
 
 // elfObject is the smallest ELF file debug/elf reads: a 64-bit x86-64
@@ -236,5 +239,45 @@ func TestInstalled(t *testing.T) {
 func TestPreloadContent(t *testing.T) {
 	if PreloadContent != "/usr/local/partita/interposer/libvgpu.so\n" {
 		t.Errorf("PreloadContent = %q", PreloadContent)
+	}
+}
+
+// TestKeepPutsBackWhatWasRemoved: a preload file removed from the host is
+// back after the next check.
+func TestKeepPutsBackWhatWasRemoved(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "interposer")
+	src := writeFile(t, filepath.Join(t.TempDir(), "libvgpu.so"), elfObject(t, elf.ET_DYN, ""))
+	clk := testingclock.NewFakeClock(time.Now())
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- Keep(ctx, src, dir, time.Minute, clk) }()
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !cond() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not after 10s", what)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	waitFor("the first install", func() bool { _, ok := Installed(dir); return ok && clk.HasWaiters() })
+	if err := os.Remove(filepath.Join(dir, PreloadName)); err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(time.Minute)
+	waitFor("the preload file back", func() bool { _, ok := Installed(dir); return ok })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Keep: %v", err)
+	}
+}
+
+// TestKeepFailsOnABadSource: nothing to install is an error at once.
+func TestKeepFailsOnABadSource(t *testing.T) {
+	src := writeFile(t, filepath.Join(t.TempDir(), "libvgpu.so"), []byte("not a library"))
+	err := Keep(t.Context(), src, t.TempDir(), time.Minute, testingclock.NewFakeClock(time.Now()))
+	if err == nil || !strings.Contains(err.Error(), "not ELF") {
+		t.Errorf("Keep: %v, want a not-ELF error", err)
 	}
 }

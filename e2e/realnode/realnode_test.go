@@ -102,7 +102,9 @@ func TestRealNodeChartInstalled(t *testing.T) {
 	if out := helm(ctx, t, "status", release, "-n", ns); !strings.Contains(out, "STATUS: deployed") {
 		t.Errorf("helm status:\n%s", out)
 	}
-	want := map[string]int{"webhook": 2, "extender": 1, "scheduler": 1, "agent": 1}
+	// interposer: dev up installs the preload test library (an image
+	// volume of localhost/partita/interposer-test:dev).
+	want := map[string]int{"webhook": 2, "extender": 1, "scheduler": 1, "agent": 1, "interposer": 1}
 	for component, n := range want {
 		pods := waitComponent(ctx, t, component, n)
 		for _, p := range pods {

@@ -70,12 +70,16 @@ console-vendor:
 
 # The images of the dev cluster's real node, without Docker (hack/images):
 # Partita's (localhost/partita/partita:dev, from bin/partita), the sample
-# workload (localhost/partita/sample:dev), and kube-scheduler, CoreDNS and
+# workload (localhost/partita/sample:dev), the hami-core tests' preload
+# library and probe (localhost/partita/interposer-test:dev, built with the C
+# compiler from hack/images/preload-test), and kube-scheduler, CoreDNS and
 # the pause image from the cluster binaries, as tarballs in bin/images/
 # that `partita dev up --real-node` loads. Unchanged images are kept.
 images: build real-node-bins
 	mkdir -p bin/images/programs
 	CGO_ENABLED=0 go build -trimpath -ldflags '-s -w' -o bin/images/programs/ ./hack/images/sample ./hack/images/pause
+	$(CC) -O2 -Wall -Wextra -shared -fPIC -o bin/images/programs/libpreload-test.so hack/images/preload-test/preload.c
+	$(CC) -O2 -Wall -Wextra -o bin/images/programs/probe hack/images/preload-test/probe.c
 	go run ./hack/images --partita $(BIN) --programs bin/images/programs --cluster-bin $(CLUSTER_BIN) --out bin/images
 
 # The Debian packages the real node needs (runc, CNI plugins, iptables,

@@ -19,8 +19,9 @@ import (
 // ChartValues are the values `partita dev up --mode chart` installs the
 // chart with over its defaults (docs/real-node.md lists them): the locally
 // built image, every component on the real node (the kwok nodes run no
-// containers), the agent simulating the real node's GPUs, and the host
-// processes' log levels and short eviction shelter.
+// containers), the agent simulating the real node's GPUs, the hami-core
+// interposer from the preload test image, and the host processes' log
+// levels and short eviction shelter.
 func (c *Cluster) ChartValues() map[string]any {
 	onNode := map[string]any{"kubernetes.io/hostname": realnode.NodeName}
 	repo, tag, _ := strings.Cut(realnode.ImagePartita.Ref, ":")
@@ -32,6 +33,15 @@ func (c *Cluster) ChartValues() map[string]any {
 		// token bound to no node; the chart's agent pod, whose token
 		// names real-node-0, still writes only that node.
 		"simulatedFleet": true,
+	}
+	// hami-core: the project's preload test library stands in for
+	// HAMi-core (no HAMi image, no GPU), installed under the node's
+	// directory.
+	agent["interposer"] = map[string]any{
+		"enabled":     true,
+		"image":       realnode.ImageInterposerTest.Ref,
+		"libraryPath": realnode.InterposerTestLibrary,
+		"hostDir":     c.RealNode().InterposerDir(),
 	}
 	if c.DRA() {
 		// The real node's kubelet and containerd keep their directories

@@ -222,15 +222,30 @@ func TestChartValues(t *testing.T) {
 			if ctr.Image != wantImage {
 				t.Errorf("%s container %s: image %s, want %s (loaded into the real node)", obj.Metadata.Name, ctr.Name, ctr.Image, wantImage)
 			}
-			if obj.Kind == "DaemonSet" && !strings.Contains(strings.Join(ctr.Args, " "), "--simulate=4xA100-40GB") {
+			if obj.Metadata.Name == "partita-agent" && !strings.Contains(strings.Join(ctr.Args, " "), "--simulate=4xA100-40GB") {
 				t.Errorf("agent args %v, want --simulate=4xA100-40GB", ctr.Args)
 			}
 		}
 		if spec.RuntimeClassName != nil {
 			t.Errorf("%s: runtimeClassName %s; the real node has no NVIDIA runtime", obj.Metadata.Name, *spec.RuntimeClassName)
 		}
+		if obj.Metadata.Name == "partita-interposer" {
+			var got []string
+			for _, v := range spec.Volumes {
+				switch {
+				case v.Image != nil:
+					got = append(got, "image "+v.Image.Reference)
+				case v.HostPath != nil:
+					got = append(got, "hostPath "+v.HostPath.Path)
+				}
+			}
+			want := []string{"image " + realnode.ImageInterposerTest.Ref, "hostPath " + c.RealNode().InterposerDir()}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("the interposer's volumes (-want,+got):\n%s", diff)
+			}
+		}
 	}
-	want := map[string]bool{"partita-webhook": true, "partita-extender": true, "partita-scheduler": true, "partita-agent": true}
+	want := map[string]bool{"partita-webhook": true, "partita-extender": true, "partita-scheduler": true, "partita-agent": true, "partita-interposer": true}
 	if diff := cmp.Diff(want, seen); diff != "" {
 		t.Errorf("workloads (-want,+got):\n%s", diff)
 	}

@@ -57,6 +57,7 @@ var goldenCases = map[string][]string{
 	"scheduler-default":      {"--set", "scheduler.mode=default"},
 	"mps-kill":               {"--set", "agent.isolation=mps", "--set", "agent.enforce=kill"},
 	"mps-in-agent":           {"--set", "agent.isolation=mps", "--set", "agent.mpsKeeper=false"},
+	"interposer-copy":        {"--set", "agent.isolation=hami-core", "--set", "agent.interposer.imageVolume=false"},
 	"dra":                    {"--set", "gpuBackend=dra", "--set", "agent.isolation=mps"},
 	"dra-simulated":          {"--set", "gpuBackend=dra", "--set", "agent.simulate=8xH100-80GB", "--set", "scheduler.mode=default"},
 	"monitoring":             {"--set", "monitoring.serviceMonitor.enabled=true", "--set", "monitoring.dashboard.enabled=true"},

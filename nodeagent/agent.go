@@ -77,6 +77,12 @@ type Options struct {
 	// SyncInterval is how often each node's GPUs are read and its slices
 	// checked, without any write unless something changed.
 	SyncInterval time.Duration
+	// WatchdogInterval is how often a node that holds slices with a memory
+	// limit is checked instead when Enforce is kill: the longest an
+	// over-limit process runs before the watchdog sees it (plus up to a
+	// tenth for jitter, and one sync). A check that changes nothing writes
+	// nothing. 1 s when zero; SyncInterval if that is shorter.
+	WatchdogInterval time.Duration
 	// HeartbeatInterval is the longest a GPUNode's status goes unwritten;
 	// usage figures alone are written only this often.
 	HeartbeatInterval time.Duration
@@ -144,6 +150,9 @@ func (o *Options) defaults() error {
 	}
 	if o.SyncInterval <= 0 {
 		o.SyncInterval = 10 * time.Second
+	}
+	if o.WatchdogInterval <= 0 {
+		o.WatchdogInterval = time.Second
 	}
 	if o.HeartbeatInterval <= 0 {
 		o.HeartbeatInterval = time.Minute
@@ -223,6 +232,9 @@ type nodeState struct {
 	// mpsChecked is set once the state directory was read for daemons
 	// an earlier agent left running.
 	mpsChecked bool
+	// limited is set when the node's last sync found a slice with a
+	// memory limit, which the watchdog may have to end (kill mode).
+	limited bool
 	// keeperTargets is what was last handed to the MPS keeper.
 	keeperTargets *[]mpsTarget
 	heartbeat     time.Duration
@@ -580,10 +592,30 @@ func (a *Agent) processNext(ctx context.Context) bool {
 	}
 	a.queue.Forget(name)
 	if served {
-		jitter := time.Duration(rand.Int64N(int64(a.opts.SyncInterval)/10 + 1))
-		a.queue.AddAfter(name, a.opts.SyncInterval+jitter)
+		every := a.nextCheck(name)
+		jitter := time.Duration(rand.Int64N(int64(every)/10 + 1))
+		a.queue.AddAfter(name, every+jitter)
 	}
 	return true
+}
+
+// nextCheck is how long a node waits for its next sync: WatchdogInterval
+// while the watchdog may have to end a process on it (kill mode, slices
+// with a memory limit), SyncInterval otherwise. Only the worker that
+// syncs the node calls it.
+func (a *Agent) nextCheck(name string) time.Duration {
+	a.lock.Lock()
+	st := a.nodes[name]
+	a.lock.Unlock()
+	return checkInterval(a.opts, st != nil && st.limited)
+}
+
+// checkInterval is nextCheck's rule.
+func checkInterval(o Options, limited bool) time.Duration {
+	if o.Enforce == EnforceKill && limited {
+		return min(o.WatchdogInterval, o.SyncInterval)
+	}
+	return o.SyncInterval
 }
 
 // sync reads one node's GPUs and pods, applies and checks the slices, and
@@ -678,6 +710,7 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 	if snap != nil {
 		var unattributed map[int32]int64
 		used, unattributed = st.watchdog.check(ctx, held, snap.Processes)
+		st.limited = hasLimit(held)
 		a.opts.Metrics.reportDevices(name, snap, allocatedMilli(held), unattributed)
 		a.applyMode(ctx, st, mode, devices, held)
 	}

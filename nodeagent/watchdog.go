@@ -149,7 +149,12 @@ func (w *watchdog) check(ctx context.Context, held []boundPod, procs []Process) 
 					continue
 				}
 				w.reported[k] = now
-				w.overuse(ctx, h.pod, k, used[k], c.MemoryMiB, byKey[k])
+				if w.overuse(ctx, h.pod, k, used[k], c.MemoryMiB, byKey[k]) {
+					// Ended: the next process over the limit, even one
+					// that replaces it before the next check, is ended
+					// at that check, not a report interval later.
+					delete(w.reported, k)
+				}
 			}
 		}
 	}
@@ -163,19 +168,20 @@ func (w *watchdog) check(ctx context.Context, held []boundPod, procs []Process) 
 	return used, unattributed
 }
 
-// overuse acts on one slice over its limit.
-func (w *watchdog) overuse(ctx context.Context, pod *corev1.Pod, k sliceKey, usedBytes, limitMiB int64, procs []Process) {
+// overuse acts on one slice over its limit. It reports whether it ended
+// enough of its processes to bring the slice back under the limit.
+func (w *watchdog) overuse(ctx context.Context, pod *corev1.Pod, k sliceKey, usedBytes, limitMiB int64, procs []Process) bool {
 	log := logr.FromContextOrDiscard(ctx).WithValues("pod", klog.KObj(pod), "container", k.Container, "device", k.Device)
 	w.metrics.overuse.WithLabelValues(w.node, string(w.enforce)).Inc()
 	note := fmt.Sprintf("container %s uses %dMiB of GPU memory on device %d, over its limit of %dMiB", k.Container, usedBytes/mib, k.Device, limitMiB)
 	switch w.enforce {
 	case EnforceOff:
 		log.V(4).Info("Slice over its GPU memory limit", "usedMiB", usedBytes/mib, "limitMiB", limitMiB)
-		return
+		return false
 	case EnforceReport:
 		log.V(2).Info("Reported a slice over its GPU memory limit", "usedMiB", usedBytes/mib, "limitMiB", limitMiB)
 		w.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonGPUOveruse, "Report", "%s", note)
-		return
+		return false
 	}
 	var killed []string
 	var failed error
@@ -207,6 +213,20 @@ func (w *watchdog) overuse(ctx context.Context, pod *corev1.Pod, k sliceKey, use
 		log.Error(failed, "Could not end a process over its slice's GPU memory limit")
 	}
 	w.recorder.Eventf(pod, nil, corev1.EventTypeWarning, ReasonGPUOveruse, "Kill", "%s", truncate(note, 1024))
+	return left <= limitMiB*mib
+}
+
+// hasLimit reports whether any held slice has a memory limit the
+// watchdog enforces.
+func hasLimit(held []boundPod) bool {
+	for _, h := range held {
+		for _, c := range h.alloc.Containers {
+			if c.MemoryMiB > 0 && len(c.DeviceIndexes) > 0 {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // truncate shortens s to at most n bytes.

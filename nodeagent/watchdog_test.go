@@ -160,3 +160,25 @@ func TestWatchdogReportsOncePerInterval(t *testing.T) {
 		t.Errorf("%d per-pod series left after the pod ended", n)
 	}
 }
+
+// TestWatchdogKillsAReplacementAtOnce: in kill mode, a process that
+// replaces an ended one and goes over the limit again before any check
+// sees the slice under it is ended at the next check, not a report
+// interval later.
+func TestWatchdogKillsAReplacementAtOnce(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	rec := &recorder{}
+	k := &killer{}
+	w := newWatchdog("n1", EnforceKill, 5*time.Minute, clk, rec, k, NewMetrics())
+	held := heldOn("n1", h100(8), withUID(heldPod("hog", "n1", "20Gi", 0), "hog"))
+	for pid := int32(10); pid < 13; pid++ {
+		clk.Step(time.Second)
+		w.check(t.Context(), held, []Process{{PID: pid, DeviceIndex: 0, MemoryBytes: 30720 * mib, PodUID: "hog", Container: "main"}})
+	}
+	if diff := cmp.Diff([]int32{10, 11, 12}, k.killed); diff != "" {
+		t.Errorf("killed (-want,+got):\n%s", diff)
+	}
+	if got := len(rec.take()); got != 3 {
+		t.Errorf("%d events, want one a kill", got)
+	}
+}

@@ -38,6 +38,7 @@ type agentFlags struct {
 	print             bool
 	healthAddr        string
 	syncInterval      time.Duration
+	watchdogInterval  time.Duration
 	heartbeatInterval time.Duration
 	reportInterval    time.Duration
 	workers           int
@@ -87,6 +88,7 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.BoolVar(&f.print, "print", false, "with --once, print the inventory as JSON (else one summary line)")
 	fl.StringVar(&f.healthAddr, "health-addr", ":8081", "address of the /metrics, /healthz and /readyz endpoints")
 	fl.DurationVar(&f.syncInterval, "sync-interval", 10*time.Second, "how often each node's GPUs and slices are checked (writes happen only on change)")
+	fl.DurationVar(&f.watchdogInterval, "watchdog-interval", time.Second, "with --enforce=kill, how often a node with memory-limited slices is checked instead of --sync-interval: the longest an over-limit process runs before the watchdog ends it (plus a tenth for jitter and one NVML read); checks that change nothing write nothing")
 	fl.DurationVar(&f.heartbeatInterval, "heartbeat-interval", time.Minute, "the longest a GPUNode's status goes unwritten; usage figures alone are written this often")
 	fl.DurationVar(&f.reportInterval, "overuse-report-interval", 5*time.Minute, "how often an ongoing overuse is reported again")
 	fl.IntVar(&f.workers, "workers", 4, "nodes synced at once (fleet mode)")
@@ -155,6 +157,7 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 		Mode:                  mode,
 		Enforce:               enforce,
 		SyncInterval:          f.syncInterval,
+		WatchdogInterval:      f.watchdogInterval,
 		HeartbeatInterval:     f.heartbeatInterval,
 		OveruseReportInterval: f.reportInterval,
 		Workers:               f.workers,

@@ -199,6 +199,11 @@ imports = []
 // which dev down removes with the rest.
 func (n *Node) CDIDir() string { return n.path("cdi") }
 
+// InterposerDir is where the chart installs the node's hami-core
+// interposer (agent.interposer.hostDir): under the node's directory, so
+// that dev down removes it with the rest.
+func (n *Node) InterposerDir() string { return n.path("interposer") }
+
 // KubeletRootDir is kubelet's --root-dir, under which DRA kubelet plugins
 // register (plugins_registry/) and keep their sockets (plugins/).
 func (n *Node) KubeletRootDir() string { return n.path("kubelet", "root") }

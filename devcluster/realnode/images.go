@@ -20,10 +20,23 @@ var (
 	ImagePause         = Image{Ref: "registry.k8s.io/pause:3.10.2", File: "pause.tar"}
 	ImageKubeScheduler = Image{Ref: "registry.k8s.io/kube-scheduler:" + K8sVersion, File: "kube-scheduler.tar"}
 	ImageCoreDNS       = Image{Ref: "registry.k8s.io/coredns/coredns:" + CoreDNSVersion, File: "coredns.tar"}
+	// ImageInterposerTest stands in for HAMi's image on the real node: a
+	// preload library of the project's own (hack/images/preload-test) at
+	// InterposerTestLibrary, which the chart installs as the node's
+	// interposer, and the dynamically linked probe its tests run at
+	// InterposerTestProbe.
+	ImageInterposerTest = Image{Ref: "localhost/partita/interposer-test:dev", File: "interposer-test.tar"}
 )
 
 // Images lists every image the node loads.
-var Images = []Image{ImagePartita, ImageSample, ImagePause, ImageKubeScheduler, ImageCoreDNS}
+var Images = []Image{ImagePartita, ImageSample, ImagePause, ImageKubeScheduler, ImageCoreDNS, ImageInterposerTest}
+
+// The files of ImageInterposerTest. The library sits where HAMi's image
+// keeps HAMi-core, without the version suffix.
+const (
+	InterposerTestLibrary = "/k8s-vgpu/lib/nvidia/libvgpu.so"
+	InterposerTestProbe   = "/usr/local/bin/probe"
+)
 
 // K8sVersion is the release of kubelet and kube-proxy (the cluster
 // binaries'); devcluster.K8sVersion is the same.

@@ -247,6 +247,21 @@ func kubectl(ctx context.Context, t *testing.T, args ...string) string {
 	return out.String()
 }
 
+// kubectlOutput runs the cluster's kubectl as admin and returns its
+// standard output, and an error with its standard error when it fails
+// (kubectl exec: when the command in the container fails).
+func kubectlOutput(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(cluster.BinDir(), "kubectl"), append([]string{"--kubeconfig", cluster.KubeconfigPath()}, args...)...)
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return out.String(), nil
+}
+
 // helm runs the cluster's helm as admin.
 func helm(ctx context.Context, t *testing.T, args ...string) string {
 	t.Helper()

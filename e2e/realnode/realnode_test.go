@@ -35,6 +35,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/devcluster"
 	"github.com/partita-dev/partita/devcluster/realnode"
+	"github.com/partita-dev/partita/nodeagent/interposer"
 	"github.com/partita-dev/partita/webhook"
 )
 
@@ -101,7 +102,9 @@ func TestRealNodeChartInstalled(t *testing.T) {
 	if out := helm(ctx, t, "status", release, "-n", ns); !strings.Contains(out, "STATUS: deployed") {
 		t.Errorf("helm status:\n%s", out)
 	}
-	want := map[string]int{"webhook": 2, "extender": 1, "scheduler": 1, "agent": 1}
+	// interposer: dev up installs the preload test library (an image
+	// volume of localhost/partita/interposer-test:dev).
+	want := map[string]int{"webhook": 2, "extender": 1, "scheduler": 1, "agent": 1, "interposer": 1}
 	for component, n := range want {
 		pods := waitComponent(ctx, t, component, n)
 		for _, p := range pods {
@@ -577,6 +580,121 @@ func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
 	if len(mps) != 1 || !strings.HasSuffix(mps[0], want) {
 		t.Errorf("MPS mounts in the container: %v, want exactly one, its own device's pipe (…%s)\nmountinfo:\n%s", mps, want, strings.Join(lines, "\n"))
 	}
+}
+
+// TestRealNodeHAMiCoreSliceGetsThePreload: with real-node-0's GPUNode in
+// hami-core mode, a slice container gets the node's interposer as the
+// chart installed it (dev up installs the project's preload test library,
+// localhost/partita/interposer-test:dev, in place of HAMi-core): its
+// /etc/ld.so.preload names /usr/local/partita/interposer/libvgpu.so, that
+// file exists in the container, the library is mapped into the
+// container's first process and into a process exec'd later, and the
+// container, as root, can neither change nor remove nor unmount the
+// preload file or the library. A container with no GPU gets none of it.
+// The agent's NRI hook adds the two read-only mounts (host
+// <hostDir>/ld.so.preload over /etc/ld.so.preload, <hostDir> at
+// /usr/local/partita/interposer).
+func TestRealNodeHAMiCoreSliceGetsThePreload(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	hostDir := cluster.RealNode().InterposerDir()
+	poll(t, 2*time.Minute, "the chart's interposer installed in "+hostDir, func() (bool, string) {
+		if err := interposer.Check(hostDir); err != nil {
+			return false, err.Error() + "\n" + describeAll(ctx)
+		}
+		return true, ""
+	})
+	switchIsolation(ctx, t, v1alpha1.IsolationHAMiCore)
+
+	root := func(p *corev1.Pod) *corev1.Pod {
+		p.Spec.Containers[0].Image = realnode.ImageInterposerTest.Ref
+		p.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{RunAsUser: ptrTo[int64](0), RunAsGroup: ptrTo[int64](0)}
+		return p
+	}
+	slice := waitRunning(ctx, t, createPod(ctx, t, "default", root(samplePod("hami-core", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}))))
+	if slice.Spec.NodeName != realnode.NodeName {
+		t.Fatalf("the slice runs on %q, want %s", slice.Spec.NodeName, realnode.NodeName)
+	}
+	probe := func(pod *corev1.Pod, args ...string) (string, error) {
+		return kubectlOutput(ctx, append([]string{"exec", "-n", pod.Namespace, pod.Name, "--", realnode.InterposerTestProbe}, args...)...)
+	}
+
+	if got, err := probe(slice, "cat", interposer.ContainerPreload); err != nil || got != interposer.PreloadContent {
+		t.Errorf("%s in the slice: %q (%v), want %q", interposer.ContainerPreload, got, err, interposer.PreloadContent)
+	}
+	if out, err := probe(slice, "loaded", interposer.ContainerLibrary); err != nil {
+		t.Errorf("a process exec'd in the slice does not map %s (it must exist and be preloaded): %v\n%s", interposer.ContainerLibrary, err, out)
+	}
+	// The container's own first process, read from the host.
+	pid := containerPID(ctx, t, slice, "main")
+	maps, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "maps"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(maps), interposer.ContainerLibrary) {
+		t.Errorf("the slice's first process (host pid %d) does not map %s:\n%s", pid, interposer.ContainerLibrary, maps)
+	}
+
+	out, err := probe(slice, "tamper")
+	if err != nil || !strings.Contains(out, "uid 0 ") || !strings.Contains(out, "every try refused") {
+		t.Errorf("root in the slice changed the interposer (or the probe did not run as root): %v\n%s", err, out)
+	}
+	if got, err := probe(slice, "cat", interposer.ContainerPreload); err != nil || got != interposer.PreloadContent {
+		t.Errorf("after the tries, %s in the slice: %q (%v), want %q", interposer.ContainerPreload, got, err, interposer.PreloadContent)
+	}
+	if err := interposer.Check(hostDir); err != nil {
+		t.Errorf("after the tries, the host's interposer: %v", err)
+	}
+
+	// No GPU, no interposer.
+	plain := waitRunning(ctx, t, createPod(ctx, t, "default", root(samplePod("no-gpu", nil))))
+	if got, err := probe(plain, "cat", interposer.ContainerPreload); err == nil {
+		t.Errorf("a container with no GPU has %s: %q", interposer.ContainerPreload, got)
+	}
+	if out, err := probe(plain, "loaded", interposer.ContainerLibrary); err == nil {
+		t.Errorf("a container with no GPU maps %s:\n%s", interposer.ContainerLibrary, out)
+	}
+}
+
+// switchIsolation sets real-node-0's GPUNode spec.isolation to mode, waits
+// until the chart's agent runs the node in it, and puts the old mode back
+// when the test ends.
+func switchIsolation(ctx context.Context, t *testing.T, mode v1alpha1.IsolationMode) {
+	t.Helper()
+	set := func(ctx context.Context, mode v1alpha1.IsolationMode) {
+		patch := fmt.Sprintf(`{"spec":{"isolation":%q}}`, mode)
+		if mode == "" {
+			patch = `{"spec":{"isolation":null}}`
+		}
+		if err := clientset.Discovery().RESTClient().Patch(types.MergePatchType).AbsPath("/apis/partita.dev/v1alpha1/gpunodes", realnode.NodeName).
+			Body([]byte(patch)).Do(ctx).Error(); err != nil {
+			t.Fatalf("set the isolation of GPUNode %s: %v", realnode.NodeName, err)
+		}
+	}
+	var gn v1alpha1.GPUNode
+	if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+		t.Fatal(err)
+	}
+	was := gn.Spec.Isolation
+	set(ctx, mode)
+	t.Cleanup(func() {
+		// t.Context() has ended by now.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		set(ctx, was)
+		poll(t, time.Minute, "the chart's agent to leave "+string(mode)+" mode", func() (bool, string) {
+			if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+				return false, err.Error()
+			}
+			return gn.Status.Isolation != mode, "status.isolation " + string(gn.Status.Isolation)
+		})
+	})
+	poll(t, time.Minute, "the chart's agent to run "+realnode.NodeName+" in "+string(mode)+" mode", func() (bool, string) {
+		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+			return false, err.Error()
+		}
+		return gn.Status.Isolation == mode, "status.isolation " + string(gn.Status.Isolation)
+	})
 }
 
 // TestRealNodeConsole: the chart's console (console.enabled=true) starts on

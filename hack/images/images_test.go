@@ -137,7 +137,7 @@ func TestImageRoundTrip(t *testing.T) {
 // TestCatalog: every image the real node loads is built, under the
 // name the node expects, with its binary in place.
 func TestCatalog(t *testing.T) {
-	specs := catalog("/bin/partita", []string{"/lib64/ld.so"}, "/programs", "/cluster")
+	specs := catalog("/bin/partita", []string{"/lib64/ld.so"}, "/programs", []string{"/lib64/ld.so", "/lib/libc.so.6"}, "/cluster")
 	var got []string
 	for _, s := range specs {
 		got = append(got, s.File+" "+s.Refs[0]+" "+s.Files[0].Path+" <- "+s.Files[0].Source)
@@ -148,11 +148,19 @@ func TestCatalog(t *testing.T) {
 		"pause.tar " + realnode.ImagePause.Ref + " /pause <- /programs/pause",
 		"kube-scheduler.tar " + realnode.ImageKubeScheduler.Ref + " /usr/local/bin/kube-scheduler <- /cluster/kube-scheduler",
 		"coredns.tar " + realnode.ImageCoreDNS.Ref + " /coredns <- /cluster/coredns",
+		"interposer-test.tar " + realnode.ImageInterposerTest.Ref + " /k8s-vgpu/lib/nvidia/libvgpu.so <- /programs/libpreload-test.so",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want,+got):\n%s", diff)
 	}
 	if specs[0].Files[1].Path != "/lib64/ld.so" {
 		t.Errorf("partita's image lacks its libraries: %v", specs[0].Files)
+	}
+	var probe []string
+	for _, f := range specs[5].Files[1:] {
+		probe = append(probe, f.Path+" <- "+f.Source)
+	}
+	if diff := cmp.Diff([]string{realnode.InterposerTestProbe + " <- /programs/probe", "/lib64/ld.so <- /lib64/ld.so", "/lib/libc.so.6 <- /lib/libc.so.6"}, probe); diff != "" {
+		t.Errorf("the interposer test image's probe and its libraries (-want,+got):\n%s", diff)
 	}
 }

@@ -11,7 +11,10 @@
 // definition) have not changed since the last run is not written again.
 // The names are those of devcluster/realnode (Images): Partita's
 // own image localhost/partita/partita:dev, the sample workload
-// localhost/partita/sample:dev, and for the cluster's own parts the names
+// localhost/partita/sample:dev, the hami-core tests' stand-in for HAMi's
+// image localhost/partita/interposer-test:dev (a preload library and a
+// probe, built with gcc from hack/images/preload-test), and for the
+// cluster's own parts the names
 // their upstream images carry (registry.k8s.io/kube-scheduler:v1.37.2,
 // registry.k8s.io/coredns/coredns:v1.15.0, registry.k8s.io/pause:3.10.2), so
 // the chart's default kube-scheduler image and containerd's pinned sandbox
@@ -37,7 +40,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("images", flag.ContinueOnError)
 	partita := fs.String("partita", "bin/partita", "the partita binary (make build)")
-	programs := fs.String("programs", "bin/images/programs", "directory with the static sample and pause binaries")
+	programs := fs.String("programs", "bin/images/programs", "directory with the static sample and pause binaries, and the preload test's library (libpreload-test.so) and probe")
 	clusterBin := fs.String("cluster-bin", "", "the cluster binaries (make cluster-bins): kube-scheduler, coredns")
 	out := fs.String("out", "bin/images", "directory to write <name>.tar into")
 	if err := fs.Parse(args); err != nil {
@@ -50,7 +53,11 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	specs := catalog(*partita, libs, *programs, *clusterBin)
+	probeLibs, err := sharedLibraries(filepath.Join(*programs, "probe"))
+	if err != nil {
+		return err
+	}
+	specs := catalog(*partita, libs, *programs, probeLibs, *clusterBin)
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		return fmt.Errorf("create %s: %w", *out, err)
 	}
@@ -70,11 +77,20 @@ func run(args []string) error {
 }
 
 // catalog is every image the real node loads, in realnode.Images order.
-func catalog(partita string, partitaLibs []string, programs, clusterBin string) []spec {
+// partitaLibs and probeLibs are the host's libraries that partita and the
+// probe load (sharedLibraries).
+func catalog(partita string, partitaLibs []string, programs string, probeLibs []string, clusterBin string) []spec {
 	path := "PATH=/usr/local/bin:/usr/bin:/bin"
 	partitaFiles := []file{{Path: "/usr/local/bin/partita", Source: partita, Mode: 0o755}}
 	for _, l := range partitaLibs {
 		partitaFiles = append(partitaFiles, file{Path: l, Source: l, Mode: 0o755})
+	}
+	interposerFiles := []file{
+		{Path: realnode.InterposerTestLibrary, Source: filepath.Join(programs, "libpreload-test.so"), Mode: 0o644},
+		{Path: realnode.InterposerTestProbe, Source: filepath.Join(programs, "probe"), Mode: 0o755},
+	}
+	for _, l := range probeLibs {
+		interposerFiles = append(interposerFiles, file{Path: l, Source: l, Mode: 0o755})
 	}
 	byName := map[string]spec{
 		realnode.ImagePartita.File: {
@@ -100,6 +116,11 @@ func catalog(partita string, partitaLibs []string, programs, clusterBin string) 
 		realnode.ImageCoreDNS.File: {
 			Files:      []file{{Path: "/coredns", Source: filepath.Join(clusterBin, "coredns"), Mode: 0o755}},
 			Entrypoint: []string{"/coredns"}, User: "65532:65532",
+		},
+		realnode.ImageInterposerTest.File: {
+			// The probe runs as root by default: the tests show that
+			// even root cannot change the preload file.
+			Files: interposerFiles, Entrypoint: []string{realnode.InterposerTestProbe}, Env: []string{path},
 		},
 	}
 	var specs []spec

@@ -49,6 +49,22 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.extenderName" -}}{{ include "partita.fullname" . }}-extender{{- end -}}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
 {{- define "partita.mpsKeeperName" -}}{{ include "partita.fullname" . }}-mps-keeper{{- end -}}
+{{- define "partita.interposerName" -}}{{ include "partita.fullname" . }}-interposer{{- end -}}
+{{/*
+"true" where the chart installs HAMi-core for hami-core slices
+(agent.interposer): as agent.interposer.enabled says, and where that is null
+on every node that may run hami-core (agent.isolation hami-core, or empty
+so that each GPUNode's spec.isolation decides) unless the agent simulates
+its GPUs. Empty otherwise.
+*/}}
+{{- define "partita.interposerEnabled" -}}
+{{- $a := .Values.agent -}}
+{{- $e := $a.interposer.enabled -}}
+{{- if not $a.enabled -}}
+{{- else if kindIs "bool" $e -}}{{ if $e }}true{{ end }}
+{{- else if and (has $a.isolation (list "" "hami-core")) (not $a.simulate) -}}true
+{{- end -}}
+{{- end -}}
 {{- define "partita.schedulerName" -}}{{ include "partita.fullname" . }}-scheduler{{- end -}}
 {{- define "partita.consoleName" -}}{{ include "partita.fullname" . }}-console{{- end -}}
 {{- define "partita.certSecret" -}}{{ include "partita.fullname" . }}-webhook-cert{{- end -}}

@@ -148,8 +148,9 @@ func celHostPathReach(n, mpsDir string) string {
 		celAncestorOrSelf(n, celStr(devDir)), n, celStr(devNVIDIAPrefix), n, celStr(devCharDir), celBeneath(n, celStr(devCharDir)))
 	mps := "(" + celAncestorOrSelf(n, mpsDir) + " || " + celBeneath(n, mpsDir) + ")"
 	nv := "(" + celAncestorOrSelf(n, celStr(nvidiaRunDir)) + " || " + celBeneath(n, celStr(nvidiaRunDir)) + ")"
-	return fmt.Sprintf("(%s ? %s : %s ? %s + ' (' + %s + ')' : %s ? %s : '')",
-		dev, celStr(reachDevicesText), mps, celStr(reachMPSText), mpsDir, nv, celStr(reachNVIDIAText))
+	state := "(" + celAncestorOrSelf(n, celStr(partitaStateDir)) + " || " + celBeneath(n, celStr(partitaStateDir)) + ")"
+	return fmt.Sprintf("(%s ? %s : %s ? %s + ' (' + %s + ')' : %s ? %s : %s ? %s : '')",
+		dev, celStr(reachDevicesText), mps, celStr(reachMPSText), mpsDir, nv, celStr(reachNVIDIAText), state, celStr(reachStateText))
 }
 
 // celReachesContainerDevices is reachesContainerDevices of path p.

@@ -30,6 +30,12 @@ const (
 	// nvidiaRunDir is the GPU Operator's driver root and the NVIDIA device
 	// plugin's MPS directory.
 	nvidiaRunDir = "/run/nvidia"
+	// partitaStateDir holds what the node's Partita processes keep on the
+	// host and mount into containers: the HAMi-core interposer that every
+	// hami-core slice preloads (the chart's agent.interposer.hostDir lies
+	// under it), the agent's state. A tenant who could write there could
+	// swap the library every other tenant's slice loads.
+	partitaStateDir = "/var/lib/partita"
 	// containerDevicesDir is where the NVIDIA container runtime, with the
 	// volume-mounts device list strategy, reads the devices a container
 	// asks for: a mount at <dir>/all asks for every GPU. Both spellings,
@@ -47,6 +53,7 @@ const (
 	reachDevicesText = "the node's GPU devices (/dev/nvidia*)"
 	reachMPSText     = "the MPS daemons' pipes of every GPU on the node"
 	reachNVIDIAText  = "the NVIDIA driver's and MPS files under /run/nvidia"
+	reachStateText   = "Partita's node files under /var/lib/partita (the HAMi-core interposer every slice loads)"
 	hostPathTail     = ": a pod in a namespace Partita manages may not mount them, because Partita gives each GPU container its own devices; " +
 		"run node agents and other system pods in a namespace Partita does not manage (the chart's webhook.excludeNamespaces)"
 	privilegedText = "a privileged container sees every device of the node, so a pod that asks for GPUs cannot have one; " +
@@ -86,7 +93,7 @@ func beneath(n, dir string) bool { return strings.HasPrefix(n, dir+"/") }
 // hostPathReach says what a hostPath (normalised by nodePath) reaches, ""
 // when nothing of the GPUs: the device nodes and the directories that hold
 // them, the MPS directory with everything above and below it, /run/nvidia
-// likewise.
+// and Partita's node state likewise.
 func hostPathReach(n, mpsDir string) string {
 	switch {
 	case ancestorOrSelf(n, devDir) || strings.HasPrefix(n, devNVIDIAPrefix) || n == devCharDir || beneath(n, devCharDir):
@@ -95,6 +102,8 @@ func hostPathReach(n, mpsDir string) string {
 		return reachMPSText + " (" + mpsDir + ")"
 	case ancestorOrSelf(n, nvidiaRunDir) || beneath(n, nvidiaRunDir):
 		return reachNVIDIAText
+	case ancestorOrSelf(n, partitaStateDir) || beneath(n, partitaStateDir):
+		return reachStateText
 	}
 	return ""
 }

@@ -30,7 +30,12 @@ func TestHostPathReach(t *testing.T) {
 		"/run/nvidia/driver/dev":       reachNVIDIAText,
 		"/run/nvidia-persistenced":     "",
 		"/run/containerd":              "",
-		"/var":                         "",
+		"/var":                         reachStateText,
+		"/var/lib":                     reachStateText,
+		"/var/lib/partita":             reachStateText,
+		"/var/lib/partita/interposer":  reachStateText,
+		"/var/lib/partitax":            "",
+		"/var/lib/kubelet":             "",
 		"/var/log":                     "",
 		"/data":                        "",
 	}
@@ -67,7 +72,7 @@ func FuzzNodePath(f *testing.F) {
 		// What is under a directory that reaches the MPS pipes or the
 		// devices reaches them too, except where only device nodes count.
 		if reach != "" && reach != reachDevicesText {
-			if got := hostPathReach(nodePath(n+"/x"), DefaultMPSDir); got == "" && !ancestorOrSelf(n, DefaultMPSDir) && !ancestorOrSelf(n, nvidiaRunDir) {
+			if got := hostPathReach(nodePath(n+"/x"), DefaultMPSDir); got == "" && !ancestorOrSelf(n, DefaultMPSDir) && !ancestorOrSelf(n, nvidiaRunDir) && !ancestorOrSelf(n, partitaStateDir) {
 				t.Fatalf("%q reaches %q but %q nothing", n, reach, n+"/x")
 			}
 		}

@@ -33,12 +33,16 @@ func (c *Cluster) ChartValues() map[string]any {
 		// names real-node-0, still writes only that node.
 		"simulatedFleet": true,
 	}
+	n := c.RealNode()
 	if c.DRA() {
 		// The real node's kubelet and containerd keep their directories
 		// under the cluster's (dev down removes them).
-		n := c.RealNode()
 		agent["kubeletDir"] = n.KubeletRootDir()
 		agent["cdiDir"] = n.CDIDir()
+	} else {
+		// The agent is the real node's NRI plugin, on containerd's socket
+		// under the node's directory; on: a node that lost NRI fails loudly.
+		agent["nri"] = map[string]any{"enabled": "on", "socket": n.NRISocket()}
 	}
 	return map[string]any{
 		"gpuBackend": string(c.Backend()),

@@ -171,6 +171,9 @@ type MapNode struct {
 	Labels map[string]string `json:"labels,omitempty"`
 	// Isolation is how the node applies slices.
 	Isolation v1alpha1.IsolationMode `json:"isolation"`
+	// Enforcement is how the node applies slices: the container path and
+	// what caps a slice's memory (GPUNode.status.enforcement).
+	Enforcement *v1alpha1.Enforcement `json:"enforcement,omitempty"`
 	// GPUs are its devices, by index.
 	GPUs []MapGPU `json:"gpus"`
 }
@@ -394,7 +397,7 @@ func (s *Snapshot) buildMap(l Lists, o BuildOptions) {
 	s.nodeIndex = make(map[string]int, len(rep.Nodes))
 	s.nodeHashes = make(map[string]uint64, len(rep.Nodes))
 	for _, n := range rep.Nodes {
-		mn := MapNode{Name: n.Name, Topology: topology[n.Name], Labels: levelLabels[n.Name], Isolation: n.Isolation, GPUs: make([]MapGPU, 0, len(n.Devices))}
+		mn := MapNode{Name: n.Name, Topology: topology[n.Name], Labels: levelLabels[n.Name], Isolation: n.Isolation, Enforcement: n.Enforcement, GPUs: make([]MapGPU, 0, len(n.Devices))}
 		for _, d := range n.Devices {
 			g := MapGPU{
 				Index: d.Index, UUID: d.UUID, Model: d.Model, MemoryMiB: d.MemoryMiB, Health: d.Health,

@@ -3,8 +3,10 @@ package ctl
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/report"
 )
@@ -30,9 +32,19 @@ func WriteNodes(w io.Writer, r report.NodesReport, o Output) error {
 	if r.Topology != nil {
 		writeTopology(tw, r)
 	} else {
-		tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
+		// ENFORCED only once some agent reports it (older agents do not).
+		enforced := slices.ContainsFunc(r.Nodes, func(n report.NodeReport) bool { return n.Enforcement != nil })
+		if enforced {
+			tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\tENFORCED\n")
+		} else {
+			tw.row("NODE\tGPUS\tHEALTHY\tUSED\tFREE\tLARGEST FREE\tPODS\tISOLATION\n")
+		}
 		for _, n := range r.Nodes {
-			tw.row("%s\t%s\n", n.Name, nodeCells(n))
+			if enforced {
+				tw.row("%s\t%s\t%s\n", n.Name, nodeCells(n), enforcedCell(n.Enforcement))
+			} else {
+				tw.row("%s\t%s\n", n.Name, nodeCells(n))
+			}
 		}
 	}
 	t := r.Total
@@ -77,6 +89,18 @@ func totalsCells(t report.NodeTotals) string {
 // nodeCells are a node line's cells after its name.
 func nodeCells(n report.NodeReport) string {
 	return totalsCells(n.NodeTotals) + "\t" + string(n.Isolation)
+}
+
+// enforcedCell is how the node applies slices: the container path and what
+// caps a slice's memory ("nri/kernel"), "-" before its agent says.
+func enforcedCell(e *v1alpha1.Enforcement) string {
+	if e == nil || e.ContainerPath == "" {
+		return "-"
+	}
+	if e.MemoryCap == "" {
+		return string(e.ContainerPath)
+	}
+	return string(e.ContainerPath) + "/" + string(e.MemoryCap)
 }
 
 // writeTopology writes the node lines as a tree of r.Topology's domains,

@@ -34,6 +34,7 @@ func (c *Cluster) ChartValues() map[string]any {
 		// names real-node-0, still writes only that node.
 		"simulatedFleet": true,
 	}
+	n := c.RealNode()
 	// hami-core: the project's preload test library stands in for
 	// HAMi-core (no HAMi image, no GPU), installed under the node's
 	// directory.
@@ -41,14 +42,17 @@ func (c *Cluster) ChartValues() map[string]any {
 		"enabled":     true,
 		"image":       realnode.ImageInterposerTest.Ref,
 		"libraryPath": realnode.InterposerTestLibrary,
-		"hostDir":     c.RealNode().InterposerDir(),
+		"hostDir":     n.InterposerDir(),
 	}
 	if c.DRA() {
 		// The real node's kubelet and containerd keep their directories
 		// under the cluster's (dev down removes them).
-		n := c.RealNode()
 		agent["kubeletDir"] = n.KubeletRootDir()
 		agent["cdiDir"] = n.CDIDir()
+	} else {
+		// The agent is the real node's NRI plugin, on containerd's socket
+		// under the node's directory; on: a node that lost NRI fails loudly.
+		agent["nri"] = map[string]any{"enabled": "on", "socket": n.NRISocket()}
 	}
 	return map[string]any{
 		"gpuBackend": string(c.Backend()),

@@ -122,6 +122,9 @@ type Options struct {
 	// first. Written in the same patch as the GPU capacity. Nil leaves
 	// them alone; a single-node agent may not set them.
 	NodeResources corev1.ResourceList
+	// Enforcement says how the node applies slices: the container path
+	// and where dmem, the interposer and the device nodes are.
+	Enforcement EnforcementConfig
 	// GPUDrivers are the DRA drivers whose devices are GPUs: one of them
 	// that publishes devices on a served node without UUIDs owns all its
 	// GPUs (dra.ForeignGPUs). dra.DefaultGPUDrivers when nil.
@@ -184,6 +187,10 @@ func (o *Options) defaults() error {
 	if o.GPUDrivers == nil {
 		o.GPUDrivers = dra.DefaultGPUDrivers
 	}
+	o.Enforcement.defaults(o.Slices != nil)
+	if o.Enforcement.ContainerPath == v1alpha1.ContainerPathNRI && o.NodeSelector != nil {
+		return errors.New("configure the agent: the NRI plugin serves the agent's own node, not a fleet")
+	}
 	return nil
 }
 
@@ -217,6 +224,9 @@ type Agent struct {
 	pending map[string]bool // nodes not yet published once since start
 	lastErr error           // the single node's last sync error
 	baseCtx context.Context
+	// facts are what the NRI plugin needs of each served node, from its
+	// last sync.
+	facts map[string]containerFacts
 }
 
 // nodeState is what the agent keeps for a node it serves. Only the worker
@@ -253,6 +263,8 @@ type nodeState struct {
 	// foreign is what was last logged of the GPUs other DRA drivers
 	// publish.
 	foreign string
+	// enforcementNote is the dmem reason last logged.
+	enforcementNote string
 }
 
 // New builds an agent on the cluster that cfg reaches. It caches only what
@@ -328,6 +340,7 @@ func New(cfg *rest.Config, opts Options) (*Agent, error) {
 		),
 		nodes:       map[string]*nodeState{},
 		pending:     map[string]bool{},
+		facts:       map[string]containerFacts{},
 		simRunner:   NewSimulatedRunner(),
 		watchSlices: watchSlices,
 	}
@@ -672,6 +685,7 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 
 	var devices []v1alpha1.GPUDevice
 	var held []boundPod
+	var inv *gpu.NodeInventory
 	snap, snapErr := st.backend.Snapshot(ctx)
 	switch {
 	case snapErr != nil && !IsUnavailable(snapErr):
@@ -694,7 +708,7 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 			devices[i] = d.GPUDevice
 		}
 		var bad map[types.UID]error
-		inv := inventoryOf(name, mode, snap.Devices)
+		inv = inventoryOf(name, mode, snap.Devices)
 		held, bad = allocationsOn(inv, pods)
 		st.logBadPods(log, pods, bad)
 		if a.opts.Slices != nil {
@@ -715,6 +729,7 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		a.applyMode(ctx, st, mode, devices, held)
 	}
 	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
+	status.Enforcement = a.enforcement(ctx, st, mode, inv)
 	var offer error
 	if a.opts.Slices != nil {
 		// Another driver's GPUs are its own to publish: offering them

@@ -105,3 +105,32 @@ func IsUnavailable(err error) bool {
 	var u *UnavailableError
 	return errors.As(err, &u)
 }
+
+// DriverReader is a Backend that also reads the driver's version and where
+// each device sits, for the node's enforcement facts (dmem regions are
+// matched by PCI bus ID, device nodes by minor number).
+type DriverReader interface {
+	DriverInfo(ctx context.Context) (DriverInfo, error)
+}
+
+// DriverInfo is the driver and its devices' addresses.
+type DriverInfo struct {
+	// Version is the NVIDIA driver version ("615.20").
+	Version string
+	// Devices are the devices' addresses by UUID.
+	Devices map[string]DeviceAddress
+}
+
+// DeviceAddress is where a device sits on the host.
+type DeviceAddress struct {
+	// BusID is the PCI address as NVML writes it ("00000000:3B:00.0").
+	BusID string
+	// Minor is the minor number of /dev/nvidia<minor>, -1 when unknown.
+	Minor int32
+}
+
+// DmemReader is a Backend that stands in for the kernel's dmem controller
+// (the simulated backend), instead of <cgroup root>/dmem.capacity.
+type DmemReader interface {
+	DmemCapacity() ([]byte, error)
+}

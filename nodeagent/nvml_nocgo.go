@@ -21,3 +21,8 @@ func (b *NVML) Snapshot(context.Context) (*Snapshot, error) {
 
 // Close does nothing.
 func (b *NVML) Close() {}
+
+// DriverInfo reports that NVML is not available in this build.
+func (b *NVML) DriverInfo(context.Context) (DriverInfo, error) {
+	return DriverInfo{}, &UnavailableError{Backend: "nvml", Err: errors.New("built without cgo"), Hint: "build partita with CGO_ENABLED=1"}
+}

@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/nodeagent/dmem"
 )
 
 // SimSpec describes the identical devices of a simulated node.
@@ -136,12 +137,53 @@ type Simulated struct {
 	unhealthy map[int32]string
 	processes []Process
 	killed    map[int32]bool
+	// driver and dmemCapacity stand in for the driver version and the
+	// kernel's dmem.capacity (SetDmem); none by default.
+	driver       string
+	dmemCapacity []byte
 }
 
 var (
 	_ Backend       = (*Simulated)(nil)
 	_ ProcessKiller = (*Simulated)(nil)
+	_ DriverReader  = (*Simulated)(nil)
+	_ DmemReader    = (*Simulated)(nil)
 )
+
+// SimulatedBusID is the PCI address of a simulated node's device i, as
+// NVML writes it: device i sits at bus i+1.
+func SimulatedBusID(i int) string { return fmt.Sprintf("00000000:%02X:00.0", i+1) }
+
+// SetDmem makes the backend report an NVIDIA driver of version driver and
+// a dmem controller whose regions are capacity (dmem.capacity's form); a
+// nil capacity means the kernel has no dmem controller.
+func (s *Simulated) SetDmem(driver string, capacity []byte) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.driver, s.dmemCapacity = driver, slices.Clone(capacity)
+}
+
+// DriverInfo returns the simulated driver version and bus IDs; simulated
+// devices have no device nodes.
+func (s *Simulated) DriverInfo(context.Context) (DriverInfo, error) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	out := DriverInfo{Version: s.driver, Devices: map[string]DeviceAddress{}}
+	for i := range s.spec.Count {
+		out.Devices[SimulatedUUID(s.node, i)] = DeviceAddress{BusID: SimulatedBusID(i), Minor: -1}
+	}
+	return out, nil
+}
+
+// DmemCapacity returns what SetDmem set, or dmem.ErrNoController.
+func (s *Simulated) DmemCapacity() ([]byte, error) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if s.dmemCapacity == nil {
+		return nil, dmem.ErrNoController
+	}
+	return slices.Clone(s.dmemCapacity), nil
+}
 
 // NewSimulated returns a simulated backend for node.
 func NewSimulated(node string, spec SimSpec) *Simulated {

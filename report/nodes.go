@@ -37,6 +37,9 @@ type NodeReport struct {
 	// some of the node's GPUs (GPUNode.status.draDrivers): Partita offers
 	// no partita.dev/gpu-milli on those.
 	DRADrivers []string `json:"draDrivers,omitempty"`
+	// Enforcement is how the node applies slices
+	// (GPUNode.status.enforcement), nil before its agent says.
+	Enforcement *v1alpha1.Enforcement `json:"enforcement,omitempty"`
 	NodeTotals
 }
 
@@ -140,8 +143,10 @@ func Nodes(c *Cluster) NodesReport {
 
 	raw := map[string]map[int32]v1alpha1.GPUDevice{}
 	drivers := map[string][]string{}
+	enforcement := map[string]*v1alpha1.Enforcement{}
 	for _, gn := range c.GPUNodes {
 		drivers[gn.Name] = gn.Status.DRADrivers
+		enforcement[gn.Name] = gn.Status.Enforcement
 		m := map[int32]v1alpha1.GPUDevice{}
 		for _, d := range gn.Status.Devices {
 			m[d.Index] = d
@@ -182,7 +187,7 @@ func Nodes(c *Cluster) NodesReport {
 
 	var out NodesReport
 	for _, nu := range state.Nodes {
-		nr := NodeReport{Name: nu.Name, Isolation: nu.Isolation, Devices: []DeviceReport{}, DRADrivers: drivers[nu.Name]}
+		nr := NodeReport{Name: nu.Name, Isolation: nu.Isolation, Devices: []DeviceReport{}, DRADrivers: drivers[nu.Name], Enforcement: enforcement[nu.Name]}
 		for _, du := range nu.Devices {
 			d := DeviceReport{
 				Index: du.Index, UUID: du.UUID, Model: du.Product, MemoryMiB: du.MemoryMiB,

@@ -134,6 +134,83 @@ type GPUSlice struct {
 	ObservedMemoryMiB int64 `json:"observedMemoryMiB,omitempty"`
 }
 
+// ContainerPath is how the device env, mounts and limits reach a GPU
+// container on a node.
+//
+// +kubebuilder:validation:Enum=nri;pod-spec;cdi
+type ContainerPath string
+
+// Container paths.
+const (
+	// ContainerPathNRI: the agent, as an NRI plugin of the container
+	// runtime, sets them at container creation from the allocation,
+	// overriding the pod spec.
+	ContainerPathNRI ContainerPath = "nri"
+	// ContainerPathPodSpec: the webhook writes them into the pod spec as
+	// downward-API references to the allocation annotations (runtimes
+	// without NRI).
+	ContainerPathPodSpec ContainerPath = "pod-spec"
+	// ContainerPathCDI: the DRA kubelet plugin writes them as the CDI edits
+	// of each prepared claim (gpuBackend dra).
+	ContainerPathCDI ContainerPath = "cdi"
+)
+
+// MemoryCap says what stops a slice's processes from using more device
+// memory than the slice holds.
+//
+// +kubebuilder:validation:Enum=kernel;driver;interposer;watchdog
+type MemoryCap string
+
+// Memory caps, strongest first.
+const (
+	// MemoryCapKernel: the container's dmem cgroup (dmem.max) caps it.
+	MemoryCapKernel MemoryCap = "kernel"
+	// MemoryCapDriver: the MPS server caps each client (mps mode).
+	MemoryCapDriver MemoryCap = "driver"
+	// MemoryCapInterposer: the preloaded interposer library caps it
+	// (hami-core with the library installed on the node).
+	MemoryCapInterposer MemoryCap = "interposer"
+	// MemoryCapWatchdog: nothing caps it; the agent's watchdog reports or
+	// ends a process over its slice.
+	MemoryCapWatchdog MemoryCap = "watchdog"
+)
+
+// DmemSupport is whether the node's kernel can cap device memory per
+// cgroup (the dmem controller, with regions the GPU driver registered).
+type DmemSupport struct {
+	// Available is set when every device has a dmem region.
+	// +optional
+	Available bool `json:"available,omitempty"`
+	// Reason says why not, or what was found.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// DriverVersion is the NVIDIA driver's version.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	DriverVersion string `json:"driverVersion,omitempty"`
+}
+
+// Enforcement is how the node applies what a slice may use.
+type Enforcement struct {
+	// ContainerPath is how the device env, mounts and limits reach a
+	// container: nri, pod-spec or cdi.
+	// +optional
+	ContainerPath ContainerPath `json:"containerPath,omitempty"`
+	// MemoryCap is what caps a slice's device memory in the node's mode:
+	// kernel, driver, interposer or watchdog.
+	// +optional
+	MemoryCap MemoryCap `json:"memoryCap,omitempty"`
+	// Dmem is whether the kernel can cap device memory per container.
+	// +optional
+	Dmem DmemSupport `json:"dmem,omitempty"`
+	// Interposer is the interposer library's path on the host, "" when it
+	// is not installed.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Interposer string `json:"interposer,omitempty"`
+}
+
 // The UUID rule reads each device's uuid once and compares the strings:
 // the API server runs it on every status write (each heartbeat and each
 // batch of slices), and reading a field of a custom resource in CEL costs
@@ -173,6 +250,10 @@ type GPUNodeStatus struct {
 	// +listType=set
 	// +optional
 	DRADrivers []string `json:"draDrivers,omitempty"`
+	// Enforcement is how the node applies slices: the container path, what
+	// caps a slice's memory, and the kernel and library support found.
+	// +optional
+	Enforcement *Enforcement `json:"enforcement,omitempty"`
 	// AgentVersion is the version of the agent that wrote this status.
 	// +kubebuilder:validation:MaxLength=64
 	// +optional
@@ -191,6 +272,8 @@ type GPUNodeStatus struct {
 // +kubebuilder:printcolumn:name="Healthy",type=integer,JSONPath=`.status.healthyDevices`
 // +kubebuilder:printcolumn:name="Allocated (milli)",type=integer,JSONPath=`.status.allocatedMilli`
 // +kubebuilder:printcolumn:name="Mode",type=string,JSONPath=`.status.isolation`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.status.enforcement.containerPath`
+// +kubebuilder:printcolumn:name="Memory Cap",type=string,JSONPath=`.status.enforcement.memoryCap`,priority=1
 // +kubebuilder:printcolumn:name="DRA Driver",type=string,JSONPath=`.status.draDrivers[0]`,priority=1
 // +kubebuilder:printcolumn:name="Heartbeat",type=date,JSONPath=`.status.heartbeat`
 type GPUNode struct {

@@ -22,6 +22,7 @@ import (
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/version"
 	"github.com/partita-dev/partita/nodeagent"
+	partitanri "github.com/partita-dev/partita/nodeagent/nri"
 )
 
 // agentFlags are the flags of `partita agent`.
@@ -55,8 +56,20 @@ type agentFlags struct {
 	gpuBackend        string
 	kubeletDir        string
 	cdiDir            string
+	nri               string
+	nriSocket         string
+	cgroupRoot        string
+	interposerDir     string
+	devRoot           string
 	verbosity         int
 }
+
+// --nri values.
+const (
+	nriAuto = "auto"
+	nriOn   = "on"
+	nriOff  = "off"
+)
 
 func newAgentCommand() *cobra.Command {
 	f := &agentFlags{}
@@ -109,8 +122,35 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.StringVar(&f.gpuBackend, "gpu-backend", string(dra.BackendExtender), "how GPU pods are placed: extender (publish partita.dev/gpu-milli capacity) or dra (publish each GPU as a DRA device of "+dra.DriverName+" for kube-scheduler; a single-node agent also serves as the DRA kubelet plugin that prepares claims)")
 	fl.StringVar(&f.kubeletDir, "kubelet-dir", dra.DefaultKubeletDir, "the kubelet's root directory, where the DRA kubelet plugin registers (plugins_registry/) and keeps its socket (plugins/"+dra.DriverName+"/) (dra backend)")
 	fl.StringVar(&f.cdiDir, "cdi-dir", dra.DefaultCDIDir, "directory the container runtime reads CDI specs from, where the DRA kubelet plugin writes one per prepared claim (dra backend)")
+	fl.StringVar(&f.nri, "nri", nriAuto, "serve as the container runtime's NRI plugin, which sets each GPU container's devices, limit env, mounts and dmem limit at creation from its allocation, overriding the pod spec: auto (when --nri-socket exists, else the webhook's pod-spec env alone), on (fail without it) or off")
+	fl.StringVar(&f.nriSocket, "nri-socket", partitanri.DefaultSocketPath, "the container runtime's NRI socket (containerd 2 and CRI-O serve one when NRI is enabled)")
+	fl.StringVar(&f.cgroupRoot, "cgroup-root", nodeagent.DefaultCgroupRoot, "the host's cgroup v2 root, where dmem.capacity lists the GPU memory regions the kernel can cap")
+	fl.StringVar(&f.interposerDir, "interposer-dir", nodeagent.DefaultInterposerDir, "host directory of the hami-core interposer ("+nodeagent.InterposerLibrary+" and ld.so.preload); the NRI plugin binds it into hami-core slices when it is installed")
+	fl.StringVar(&f.devRoot, "dev-root", nodeagent.DefaultDevRoot, "the host's /dev, where the NRI plugin reads the GPUs' device nodes")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every published change)")
 	return cmd
+}
+
+// useNRI decides from --nri whether the agent serves as the runtime's NRI
+// plugin: auto when the socket is there.
+func useNRI(mode, socket string, dra, fleet bool) (bool, error) {
+	switch mode {
+	case nriOff:
+		return false, nil
+	case nriAuto:
+		return !dra && !fleet && partitanri.SocketExists(socket), nil
+	case nriOn:
+		switch {
+		case dra:
+			return false, errors.New("--nri on: the dra backend applies slices through CDI; use --nri off or auto")
+		case fleet:
+			return false, errors.New("--nri on: a fleet of simulated nodes has no container runtime; use --nri off or auto")
+		case !partitanri.SocketExists(socket):
+			return false, fmt.Errorf("--nri on: no NRI socket at %s: enable NRI in the container runtime, or use --nri auto", socket)
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("--nri %q: want auto, on or off", mode)
 }
 
 func runAgent(cmd *cobra.Command, f *agentFlags) error {
@@ -166,6 +206,16 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 			Keeper: f.mpsDaemons == mpsDaemonsKeeper},
 		Version: version.Get(),
 		Metrics: metrics,
+		Enforcement: nodeagent.EnforcementConfig{
+			CgroupRoot: f.cgroupRoot, InterposerDir: f.interposerDir, DevRoot: f.devRoot,
+		},
+	}
+	nri, err := useNRI(f.nri, f.nriSocket, backendKind == dra.BackendDRA, f.simulateNodes != "")
+	if err != nil {
+		return err
+	}
+	if nri {
+		opts.Enforcement.ContainerPath = v1alpha1.ContainerPathNRI
 	}
 	var backend nodeagent.Backend
 	backendName := "simulated"
@@ -285,6 +335,16 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, nodeagent.Handler(metrics, agent.Ready)) })
 	g.Go(func() error { return agent.Run(gctx) })
+	if nri {
+		plugin, err := partitanri.New(partitanri.Options{NodeName: f.nodeName, SocketPath: f.nriSocket, Pods: agent, Facts: agent, Log: log.WithName("nri")})
+		if err != nil {
+			return err
+		}
+		log.Info("Serving as the container runtime's NRI plugin", "socket", f.nriSocket)
+		g.Go(func() error { return plugin.Run(gctx) })
+	} else {
+		log.Info("Not serving as an NRI plugin: the pod spec's env reaches containers", "nri", f.nri, "socket", f.nriSocket)
+	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

@@ -480,6 +480,8 @@
         h("dt", {}, "Model"), h("dd", {}, g.model + " (" + bytes(g.memoryMiB * 1048576) + ")"),
         h("dt", {}, "Health"), h("dd", { class: g.healthy ? "ok" : "bad" }, g.health),
         h("dt", {}, "Isolation"), h("dd", {}, n.isolation),
+        n.enforcement ? [h("dt", {}, "Enforced by"), h("dd", { title: n.enforcement.dmem && n.enforcement.dmem.reason || "" },
+          (n.enforcement.containerPath || "?") + " · memory: " + (n.enforcement.memoryCap || "?"))] : null,
         h("dt", {}, "Used / free"), h("dd", {}, gpus(g.usedMilli) + " / " + gpus(g.freeMilli)),
         h("dt", {}, "UUID"), h("dd", { class: "mono" }, g.uuid)),
       h("h2", {}, "Slices"),

@@ -188,12 +188,25 @@ imports = []
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
       Root = %s
 
+  # NRI on, for Partita's agent (its NRI plugin sets each GPU container's
+  # devices and limits); the socket and plugin directories are the node's
+  # own, so no plugin of the host's is started or let in.
   [plugins.'io.containerd.nri.v1.nri']
-    disable = true
+    disable = false
+    socket_path = %s
+    plugin_path = %s
+    plugin_config_path = %s
+    plugin_registration_timeout = "5s"
+    plugin_request_timeout = "2s"
+    disable_connections = false
 `, q(n.path("containerd", "root")), q(n.path("containerd", "state")),
 		q(n.containerdSocket()), q(n.containerdSocket()+".ttrpc"),
-		q(ImagePause.Ref), q(n.CDIDir()), q(dir), q(n.path("cni", "net.d")), q(n.path("containerd", "runc")))), nil
+		q(ImagePause.Ref), q(n.CDIDir()), q(dir), q(n.path("cni", "net.d")), q(n.path("containerd", "runc")),
+		q(n.NRISocket()), q(n.path("nri", "plugins")), q(n.path("nri", "conf.d")))), nil
 }
+
+// NRISocket is where the node's containerd serves NRI plugins.
+func (n *Node) NRISocket() string { return n.path("nri", "nri.sock") }
 
 // CDIDir is the directory containerd reads CDI specs from: the node's own,
 // which dev down removes with the rest.

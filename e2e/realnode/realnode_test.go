@@ -174,6 +174,49 @@ func checkGPUPod(ctx context.Context, t *testing.T, pod *corev1.Pod) {
 	}
 }
 
+// TestRealNodeNRISetsTheSliceEnv: the real node's containerd serves NRI
+// and the chart's agent is its plugin, so the GPUNode says the container
+// path is nri, the agent adjusted the slice's container at creation, and
+// the env the container started with is the allocation's (the pod spec
+// cannot carry hostile device env: the webhook refuses it, so this checks
+// the values, not an override).
+func TestRealNodeNRISetsTheSliceEnv(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 3*time.Minute)
+	poll(t, time.Minute, "GPUNode "+realnode.NodeName+" status.enforcement.containerPath nri", func() (bool, string) {
+		path := kubectl(ctx, t, "get", "gpunode", realnode.NodeName, "-o", "jsonpath={.status.enforcement.containerPath}")
+		return path == string(v1alpha1.ContainerPathNRI), "containerPath " + path
+	})
+	if mc := kubectl(ctx, t, "get", "gpunode", realnode.NodeName, "-o", "jsonpath={.status.enforcement.memoryCap}"); mc == "" {
+		t.Errorf("GPUNode %s has no status.enforcement.memoryCap", realnode.NodeName)
+	}
+
+	pod := createPod(ctx, t, "default", samplePod("nri", map[string]string{v1alpha1.AnnotationGPUFraction: "0.25"}))
+	pod = waitRunning(ctx, t, pod)
+	c := pod.Spec.Containers[0].Name
+	devices := pod.Annotations[v1alpha1.AnnotationDevicesPrefix+c]
+	if devices == "" {
+		t.Fatalf("no %s%s annotation: the extender did not bind it", v1alpha1.AnnotationDevicesPrefix, c)
+	}
+	logs := waitLogLine(ctx, t, pod, "NVIDIA_VISIBLE_DEVICES=")
+	if got := envFromLog(logs, "NVIDIA_VISIBLE_DEVICES"); got != devices {
+		t.Errorf("container %s started with NVIDIA_VISIBLE_DEVICES=%q, its allocation says %q; log:\n%s", c, got, devices, logs)
+	}
+	mode := kubectl(ctx, t, "get", "gpunode", realnode.NodeName, "-o", "jsonpath={.status.isolation}")
+	if mode == string(v1alpha1.IsolationTimeSlicing) || mode == "" {
+		for _, k := range []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT"} {
+			if v := envFromLog(logs, k); v != "" {
+				t.Errorf("a time-slicing slice started with %s=%q: the NRI plugin removes limit env its mode does not use", k, v)
+			}
+		}
+	}
+	// The plugin logs each container it gives devices (agent --v=2).
+	poll(t, time.Minute, "the agent's NRI plugin adjusted "+pod.Name, func() (bool, string) {
+		agentLogs := kubectl(ctx, t, "-n", ns, "logs", "daemonset/"+release+"-agent", "--tail=-1")
+		return strings.Contains(agentLogs, "Set a container's devices") && strings.Contains(agentLogs, pod.Name), "no log line for the pod yet"
+	})
+}
+
 // TestRealNodeNoGPUPodSeesVoid: a pod that asks for no GPU gets
 // NVIDIA_VISIBLE_DEVICES=void and no device annotation.
 func TestRealNodeNoGPUPodSeesVoid(t *testing.T) {

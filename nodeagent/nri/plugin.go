@@ -1,0 +1,235 @@
+// Package nri is the agent's NRI plugin (github.com/containerd/nri): the
+// container runtime (containerd 2, CRI-O) calls it when it creates a
+// container, and it answers with the devices, limit env, mounts and cgroup
+// limits of the container's allocation (package containeredit), which
+// override whatever the pod spec says. It runs inside `partita agent`
+// (--nri) and serves the agent's own node (docs/agent.md, "Container
+// creation through NRI").
+package nri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/nodeagent/containeredit"
+)
+
+// Registration: the runtime orders plugins by index, then name.
+const (
+	PluginName = "partita"
+	PluginIdx  = "10"
+)
+
+// DefaultSocketPath is where containerd and CRI-O serve NRI by default.
+const DefaultSocketPath = api.DefaultSocketPath
+
+// PodGetter reads the pod of a sandbox: from the agent's cache, or from the
+// API server when the cache does not have it yet.
+type PodGetter interface {
+	GetPod(ctx context.Context, namespace, name string, uid types.UID) (*corev1.Pod, error)
+}
+
+// NodeFacts are the node's facts as the agent's last sync read them; ok is
+// false until it has read the node's GPUs.
+type NodeFacts interface {
+	ContainerFacts(node string) (containeredit.Node, *gpu.NodeInventory, bool)
+}
+
+// Options configure a Plugin.
+type Options struct {
+	// NodeName is the node the agent serves.
+	NodeName string
+	// SocketPath is the runtime's NRI socket.
+	SocketPath string
+	// Pods reads pods; Facts the node's facts (both the agent).
+	Pods  PodGetter
+	Facts NodeFacts
+	// Log is where the plugin logs.
+	Log logr.Logger
+	// Clock times reconnection; the real one when nil.
+	Clock clock.Clock
+	// RetryInterval is the wait between two connection attempts after the
+	// runtime went away (a containerd restart); 2 s when zero.
+	RetryInterval time.Duration
+}
+
+// Plugin adjusts the containers of GPU pods at creation.
+type Plugin struct {
+	opts Options
+}
+
+var _ stub.CreateContainerInterface = (*Plugin)(nil)
+
+// New returns a plugin; Run connects it.
+func New(opts Options) (*Plugin, error) {
+	switch {
+	case opts.NodeName == "":
+		return nil, errors.New("configure the NRI plugin: no node name")
+	case opts.Pods == nil || opts.Facts == nil:
+		return nil, errors.New("configure the NRI plugin: no pod or node source")
+	}
+	if opts.SocketPath == "" {
+		opts.SocketPath = DefaultSocketPath
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.RetryInterval <= 0 {
+		opts.RetryInterval = 2 * time.Second
+	}
+	return &Plugin{opts: opts}, nil
+}
+
+// SocketExists reports whether the runtime serves NRI at path.
+func SocketExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode()&os.ModeSocket != 0
+}
+
+// Run serves the runtime until ctx ends. The first connection must work
+// (the runtime serves NRI); after that, a lost connection (the runtime
+// restarted) is retried until ctx ends.
+func (p *Plugin) Run(ctx context.Context) error {
+	log := p.opts.Log.WithValues("socket", p.opts.SocketPath)
+	for first := true; ; first = false {
+		// onClose runs only for a connection that was made.
+		var connected atomic.Bool
+		s, err := stub.New(p,
+			stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIdx),
+			stub.WithSocketPath(p.opts.SocketPath),
+			stub.WithLogger(nriLogger{log: log}),
+			stub.WithOnClose(func() { connected.Store(true) }),
+		)
+		if err != nil {
+			return fmt.Errorf("create NRI plugin: %w", err)
+		}
+		err = s.Run(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if first && err != nil && !connected.Load() {
+			return fmt.Errorf("connect to the runtime's NRI socket %s: %w", p.opts.SocketPath, err)
+		}
+		log.Info("Lost the runtime's NRI connection; reconnecting", "err", err)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-p.opts.Clock.After(p.opts.RetryInterval):
+		}
+	}
+}
+
+// CreateContainer answers the runtime's CreateContainer request.
+func (p *Plugin) CreateContainer(ctx context.Context, sandbox *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, []*api.ContainerUpdate, error) {
+	adj, err := p.Adjust(ctx, sandbox, ctr)
+	if err != nil {
+		p.opts.Log.Error(err, "Refused to create a container; the kubelet retries", "pod", klog.KRef(sandbox.GetNamespace(), sandbox.GetName()), "container", ctr.GetName())
+	}
+	return adj, nil, err
+}
+
+// Adjust is what the container gets: nil for a pod that asks Partita for
+// no GPU (the webhook's void in its spec stands), else its devices and
+// limits, or void. An error fails the creation, which the kubelet retries:
+// the plugin never lets a GPU container start on a guess.
+func (p *Plugin) Adjust(ctx context.Context, sandbox *api.PodSandbox, ctr *api.Container) (*api.ContainerAdjustment, error) {
+	uid := types.UID(sandbox.GetUid())
+	log := p.opts.Log.WithValues("pod", klog.KRef(sandbox.GetNamespace(), sandbox.GetName()), "container", ctr.GetName())
+	pod, err := p.opts.Pods.GetPod(ctx, sandbox.GetNamespace(), sandbox.GetName(), uid)
+	switch {
+	case apierrors.IsNotFound(err) || (err == nil && pod.UID != uid):
+		// A static pod (its mirror has another UID) or one already gone:
+		// not a pod Partita placed.
+		log.V(4).Info("No API pod for the sandbox; leaving the container alone")
+		return nil, nil
+	case err != nil:
+		return nil, fmt.Errorf("adjust container %q: %w", ctr.GetName(), err)
+	}
+	req, errs := gpu.ParsePod(pod)
+	if len(errs) == 0 && req == nil && !hasAllocation(pod) {
+		return nil, nil
+	}
+	node, inv, ready := p.opts.Facts.ContainerFacts(p.opts.NodeName)
+	var alloc *gpu.ContainerAllocation
+	if req != nil && slices.ContainsFunc(req.Containers, func(c gpu.ContainerRequest) bool { return c.Name == ctr.GetName() }) {
+		if !ready {
+			return nil, fmt.Errorf("adjust container %q: the agent has not read the node's GPUs yet", ctr.GetName())
+		}
+		alloc = containerAllocation(log, pod, inv, ctr.GetName())
+	}
+	if !ready {
+		node = containeredit.Node{}
+	}
+	adj := containeredit.Adjust(node, containeredit.Container{Env: ctr.GetEnv(), Alloc: alloc})
+	if alloc != nil {
+		log.V(2).Info("Set a container's devices", "devices", strings.Join(alloc.DeviceUUIDs, ","), "memoryMiB", alloc.MemoryMiB, "mode", node.Mode)
+	} else {
+		log.V(4).Info("Set a container's devices to void")
+	}
+	return adj, nil
+}
+
+// containerAllocation reads the container's allocation from the pod's
+// annotations; nil (void) when they are missing or do not read, which
+// kubelet's order (containers are created after bind) makes a bug worth a
+// log line.
+func containerAllocation(log logr.Logger, pod *corev1.Pod, inv *gpu.NodeInventory, name string) *gpu.ContainerAllocation {
+	a, err := gpu.AllocationFromPod(pod, inv)
+	if err != nil {
+		log.Error(err, "GPU container has no readable allocation; giving it no device")
+		return nil
+	}
+	for i := range a.Containers {
+		if a.Containers[i].Container == name {
+			return &a.Containers[i]
+		}
+	}
+	log.Error(errors.New("no allocation for the container"), "GPU container has no allocation; giving it no device")
+	return nil
+}
+
+// hasAllocation reports whether Partita bound devices to the pod.
+func hasAllocation(p *corev1.Pod) bool {
+	for k := range p.Annotations {
+		if strings.HasPrefix(k, v1alpha1.AnnotationDevicesPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// nriLogger sends the NRI library's log through logr.
+type nriLogger struct{ log logr.Logger }
+
+func (l nriLogger) Debugf(_ context.Context, format string, args ...any) {
+	l.log.V(4).Info(fmt.Sprintf(format, args...))
+}
+
+func (l nriLogger) Infof(_ context.Context, format string, args ...any) {
+	l.log.V(1).Info(fmt.Sprintf(format, args...))
+}
+
+func (l nriLogger) Warnf(_ context.Context, format string, args ...any) {
+	l.log.Info(fmt.Sprintf(format, args...))
+}
+
+func (l nriLogger) Errorf(_ context.Context, format string, args ...any) {
+	l.log.Error(errors.New(fmt.Sprintf(format, args...)), "NRI")
+}

@@ -1,0 +1,181 @@
+package nri
+
+import (
+	"context"
+	"errors"
+	"net"
+	"testing"
+
+	"github.com/containerd/nri/pkg/api"
+	"github.com/containerd/nri/pkg/stub"
+	"github.com/go-logr/logr/testr"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/testing/protocmp"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/nodeagent/containeredit"
+)
+
+type fakePods struct {
+	pods map[string]*corev1.Pod
+	err  error
+}
+
+func (f fakePods) GetPod(_ context.Context, namespace, name string, _ types.UID) (*corev1.Pod, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	if p, ok := f.pods[namespace+"/"+name]; ok {
+		return p, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Resource: "pods"}, name)
+}
+
+type fakeFacts struct {
+	node  containeredit.Node
+	inv   *gpu.NodeInventory
+	ready bool
+}
+
+func (f fakeFacts) ContainerFacts(string) (containeredit.Node, *gpu.NodeInventory, bool) {
+	return f.node, f.inv, f.ready
+}
+
+func makePod(name string, annotations map[string]string, containers ...string) *corev1.Pod {
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: name, UID: types.UID(name + "-uid"), Annotations: annotations},
+		Spec:       corev1.PodSpec{NodeName: "gpu-1"},
+	}
+	for _, c := range containers {
+		p.Spec.Containers = append(p.Spec.Containers, corev1.Container{Name: c})
+	}
+	return p
+}
+
+func TestPluginCreateContainer(t *testing.T) {
+	inv := &gpu.NodeInventory{Name: "gpu-1", Isolation: v1alpha1.IsolationMPS, Devices: []gpu.Device{
+		{Index: 0, UUID: "GPU-a", MemoryMiB: 81920, Healthy: true},
+		{Index: 1, UUID: "GPU-b", MemoryMiB: 81920, Healthy: true},
+	}}
+	node := containeredit.Node{Mode: v1alpha1.IsolationMPS, MPSDir: "/run/partita/mps"}
+	slice := makePod("slice", map[string]string{
+		v1alpha1.AnnotationGPUMemory:               "20Gi",
+		v1alpha1.AnnotationNode:                    "gpu-1",
+		v1alpha1.AnnotationDevicesPrefix + "main":  "GPU-b",
+		v1alpha1.AnnotationMemLimitPrefix + "main": "20480M",
+	}, "main", "sidecar")
+	unbound := makePod("unbound", map[string]string{v1alpha1.AnnotationGPUMemory: "20Gi"}, "main")
+	plain := makePod("plain", nil, "web")
+	pods := fakePods{pods: map[string]*corev1.Pod{"team-a/slice": slice, "team-a/unbound": unbound, "team-a/plain": plain}}
+
+	sandbox := func(p string) *api.PodSandbox {
+		return &api.PodSandbox{Namespace: "team-a", Name: p, Uid: p + "-uid"}
+	}
+	adjust := func(build func(a *api.ContainerAdjustment)) *api.ContainerAdjustment {
+		a := &api.ContainerAdjustment{}
+		build(a)
+		return a
+	}
+	void := adjust(func(a *api.ContainerAdjustment) {
+		a.AddEnv(containeredit.EnvVisibleDevices, containeredit.VisibleDevicesVoid)
+	})
+	cases := map[string]struct {
+		pods    PodGetter
+		facts   fakeFacts
+		sandbox *api.PodSandbox
+		ctr     *api.Container
+		want    *api.ContainerAdjustment
+		wantErr bool
+	}{
+		"slice container gets its device and limits over hostile env": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true}, sandbox: sandbox("slice"),
+			ctr: &api.Container{Name: "main", Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"}},
+			want: adjust(func(a *api.ContainerAdjustment) {
+				a.AddEnv(containeredit.EnvVisibleDevices, "GPU-b")
+				a.AddEnv(containeredit.EnvMPSPipeDirectory, containeredit.MPSPipeMountPath)
+				a.AddEnv(containeredit.EnvMPSPinnedMemLimit, "20480M")
+				a.AddMount(&api.Mount{Source: "/run/partita/mps/GPU-b/pipe", Destination: containeredit.MPSPipeMountPath, Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}})
+			}),
+		},
+		"the GPU pod's other container gets void": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true}, sandbox: sandbox("slice"),
+			ctr: &api.Container{Name: "sidecar"}, want: void,
+		},
+		"an init container of a GPU pod gets void before the facts are read": {
+			pods: pods, sandbox: sandbox("slice"), ctr: &api.Container{Name: "init"}, want: void,
+		},
+		"a GPU container without an allocation fails safe to void": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true}, sandbox: sandbox("unbound"),
+			ctr: &api.Container{Name: "main", Env: []string{"NVIDIA_VISIBLE_DEVICES=all"}}, want: void,
+		},
+		"a GPU container before the agent read the node is refused": {
+			pods: pods, sandbox: sandbox("slice"), ctr: &api.Container{Name: "main"}, wantErr: true,
+		},
+		"a pod without a GPU request is left alone": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true}, sandbox: sandbox("plain"), ctr: &api.Container{Name: "web"},
+		},
+		"a sandbox without an API pod is left alone": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true}, sandbox: sandbox("static"), ctr: &api.Container{Name: "c"},
+		},
+		"a sandbox whose pod has another UID is left alone": {
+			pods: pods, facts: fakeFacts{node: node, inv: inv, ready: true},
+			sandbox: &api.PodSandbox{Namespace: "team-a", Name: "slice", Uid: "old-uid"}, ctr: &api.Container{Name: "main"},
+		},
+		"an API error is refused, not guessed": {
+			pods: fakePods{err: errors.New("connection refused")}, facts: fakeFacts{node: node, inv: inv, ready: true},
+			sandbox: sandbox("slice"), ctr: &api.Container{Name: "main"}, wantErr: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			p, err := New(Options{NodeName: "gpu-1", Pods: tc.pods, Facts: tc.facts, Log: testr.New(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, updates, err := p.CreateContainer(context.Background(), tc.sandbox, tc.ctr)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("CreateContainer() error = %v, want error %v", err, tc.wantErr)
+			}
+			if len(updates) > 0 {
+				t.Errorf("CreateContainer() updated other containers: %v", updates)
+			}
+			if diff := cmp.Diff(tc.want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("CreateContainer() (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestPluginRegistersForCreateContainer: the NRI stub takes the plugin and
+// subscribes it to container creation under Partita's name and index.
+func TestPluginRegistersForCreateContainer(t *testing.T) {
+	p, err := New(Options{NodeName: "gpu-1", Pods: fakePods{}, Facts: fakeFacts{}, Log: testr.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, c2 := net.Pipe()
+	defer c1.Close()
+	defer c2.Close()
+	if _, err := stub.New(p, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIdx), stub.WithConnection(c1), stub.WithLogger(nriLogger{log: testr.New(t)})); err != nil {
+		t.Fatalf("stub.New() error = %v", err)
+	}
+}
+
+func TestPluginRunFailsWithoutSocket(t *testing.T) {
+	p, err := New(Options{NodeName: "gpu-1", Pods: fakePods{}, Facts: fakeFacts{}, Log: testr.New(t), SocketPath: t.TempDir() + "/nri.sock"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Run(context.Background()); err == nil {
+		t.Fatal("Run() without a socket: want an error")
+	}
+	if SocketExists(t.TempDir() + "/nri.sock") {
+		t.Error("SocketExists() on a missing path = true")
+	}
+}

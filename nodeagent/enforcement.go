@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 
@@ -19,17 +18,15 @@ import (
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/nodeagent/containeredit"
 	"github.com/partita-dev/partita/nodeagent/dmem"
+	"github.com/partita-dev/partita/nodeagent/interposer"
 )
 
 // Defaults of EnforcementConfig.
 const (
 	DefaultCgroupRoot    = "/sys/fs/cgroup"
-	DefaultInterposerDir = "/var/lib/partita/interposer"
+	DefaultInterposerDir = interposer.DefaultHostDir
 	DefaultDevRoot       = "/dev"
 )
-
-// InterposerLibrary is the interposer's file name in its host directory.
-const InterposerLibrary = "libvgpu.so"
 
 // EnforcementConfig says how the node applies slices, for the GPUNode's
 // status.enforcement and for the NRI plugin.
@@ -78,7 +75,7 @@ func (a *Agent) enforcement(ctx context.Context, st *nodeState, mode v1alpha1.Is
 	cfg := a.opts.Enforcement
 	out := &v1alpha1.Enforcement{ContainerPath: cfg.ContainerPath}
 	if interposerInstalled(cfg.InterposerDir) {
-		out.Interposer = filepath.Join(cfg.InterposerDir, InterposerLibrary)
+		out.Interposer = filepath.Join(cfg.InterposerDir, interposer.LibraryName)
 	}
 	var info DriverInfo
 	var infoErr error
@@ -130,15 +127,11 @@ func (a *Agent) enforcement(ctx context.Context, st *nodeState, mode v1alpha1.Is
 	return out
 }
 
-// interposerInstalled reports whether the interposer and its preload list
-// are in dir.
+// interposerInstalled reports whether partita interposer has put a valid
+// library and preload list in dir.
 func interposerInstalled(dir string) bool {
-	for _, f := range []string{InterposerLibrary, containeredit.InterposerPreloadFile} {
-		if fi, err := os.Stat(filepath.Join(dir, f)); err != nil || !fi.Mode().IsRegular() {
-			return false
-		}
-	}
-	return true
+	_, ok := interposer.Installed(dir)
+	return ok
 }
 
 // deviceNodes reads the device nodes of the devices and the driver's

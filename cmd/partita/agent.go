@@ -125,7 +125,7 @@ discovered inventory as JSON and exits, without a cluster.`,
 	fl.StringVar(&f.nri, "nri", nriAuto, "serve as the container runtime's NRI plugin, which sets each GPU container's devices, limit env, mounts and dmem limit at creation from its allocation, overriding the pod spec: auto (when --nri-socket exists, else the webhook's pod-spec env alone), on (fail without it) or off")
 	fl.StringVar(&f.nriSocket, "nri-socket", partitanri.DefaultSocketPath, "the container runtime's NRI socket (containerd 2 and CRI-O serve one when NRI is enabled)")
 	fl.StringVar(&f.cgroupRoot, "cgroup-root", nodeagent.DefaultCgroupRoot, "the host's cgroup v2 root, where dmem.capacity lists the GPU memory regions the kernel can cap")
-	fl.StringVar(&f.interposerDir, "interposer-dir", nodeagent.DefaultInterposerDir, "host directory of the hami-core interposer ("+nodeagent.InterposerLibrary+" and ld.so.preload); the NRI plugin binds it into hami-core slices when it is installed")
+	fl.StringVar(&f.interposerDir, "interposer-dir", nodeagent.DefaultInterposerDir, "host directory of the hami-core interposer (libvgpu.so and ld.so.preload); the NRI plugin binds it into hami-core slices when it is installed")
 	fl.StringVar(&f.devRoot, "dev-root", nodeagent.DefaultDevRoot, "the host's /dev, where the NRI plugin reads the GPUs' device nodes")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every published change)")
 	return cmd

@@ -20,6 +20,7 @@ import (
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/nodeagent/dmem"
+	"github.com/partita-dev/partita/nodeagent/interposer"
 )
 
 // Device env: the names the webhook writes in the pod-spec path
@@ -44,14 +45,14 @@ const (
 	MPSPipeMountPath = "/run/partita/mps-pipe"
 	// PreloadPath is the dynamic loader's preload list: bound over it, the
 	// interposer is loaded into every process, whatever LD_PRELOAD says.
-	PreloadPath = "/etc/ld.so.preload"
+	PreloadPath = interposer.ContainerPreload
 	// InterposerMountPath is where the container sees the host's
 	// interposer directory; its ld.so.preload names
 	// InterposerMountPath/libvgpu.so.
-	InterposerMountPath = "/usr/local/partita/interposer"
+	InterposerMountPath = interposer.ContainerDir
 	// InterposerPreloadFile is the preload list in the host's interposer
 	// directory.
-	InterposerPreloadFile = "ld.so.preload"
+	InterposerPreloadFile = interposer.PreloadName
 )
 
 // DmemMaxKey is the cgroup v2 file the adjustment writes for kernel caps.

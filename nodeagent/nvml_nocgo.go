@@ -21,3 +21,13 @@ func (b *NVML) Snapshot(context.Context) (*Snapshot, error) {
 
 // Close does nothing.
 func (b *NVML) Close() {}
+
+// ComputeMode reports that NVML is not available in this build.
+func (b *NVML) ComputeMode(context.Context, int32) (ComputeMode, error) {
+	return "", errors.New("read compute mode: built without cgo")
+}
+
+// SetComputeMode reports that NVML is not available in this build.
+func (b *NVML) SetComputeMode(context.Context, int32, ComputeMode) error {
+	return errors.New("set compute mode: built without cgo")
+}

@@ -136,6 +136,8 @@ type Simulated struct {
 	unhealthy map[int32]string
 	processes []Process
 	killed    map[int32]bool
+	// computeModes are the modes set, by index; Default when absent.
+	computeModes map[int32]ComputeMode
 }
 
 var (

@@ -74,7 +74,7 @@ func (b *NVML) SetComputeMode(ctx context.Context, index int32, mode ComputeMode
 		b.cfg.OnError("SetComputeMode")
 		hint := ""
 		if ret == nvml.ERROR_NO_PERMISSION {
-			hint = " (the agent must run as root)"
+			hint = " (NVML needs root; the driver may also want CAP_SYS_ADMIN, which the chart does not grant: docs/guide/isolation.md)"
 		}
 		return fmt.Errorf("set compute mode of device %d to %s: %w%s", index, mode, ret, hint)
 	}

@@ -391,3 +391,83 @@ func TestTryMPSWithExecRunner(t *testing.T) {
 		t.Error("TryMPS succeeded with a control program that always fails")
 	}
 }
+
+// TestMPSServerLimitsHeld: the limits reach running servers as well as the
+// defaults, and limits a client changes through the control pipe are found
+// at the next check, set again, counted and reported.
+func TestMPSServerLimitsHeld(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	r := newFakeRunner()
+	metrics := NewMetrics()
+	var drifts []string
+	var driftLock sync.Mutex
+	cfg := MPSConfig{ControlPath: "mps-control", Dir: "/run/mps", Runner: r, OnDrift: func(device int32, drift []string) {
+		driftLock.Lock()
+		defer driftLock.Unlock()
+		drifts = append(drifts, fmt.Sprintf("%d: %s", device, strings.Join(drift, "; ")))
+	}}
+	ctx := t.Context()
+	m := newMPSManager(ctx, "n1", cfg, clk, metrics)
+	defer m.stopAll(ctx)
+	a := mpsTarget{Index: 0, UUID: "GPU-a", MemLimitMiB: 40779, ThreadPercent: 100}
+	m.ensure(ctx, []mpsTarget{a})
+	eventually(t, "defaults set", func() bool { return r.setting("GPU-a", "default_device_pinned_mem_limit 0") == "40779M" })
+
+	// A server runs (a client connected); a bigger slice arrives: the
+	// server gets the new limit too.
+	r.startServer("GPU-a", 7001)
+	a.MemLimitMiB = 61079
+	m.ensure(ctx, []mpsTarget{a})
+	eventually(t, "server limits set", func() bool {
+		return r.setting("GPU-a", "device_pinned_mem_limit 7001 0") == "61079M" && r.setting("GPU-a", "active_thread_percentage 7001") == "100"
+	})
+
+	// A client raises the server's limit and lowers the default thread
+	// percentage through the control pipe: the next check sets both back.
+	r.set("GPU-a", "device_pinned_mem_limit 7001 0", "80G")
+	r.set("GPU-a", "default_active_thread_percentage", "1")
+	eventually(t, "drifted limits set again", func() bool {
+		clk.Step(mpsVerify)
+		return r.setting("GPU-a", "device_pinned_mem_limit 7001 0") == "61079M" && r.setting("GPU-a", "default_active_thread_percentage") == "100"
+	})
+	if got := testutil.ToFloat64(metrics.mpsDrift.WithLabelValues("n1", "0")); got < 1 {
+		t.Errorf("partita_mps_limit_drift_total = %v, want at least 1", got)
+	}
+	driftLock.Lock()
+	got := slices.Clone(drifts)
+	driftLock.Unlock()
+	if len(got) == 0 || !strings.Contains(got[0], `get_device_pinned_mem_limit 7001 0 answered "80G"`) || !strings.Contains(got[0], `get_default_active_thread_percentage answered "1"`) {
+		t.Errorf("drift reported %q, want the server's memory limit and the default thread percentage", got)
+	}
+
+	// Limits that hold are left alone: a check sends no set.
+	_, before := r.snapshot()
+	clk.Step(mpsVerify)
+	time.Sleep(50 * time.Millisecond)
+	if _, after := r.snapshot(); len(after) != len(before) {
+		t.Errorf("a check of limits that hold sent %q", after[len(before):])
+	}
+}
+
+func TestMemLimitHolds(t *testing.T) {
+	cases := map[string]struct {
+		answer   string
+		want     int64
+		ok, read bool
+	}{
+		"MiB as set":             {answer: "40779M", want: 40779, ok: true, read: true},
+		"whole GiB rounded down": {answer: "39G", want: 40779, ok: true, read: true},
+		"raised":                 {answer: "80G", want: 40779, read: true},
+		"lowered":                {answer: "1M", want: 40779, read: true},
+		"unreadable":             {answer: "N/A", want: 40779},
+		"empty":                  {answer: "", want: 40779},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ok, read := memLimitHolds(tc.answer, tc.want)
+			if diff := cmp.Diff([2]bool{tc.ok, tc.read}, [2]bool{ok, read}); diff != "" {
+				t.Errorf("memLimitHolds(%q, %d) (-want,+got):\n%s", tc.answer, tc.want, diff)
+			}
+		})
+	}
+}

@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	resourceapi "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -247,6 +248,13 @@ type nodeState struct {
 	limited bool
 	// keeperTargets is what was last handed to the MPS keeper.
 	keeperTargets *[]mpsTarget
+	// exclusive are the devices (by UUID) the agent put in
+	// EXCLUSIVE_PROCESS for their MPS daemons; nil until read from the
+	// state directory. exclusiveErrs are the last failures, by index, and
+	// mpsReason the last MPSReady reason, so that each is reported once.
+	exclusive     map[string]bool
+	exclusiveErrs map[int32]string
+	mpsReason     string
 	heartbeat     time.Duration
 
 	// written is the GPUNode as the agent last wrote it, over writtenFrom:
@@ -721,15 +729,25 @@ func (a *Agent) sync(ctx context.Context, name string) (bool, error) {
 		return true, err
 	}
 	used := map[sliceKey]int64{}
+	var prevConds []metav1.Condition
+	var mpsCond *metav1.Condition
+	if gn != nil {
+		prevConds = gn.Status.Conditions
+		mpsCond = apimeta.FindStatusCondition(prevConds, v1alpha1.ConditionMPSReady)
+	}
 	if snap != nil {
 		var unattributed map[int32]int64
 		used, unattributed = st.watchdog.check(ctx, held, snap.Processes)
 		st.limited = hasLimit(held)
 		a.opts.Metrics.reportDevices(name, snap, allocatedMilli(held), unattributed)
-		a.applyMode(ctx, st, mode, devices, held)
+		mpsCond = a.applyMode(ctx, st, mode, devices, held)
+	}
+	if mode != v1alpha1.IsolationMPS {
+		mpsCond = nil
 	}
 	status := buildStatus(devices, slicesOf(held, used), mode, a.opts.Version, metav1.NewTime(a.opts.Clock.Now()))
 	status.Enforcement = a.enforcement(ctx, st, mode, inv)
+	status.Conditions = a.statusConditions(st, prevConds, mpsCond)
 	var offer error
 	if a.opts.Slices != nil {
 		// Another driver's GPUs are its own to publish: offering them
@@ -779,15 +797,18 @@ func (a *Agent) effectiveMode(ctx context.Context, gn *v1alpha1.GPUNode) v1alpha
 }
 
 // applyMode prepares the node for its isolation mode: in mps mode one
-// control daemon per device that can be shared, with the unclaimed memory
-// and compute as defaults for clients that set no limits. time-slicing and
-// hami-core need nothing on the node: the pod's environment carries its
-// limits, and daemons an earlier agent left running are ended.
-func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, devices []v1alpha1.GPUDevice, held []boundPod) {
-	var targets []mpsTarget
+// control daemon per device that can be shared, in EXCLUSIVE_PROCESS
+// compute mode, holding each client to the device's largest slice. It
+// returns the MPSReady condition in mps mode. time-slicing and hami-core
+// need nothing on the node: the pod's environment carries its limits, and
+// daemons an earlier agent left running are ended, their devices put back
+// to DEFAULT.
+func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, devices []v1alpha1.GPUDevice, held []boundPod) *metav1.Condition {
+	var plan mpsPlan
 	if mode == v1alpha1.IsolationMPS {
-		targets = mpsTargets(devices, held)
+		plan = planMPS(devices, held)
 	}
+	targets := plan.targets
 	_, sim := st.backend.(*Simulated)
 	cfg := a.opts.MPS
 	if sim {
@@ -795,6 +816,25 @@ func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.Isol
 		// over or adopt.
 		cfg.Runner, cfg.StateDir, cfg.Keeper = a.simRunner, "", false
 	}
+	name := st.name
+	cfg.OnDrift = func(device int32, drift []string) {
+		a.recorder.Eventf(gpuNodeRef(name), nil, corev1.EventTypeWarning, ReasonMPSLimitsRepaired, "RepairMPS",
+			"device %d: a client of its MPS daemon changed its limits through the control pipe (%s); the agent set them again", device, truncate(strings.Join(drift, "; "), 512))
+	}
+	// EXCLUSIVE_PROCESS before a daemon starts, DEFAULT after it stopped.
+	notExclusive := a.holdExclusive(ctx, st, cfg.StateDir, targets)
+	a.runDaemons(ctx, st, mode, cfg, targets)
+	a.releaseExclusive(ctx, st, cfg.StateDir, devices, targets)
+	if mode != v1alpha1.IsolationMPS {
+		return nil
+	}
+	c := mpsCondition(plan, a.runningDaemons(ctx, st, cfg), notExclusive, cfg.Keeper)
+	return &c
+}
+
+// runDaemons starts, hands over or ends the node's MPS control daemons so
+// that targets have one each.
+func (a *Agent) runDaemons(ctx context.Context, st *nodeState, mode v1alpha1.IsolationMode, cfg MPSConfig, targets []mpsTarget) {
 	if cfg.Keeper {
 		a.handToKeeper(ctx, st, cfg, targets)
 		return
@@ -840,37 +880,6 @@ func (a *Agent) handToKeeper(ctx context.Context, st *nodeState, cfg MPSConfig, 
 	}
 	logr.FromContextOrDiscard(ctx).V(2).Info("Handed the MPS daemons to the keeper", "devices", len(targets))
 	st.keeperTargets = &targets
-}
-
-// mpsTargets lists the devices that can be shared (healthy, not held whole)
-// with their default limits.
-func mpsTargets(devices []v1alpha1.GPUDevice, held []boundPod) []mpsTarget {
-	whole := map[int32]bool{}
-	claimedMiB, claimedMilli := map[int32]int64{}, map[int32]int64{}
-	for _, h := range held {
-		for _, c := range h.alloc.Containers {
-			for _, dev := range c.DeviceIndexes {
-				if c.Whole() {
-					whole[dev] = true
-				}
-				claimedMiB[dev] += c.MemoryMiB
-				claimedMilli[dev] += c.Milli
-			}
-		}
-	}
-	var out []mpsTarget
-	for _, d := range devices {
-		if !offered(d) || whole[d.Index] {
-			continue
-		}
-		out = append(out, mpsTarget{
-			Index:                d.Index,
-			UUID:                 d.UUID,
-			DefaultMemLimitMiB:   max(d.MemoryMiB-claimedMiB[d.Index], 1),
-			DefaultThreadPercent: int32(min(max(100-claimedMilli[d.Index]/10, 1), 100)),
-		})
-	}
-	return out
 }
 
 // state returns the agent's state for a node, creating it (and starting its

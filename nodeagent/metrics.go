@@ -41,6 +41,7 @@ type Metrics struct {
 	nvmlErrors   *prometheus.CounterVec
 	apiWrites    *prometheus.CounterVec
 	mpsRestarts  *prometheus.CounterVec
+	mpsDrift     *prometheus.CounterVec
 	syncDuration prometheus.Histogram
 	nodes        prometheus.Gauge
 }
@@ -94,6 +95,9 @@ func NewMetrics() *Metrics {
 		mpsRestarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "partita_mps_daemon_restarts_total", Help: "MPS control daemons the agent restarted after they exited.",
 		}, dev),
+		mpsDrift: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "partita_mps_limit_drift_total", Help: "Times an MPS daemon's limits were found changed through its control pipe and set again.",
+		}, dev),
 		syncDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "partita_agent_sync_duration_seconds", Help: "Time to sync one node: read the GPUs, apply slices, check usage, publish.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 8),
@@ -107,7 +111,7 @@ func NewMetrics() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.memoryTotal, m.memoryUsed, m.utilization, m.allocatedMilli, m.healthy, m.unattributed, m.capacityMilli,
 		m.podMemoryUsed, m.podMemoryLimit, m.overuse, m.killErrors,
-		m.nvmlErrors, m.apiWrites, m.mpsRestarts, m.syncDuration, m.nodes,
+		m.nvmlErrors, m.apiWrites, m.mpsRestarts, m.mpsDrift, m.syncDuration, m.nodes,
 	)
 	return m
 }
@@ -159,7 +163,7 @@ func (m *Metrics) clearNode(node string) {
 	for _, v := range []*prometheus.GaugeVec{m.memoryTotal, m.memoryUsed, m.utilization, m.allocatedMilli, m.healthy, m.unattributed, m.capacityMilli, m.podMemoryUsed, m.podMemoryLimit} {
 		v.DeletePartialMatch(l)
 	}
-	for _, v := range []*prometheus.CounterVec{m.overuse, m.killErrors, m.mpsRestarts} {
+	for _, v := range []*prometheus.CounterVec{m.overuse, m.killErrors, m.mpsRestarts, m.mpsDrift} {
 		v.DeletePartialMatch(l)
 	}
 }

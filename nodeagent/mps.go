@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,6 +84,11 @@ type MPSConfig struct {
 	Keeper bool
 	// Runner runs the programs.
 	Runner CommandRunner
+	// OnDrift, when set, hears of limits a daemon no longer had when they
+	// were checked: a client of the daemon reached its control pipe and
+	// changed them (docs/operations.md). The agent records an event; the
+	// keeper, which has no API access, only logs and counts.
+	OnDrift func(device int32, drift []string)
 }
 
 // mpsPIDFile is the file nvidia-cuda-mps-control -d writes its PID to, in
@@ -101,18 +108,33 @@ const mpsRetry = 500 * time.Millisecond
 // agent's child, so its exit is not reported to the agent.
 const mpsPoll = time.Second
 
-// mpsTarget is a device that should have a daemon, with the defaults the
-// daemon applies to clients that set no limits of their own.
+// mpsVerify is how often a daemon's limits are read back and set again
+// where they drifted: any client of the daemon can change them through the
+// control pipe, so they are a level to hold, not a value set once.
+const mpsVerify = 10 * time.Second
+
+// mpsTarget is a device that should have a daemon, with the limits its
+// servers hold every client to. The daemon sets them as its defaults (the
+// next server's) and on each running server; a client's own
+// CUDA_MPS_PINNED_DEVICE_MEM_LIMIT and CUDA_MPS_ACTIVE_THREAD_PERCENTAGE can
+// only lower them, never raise them (NVIDIA's MPS documentation), so they
+// are the ceiling a client that drops its env reaches.
+//
+// The JSON names are those of the defaults older agents handed to the
+// keeper, which is not upgraded with the agent: an older keeper reads these
+// limits as defaults, which is what they are for the next server.
 type mpsTarget struct {
 	Index int32  `json:"index"`
 	UUID  string `json:"uuid"`
-	// DefaultMemLimitMiB is the pinned device memory limit of clients that do
-	// not set CUDA_MPS_PINNED_DEVICE_MEM_LIMIT: the memory no slice claims.
-	DefaultMemLimitMiB int64 `json:"defaultMemLimitMiB"`
-	// DefaultThreadPercent is the active thread percentage of clients that
-	// do not set CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: the compute no slice
-	// claims.
-	DefaultThreadPercent int32 `json:"defaultThreadPercent"`
+	// MemLimitMiB is the pinned device memory limit of each client: the
+	// largest slice on the device (1 MiB while it has none), so that no
+	// client gets more than the largest slice, and none of Partita's gets
+	// less than its own.
+	MemLimitMiB int64 `json:"defaultMemLimitMiB"`
+	// ThreadPercent is the active thread percentage of each client: 100,
+	// unless every slice on the device has a compute limit, then the
+	// largest of them.
+	ThreadPercent int32 `json:"defaultThreadPercent"`
 }
 
 // mpsRecord is one daemon in mps-daemons.json.
@@ -464,30 +486,40 @@ func (m *mpsManager) supervise(ctx context.Context, d *mpsDaemon, t mpsTarget, a
 var errDaemonExited = errors.New("daemon exited")
 
 // run watches a running daemon until it exits or ctx ends, applying its
-// limits whenever they change. When ctx ends and d.quit is set it ends the
-// daemon.
+// limits whenever they change and holding them: every mpsVerify it reads
+// them back and sets them again where they drifted. When ctx ends and
+// d.quit is set it ends the daemon.
 func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, p DaemonProcess, log logr.Logger) error {
 	// A daemon just started may not take commands yet: retry until it does.
 	var retry <-chan time.Time
 	apply := func() {
 		t := m.target(d)
-		if err := m.control(ctx, t.UUID, limitCommands(t)...); err != nil {
-			log.V(2).Info("MPS daemon did not take its default limits; retrying", "err", err)
+		if err := m.applyLimits(ctx, t); err != nil {
+			log.V(2).Info("MPS daemon did not take its limits; retrying", "err", err)
 			retry = m.clock.After(mpsRetry)
 			return
 		}
 		retry = nil
-		log.V(2).Info("Set MPS default limits", "memLimitMiB", t.DefaultMemLimitMiB, "threadPercent", t.DefaultThreadPercent)
+		log.V(2).Info("Set MPS limits", "memLimitMiB", t.MemLimitMiB, "threadPercent", t.ThreadPercent)
 	}
 	apply()
 	poll := m.clock.NewTicker(mpsPoll)
 	defer poll.Stop()
+	verify := m.clock.NewTicker(mpsVerify)
+	defer verify.Stop()
 	for {
 		select {
 		case <-retry:
 			apply()
 		case <-d.wake:
 			apply()
+		case <-verify.C():
+			if retry == nil {
+				if err := m.holdLimits(ctx, m.target(d), log); err != nil {
+					log.V(2).Info("Could not check the MPS daemon's limits; retrying", "err", err)
+					retry = m.clock.After(mpsRetry)
+				}
+			}
 		case <-poll.C():
 			if !m.cfg.Runner.Alive(p) {
 				return errDaemonExited
@@ -499,6 +531,89 @@ func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, p DaemonProcess, log
 			return ctx.Err()
 		}
 	}
+}
+
+// applyLimits sets t's limits as the daemon's defaults, for the next
+// server, and on each server running now, for its next clients.
+func (m *mpsManager) applyLimits(ctx context.Context, t mpsTarget) error {
+	if err := m.control(ctx, t.UUID, defaultLimitCommands(t)...); err != nil {
+		return err
+	}
+	servers, err := m.servers(ctx, t.UUID)
+	if err != nil || len(servers) == 0 {
+		return err
+	}
+	return m.control(ctx, t.UUID, serverLimitCommands(t, servers)...)
+}
+
+// servers are the PIDs of the daemon's MPS servers (get_server_list).
+func (m *mpsManager) servers(ctx context.Context, uuid string) ([]int, error) {
+	out, err := m.controlOutput(ctx, uuid, "get_server_list")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, f := range strings.Fields(out) {
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("read the MPS servers of %s: %q is not a PID", uuid, f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// holdLimits reads t's limits back from the daemon and its servers and sets
+// them again when any differs, or when the answer does not read. A limit
+// that differs was changed by a client through the control pipe: it is
+// logged, counted (partita_mps_limit_drift_total) and handed to OnDrift.
+func (m *mpsManager) holdLimits(ctx context.Context, t mpsTarget, log logr.Logger) error {
+	servers, err := m.servers(ctx, t.UUID)
+	if err != nil {
+		return err
+	}
+	checks := limitChecks(t, servers)
+	gets := make([]string, len(checks))
+	for i, c := range checks {
+		gets[i] = c.get
+	}
+	out, err := m.controlOutput(ctx, t.UUID, gets...)
+	if err != nil {
+		return err
+	}
+	var lines []string
+	for l := range strings.SplitSeq(out, "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			lines = append(lines, l)
+		}
+	}
+	var drift []string
+	unread := len(lines) != len(checks)
+	for i := 0; !unread && i < len(checks); i++ {
+		ok, read := checks[i].holds(lines[i])
+		switch {
+		case !read:
+			unread = true
+		case !ok:
+			drift = append(drift, fmt.Sprintf("%s answered %q", checks[i].get, lines[i]))
+		}
+	}
+	if len(drift) > 0 {
+		m.metrics.mpsDrift.WithLabelValues(m.node, deviceLabel(t.Index)).Inc()
+		log.Info("MPS limits changed through the control pipe; setting them again", "drift", drift, "memLimitMiB", t.MemLimitMiB, "threadPercent", t.ThreadPercent)
+		if m.cfg.OnDrift != nil {
+			m.cfg.OnDrift(t.Index, drift)
+		}
+	}
+	if len(drift) == 0 && !unread {
+		return nil
+	}
+	if unread {
+		// The driver's answers did not read as expected: set the limits
+		// again anyway, as they are the same commands every time.
+		log.V(4).Info("MPS limits did not read back; setting them again", "answer", out)
+	}
+	return m.applyLimits(ctx, t)
 }
 
 // stopProcess ends a daemon: quit through its control pipe, which also ends
@@ -552,7 +667,7 @@ func TryMPS(ctx context.Context, cfg MPSConfig, inv *Inventory, hold time.Durati
 	}
 	cfg.StateDir, cfg.Keeper = "", false
 	m := newMPSManager(ctx, inv.Node, cfg, clock.RealClock{}, NewMetrics())
-	targets := mpsTargets(inv.Devices, nil)
+	targets := planMPS(inv.Devices, nil).targets
 	if len(targets) == 0 {
 		return errors.New("try MPS: no device can be shared")
 	}
@@ -569,12 +684,12 @@ func TryMPS(ctx context.Context, cfg MPSConfig, inv *Inventory, hold time.Durati
 	for _, t := range targets {
 		for {
 			out, err := m.controlOutput(ctx, t.UUID, "get_default_active_thread_percentage")
-			if err == nil && strings.HasPrefix(out, fmt.Sprint(t.DefaultThreadPercent)) {
+			if err == nil && strings.HasPrefix(out, fmt.Sprint(t.ThreadPercent)) {
 				break
 			}
 			if time.Now().After(deadline) {
 				if err == nil {
-					err = fmt.Errorf("active thread percentage is %q, want %d", out, t.DefaultThreadPercent)
+					err = fmt.Errorf("active thread percentage is %q, want %d", out, t.ThreadPercent)
 				}
 				errs = append(errs, fmt.Errorf("try MPS on device %d: %w", t.Index, err))
 				break
@@ -595,11 +710,75 @@ func TryMPS(ctx context.Context, cfg MPSConfig, inv *Inventory, hold time.Durati
 	return errors.Join(errs...)
 }
 
-// limitCommands are the control commands that set a target's defaults. The
-// daemon sees only its own device, as device 0.
-func limitCommands(t mpsTarget) []string {
+// defaultLimitCommands set t's limits as the daemon's defaults: what the
+// next server it starts holds its clients to. The daemon sees only its own
+// device, as device 0.
+func defaultLimitCommands(t mpsTarget) []string {
 	return []string{
-		fmt.Sprintf("set_default_active_thread_percentage %d", t.DefaultThreadPercent),
-		fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", t.DefaultMemLimitMiB),
+		fmt.Sprintf("set_default_active_thread_percentage %d", t.ThreadPercent),
+		fmt.Sprintf("set_default_device_pinned_mem_limit 0 %dM", t.MemLimitMiB),
 	}
+}
+
+// serverLimitCommands set t's limits on running servers, for the clients
+// that connect to them from now on (those connected keep theirs).
+func serverLimitCommands(t mpsTarget, servers []int) []string {
+	var out []string
+	for _, pid := range servers {
+		out = append(out,
+			fmt.Sprintf("set_active_thread_percentage %d %d", pid, t.ThreadPercent),
+			fmt.Sprintf("set_device_pinned_mem_limit %d 0 %dM", pid, t.MemLimitMiB))
+	}
+	return out
+}
+
+// limitCheck is one limit read back: the get command and whether its
+// answer holds the limit (read is false when the answer does not parse).
+type limitCheck struct {
+	get   string
+	holds func(answer string) (ok, read bool)
+}
+
+// limitChecks read back what defaultLimitCommands and serverLimitCommands
+// set.
+func limitChecks(t mpsTarget, servers []int) []limitCheck {
+	threads := func(answer string) (bool, bool) {
+		v, err := strconv.ParseFloat(strings.TrimSuffix(answer, "%"), 64)
+		if err != nil {
+			return false, false
+		}
+		return math.Abs(v-float64(t.ThreadPercent)) < 1, true
+	}
+	memory := func(answer string) (bool, bool) { return memLimitHolds(answer, t.MemLimitMiB) }
+	out := []limitCheck{
+		{get: "get_default_active_thread_percentage", holds: threads},
+		{get: "get_default_device_pinned_mem_limit 0", holds: memory},
+	}
+	for _, pid := range servers {
+		out = append(out,
+			limitCheck{get: fmt.Sprintf("get_active_thread_percentage %d", pid), holds: threads},
+			limitCheck{get: fmt.Sprintf("get_device_pinned_mem_limit %d 0", pid), holds: memory})
+	}
+	return out
+}
+
+// memLimitHolds reports whether a pinned memory limit as the control daemon
+// prints it ("40960M", or in whole GiB rounded down, "40G") is wantMiB.
+func memLimitHolds(answer string, wantMiB int64) (ok, read bool) {
+	a := strings.TrimSuffix(strings.TrimSuffix(strings.TrimSpace(answer), "B"), "iB")
+	if a == "" {
+		return false, false
+	}
+	unit := a[len(a)-1]
+	n, err := strconv.ParseInt(a[:len(a)-1], 10, 64)
+	if err != nil {
+		return false, false
+	}
+	switch unit {
+	case 'M', 'm':
+		return n == wantMiB, true
+	case 'G', 'g':
+		return n == wantMiB/1024, true
+	}
+	return false, false
 }

@@ -194,7 +194,7 @@ func TestMPSDaemonsOutliveTheAgent(t *testing.T) {
 		var desc string
 		first, desc = n.daemons()
 		recorded := recordedUUIDs(t, n.stateDir)
-		return len(first) == 2 && len(recorded) == 2 && n.setting(n.uuids[1], "default_device_pinned_mem_limit") == "0 81559M",
+		return len(first) == 2 && len(recorded) == 2 && n.setting(n.uuids[1], "default_device_pinned_mem_limit.0") == "1M",
 			fmt.Errorf("%s; recorded %v", desc, recorded)
 	})
 
@@ -209,7 +209,11 @@ func TestMPSDaemonsOutliveTheAgent(t *testing.T) {
 	}
 
 	// While no agent runs, a pod takes 20Gi of device 0: the next agent
-	// must set the new defaults on the daemon it adopts.
+	// must set the new limits on the daemon it adopts, and on its running
+	// server.
+	if err := os.WriteFile(filepath.Join(n.pipe(n.uuids[0]), "server_list"), []byte("4242\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,8 +224,8 @@ func TestMPSDaemonsOutliveTheAgent(t *testing.T) {
 	}
 	agent, logPath := startAgentProcess(t, kubeconfig, n, "agent-2")
 	waitFor(t, "the new agent sets the adopted daemon's new limits", func() (bool, error) {
-		got := n.setting(n.uuids[0], "default_device_pinned_mem_limit")
-		return got == fmt.Sprintf("0 %dM", 81559-20480), fmt.Errorf("device 0 pinned memory default %q", got)
+		got, server := n.setting(n.uuids[0], "default_device_pinned_mem_limit.0"), n.setting(n.uuids[0], "device_pinned_mem_limit.4242.0")
+		return got == "20480M" && server == "20480M", fmt.Errorf("device 0 pinned memory default %q, server 4242's %q", got, server)
 	})
 	now, desc := n.daemons()
 	if now[n.uuids[0]] != first[n.uuids[0]] || now[n.uuids[1]] != first[n.uuids[1]] || n.starts(n.uuids[0]) != 1 || n.starts(n.uuids[1]) != 1 {

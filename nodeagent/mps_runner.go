@@ -139,7 +139,7 @@ func (r ExecRunner) Signal(p DaemonProcess, sig syscall.Signal) error {
 // SimulatedRunner stands in for the MPS programs on simulated nodes: a
 // "daemon" runs from Launch until its control program is sent quit or it
 // is signalled; the control program remembers what each daemon was set to
-// ("set_default_<x> ...") and answers "get_default_<x>".
+// ("set_<x> [of what] <value>") and answers "get_<x> [of what]".
 type SimulatedRunner struct {
 	lock     sync.Mutex
 	next     int
@@ -188,9 +188,15 @@ func (r *SimulatedRunner) Run(_ context.Context, c Command, stdin string) ([]byt
 		f := strings.Fields(line)
 		switch {
 		case len(f) >= 2 && strings.HasPrefix(f[0], "set_"):
-			r.settings[pipe+" "+strings.TrimPrefix(f[0], "set_")] = strings.Join(f[1:], " ")
+			// The last argument is the value, the others say of what
+			// (a server's PID, a device).
+			key := strings.Join(append([]string{strings.TrimPrefix(f[0], "set_")}, f[1:len(f)-1]...), " ")
+			r.settings[pipe+" "+key] = f[len(f)-1]
+		case len(f) == 1 && f[0] == "get_server_list":
+			// Simulated daemons start no servers.
 		case len(f) >= 1 && strings.HasPrefix(f[0], "get_"):
-			out = append(out, r.settings[pipe+" "+strings.TrimPrefix(f[0], "get_")])
+			key := strings.Join(append([]string{strings.TrimPrefix(f[0], "get_")}, f[1:]...), " ")
+			out = append(out, r.settings[pipe+" "+key])
 		case len(f) == 1 && f[0] == "quit":
 			delete(r.daemons, pipe)
 		}

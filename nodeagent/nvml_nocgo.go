@@ -26,3 +26,13 @@ func (b *NVML) Close() {}
 func (b *NVML) DriverInfo(context.Context) (DriverInfo, error) {
 	return DriverInfo{}, &UnavailableError{Backend: "nvml", Err: errors.New("built without cgo"), Hint: "build partita with CGO_ENABLED=1"}
 }
+
+// ComputeMode reports that NVML is not available in this build.
+func (b *NVML) ComputeMode(context.Context, int32) (ComputeMode, error) {
+	return "", errors.New("read compute mode: built without cgo")
+}
+
+// SetComputeMode reports that NVML is not available in this build.
+func (b *NVML) SetComputeMode(context.Context, int32, ComputeMode) error {
+	return errors.New("set compute mode: built without cgo")
+}

@@ -141,6 +141,8 @@ type Simulated struct {
 	// kernel's dmem.capacity (SetDmem); none by default.
 	driver       string
 	dmemCapacity []byte
+	// computeModes are the modes set, by index; Default when absent.
+	computeModes map[int32]ComputeMode
 }
 
 var (

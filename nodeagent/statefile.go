@@ -21,6 +21,10 @@ const (
 	// mpsTargetsFile is what the agent asks the MPS keeper to run
 	// (--mps-daemons=keeper).
 	mpsTargetsFile = "mps-targets.json"
+	// mpsExclusiveFile records the devices the agent put in
+	// EXCLUSIVE_PROCESS for their MPS daemons, so that a restarted agent
+	// puts them back to DEFAULT when their daemons go.
+	mpsExclusiveFile = "mps-exclusive.json"
 	// healthStateFile records the devices the agent marked unhealthy.
 	healthStateFile = "health.json"
 )

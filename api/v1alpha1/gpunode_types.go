@@ -261,7 +261,34 @@ type GPUNodeStatus struct {
 	// Heartbeat is when the agent last confirmed this status.
 	// +optional
 	Heartbeat *metav1.Time `json:"heartbeat,omitempty"`
+	// Conditions say whether what isolation names is in force on the node.
+	// In mps mode, MPSReady is False while a shared device has no running
+	// MPS control daemon, is not in EXCLUSIVE_PROCESS compute mode, or is
+	// left without MPS for a slice that spans several devices.
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// Condition types and reasons of GPUNode status.
+const (
+	// ConditionMPSReady: in mps mode, every shared device has a running MPS
+	// control daemon, in EXCLUSIVE_PROCESS compute mode.
+	ConditionMPSReady = "MPSReady"
+	// ReasonMPSRunning: every shared device has its daemon.
+	ReasonMPSRunning = "DaemonsRunning"
+	// ReasonMPSNotRunning: some shared device has no running daemon; its
+	// slices run without MPS, their limits the watchdog's alone.
+	ReasonMPSNotRunning = "DaemonsNotRunning"
+	// ReasonComputeModeNotExclusive: some device with a daemon could not be
+	// put in EXCLUSIVE_PROCESS: a process that skips MPS can use it.
+	ReasonComputeModeNotExclusive = "ComputeModeNotExclusive"
+	// ReasonSlicesSpanDevices: a slice spans several devices, which one MPS
+	// daemon per device cannot serve: its devices run without MPS.
+	ReasonSlicesSpanDevices = "SlicesSpanDevices"
+)
 
 // GPUNode is the GPU inventory of one node (name = node name).
 //

@@ -15,6 +15,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/nodeagent/interposer"
 )
 
 // The CDI side of a prepared claim (docs/design.md, "GPU backends"). The
@@ -77,13 +78,24 @@ type PreparedRequest struct {
 	SMLimitPercent int32
 }
 
-// CDISpec is the CDI spec of a prepared claim on a node in mode, whose MPS
-// daemons keep their pipes under mpsDir.
-func CDISpec(claimUID types.UID, reqs []PreparedRequest, mode v1alpha1.IsolationMode, mpsDir string) *cdispec.Spec {
+// CDINode is what a claim's CDI edits depend on besides the claim.
+type CDINode struct {
+	// Mode is the node's isolation mode.
+	Mode v1alpha1.IsolationMode
+	// MPSDir is where the node's MPS daemons keep their pipes.
+	MPSDir string
+	// InterposerDir is the host directory of the HAMi-core interposer and
+	// its preload list (nodeagent/interposer), "" when it is not
+	// installed.
+	InterposerDir string
+}
+
+// CDISpec is the CDI spec of a prepared claim on node.
+func CDISpec(claimUID types.UID, reqs []PreparedRequest, node CDINode) *cdispec.Spec {
 	spec := &cdispec.Spec{Version: CDIVersion, Kind: CDIKind, Annotations: map[string]string{}}
 	var consumed []string
 	for _, r := range reqs {
-		edits := containerEdits(r, mode, mpsDir)
+		edits := containerEdits(r, node)
 		spec.Devices = append(spec.Devices, cdispec.Device{Name: CDIDeviceName(claimUID, r.Request), ContainerEdits: edits})
 		for _, d := range r.Devices {
 			consumed = append(consumed, d.Device+"="+strconv.FormatInt(d.Milli, 10)+"/"+strconv.FormatInt(d.MemoryMiB, 10))
@@ -94,8 +106,11 @@ func CDISpec(claimUID types.UID, reqs []PreparedRequest, mode v1alpha1.Isolation
 }
 
 // containerEdits are the env and mounts of one request: the devices, and per
-// isolation mode the limits of a slice (whole devices have none).
-func containerEdits(r PreparedRequest, mode v1alpha1.IsolationMode, mpsDir string) cdispec.ContainerEdits {
+// isolation mode the limits of a slice (whole devices have none); a
+// hami-core slice also gets the interposer, read-only, and the preload
+// list that loads it into every process.
+func containerEdits(r PreparedRequest, node CDINode) cdispec.ContainerEdits {
+	mode, mpsDir := node.Mode, node.MPSDir
 	uuids := make([]string, len(r.Devices))
 	for i, d := range r.Devices {
 		uuids[i] = d.UUID
@@ -124,6 +139,12 @@ func containerEdits(r PreparedRequest, mode v1alpha1.IsolationMode, mpsDir strin
 		edits.Env = append(edits.Env, EnvDeviceMemoryLimit+"="+memLimit)
 		if r.SMLimitPercent > 0 {
 			edits.Env = append(edits.Env, EnvDeviceSMLimit+"="+strconv.Itoa(int(r.SMLimitPercent)))
+		}
+		if node.InterposerDir != "" {
+			ro := []string{"bind", "ro", "nosuid", "nodev"}
+			edits.Mounts = append(edits.Mounts,
+				&cdispec.Mount{HostPath: node.InterposerDir, ContainerPath: interposer.ContainerDir, Type: "bind", Options: append([]string{"rbind"}, ro[1:]...)},
+				&cdispec.Mount{HostPath: filepath.Join(node.InterposerDir, interposer.PreloadName), ContainerPath: interposer.ContainerPreload, Type: "bind", Options: ro})
 		}
 	}
 	return edits

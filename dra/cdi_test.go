@@ -20,9 +20,10 @@ func TestCDISpec(t *testing.T) {
 	two := PreparedRequest{Request: "gpu/mib81559", Devices: []PreparedDevice{{Device: "gpu-0", UUID: "GPU-a", Milli: 500, MemoryMiB: 40000}, {Device: "gpu-1", UUID: "GPU-b", Milli: 500, MemoryMiB: 40000}}}
 	whole := PreparedRequest{Request: "gpu", Whole: true, Devices: []PreparedDevice{{Device: "gpu-2", UUID: "GPU-c", Milli: 1000, MemoryMiB: 81559}}}
 	cases := map[string]struct {
-		req  PreparedRequest
-		mode v1alpha1.IsolationMode
-		want cdispec.ContainerEdits
+		req        PreparedRequest
+		mode       v1alpha1.IsolationMode
+		interposer string
+		want       cdispec.ContainerEdits
 	}{
 		"time-slicing: the devices only": {
 			req: slice, mode: v1alpha1.IsolationTimeSlicing,
@@ -44,6 +45,16 @@ func TestCDISpec(t *testing.T) {
 			req: slice, mode: v1alpha1.IsolationHAMiCore,
 			want: cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_DEVICE_MEMORY_LIMIT=20389M", "CUDA_DEVICE_SM_LIMIT=30"}},
 		},
+		"hami-core with the interposer installed: it and its preload list, read-only": {
+			req: slice, mode: v1alpha1.IsolationHAMiCore, interposer: "/var/lib/partita/interposer",
+			want: cdispec.ContainerEdits{
+				Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_DEVICE_MEMORY_LIMIT=20389M", "CUDA_DEVICE_SM_LIMIT=30"},
+				Mounts: []*cdispec.Mount{
+					{HostPath: "/var/lib/partita/interposer", ContainerPath: "/usr/local/partita/interposer", Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+					{HostPath: "/var/lib/partita/interposer/ld.so.preload", ContainerPath: "/etc/ld.so.preload", Type: "bind", Options: []string{"bind", "ro", "nosuid", "nodev"}},
+				},
+			},
+		},
 		"whole devices have no limits": {
 			req: whole, mode: v1alpha1.IsolationMPS,
 			want: cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-c"}},
@@ -51,7 +62,7 @@ func TestCDISpec(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			spec := CDISpec("uid-1", []PreparedRequest{tc.req}, tc.mode, "/run/partita/mps")
+			spec := CDISpec("uid-1", []PreparedRequest{tc.req}, CDINode{Mode: tc.mode, MPSDir: "/run/partita/mps", InterposerDir: tc.interposer})
 			if spec.Kind != "gpu.partita.dev/claim" || len(spec.Devices) != 1 || spec.Devices[0].Name != "uid-1-gpu_mib81559" && spec.Devices[0].Name != "uid-1-gpu" {
 				t.Fatalf("spec %s with devices %+v", spec.Kind, spec.Devices)
 			}

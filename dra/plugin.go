@@ -21,6 +21,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/nodeagent/interposer"
 )
 
 // DefaultKubeletDir is the kubelet's default --root-dir, under which it
@@ -38,6 +39,9 @@ type PluginOptions struct {
 	CDIDir string
 	// MPSDir is the agent's --mps-dir.
 	MPSDir string
+	// InterposerDir is the agent's --interposer-dir: hami-core slices get
+	// the interposer from there when it is installed.
+	InterposerDir string
 }
 
 // Plugin is Partita's DRA kubelet plugin on one real node: it registers with
@@ -168,7 +172,15 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 			}
 		}
 	}
-	if err := WriteCDISpec(p.opts.CDIDir, c.UID, CDISpec(c.UID, reqs, mode, p.opts.MPSDir)); err != nil {
+	node := CDINode{Mode: mode, MPSDir: p.opts.MPSDir}
+	if mode == v1alpha1.IsolationHAMiCore && p.opts.InterposerDir != "" {
+		if _, ok := interposer.Installed(p.opts.InterposerDir); ok {
+			node.InterposerDir = p.opts.InterposerDir
+		} else {
+			p.log.Info("hami-core slice on a node without the interposer installed: its memory is capped by the watchdog only", "claim", klog.KObj(c), "dir", p.opts.InterposerDir)
+		}
+	}
+	if err := WriteCDISpec(p.opts.CDIDir, c.UID, CDISpec(c.UID, reqs, node)); err != nil {
 		return none, err
 	}
 	res := kubeletplugin.PrepareResult{}

@@ -320,7 +320,7 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 			defer pub.Stop()
 			opts.Slices = pub
 		} else {
-			plugin, err := dra.StartPlugin(ctx, cs, dra.PluginOptions{NodeName: f.nodeName, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir, MPSDir: f.mpsDir})
+			plugin, err := dra.StartPlugin(ctx, cs, dra.PluginOptions{NodeName: f.nodeName, KubeletDir: f.kubeletDir, CDIDir: f.cdiDir, MPSDir: f.mpsDir, InterposerDir: f.interposerDir})
 			if err != nil {
 				return err
 			}

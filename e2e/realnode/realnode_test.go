@@ -376,7 +376,7 @@ func TestRealNodeSchedulerCallsExtenderOverMTLS(t *testing.T) {
 func TestRealNodeWebhookAnswersOnlyTheAPIServer(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t, 3*time.Minute)
-	wh := waitComponent(ctx, t, "webhook", 1)[0]
+	wh := waitComponent(ctx, t, "webhook", 2)[0]
 	var args []string
 	for _, c := range wh.Spec.Containers {
 		if c.Name == "webhook" {

@@ -568,6 +568,19 @@ func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
 		}
 		return gn.Status.Isolation == v1alpha1.IsolationMPS, "status.isolation " + string(gn.Status.Isolation)
 	})
+	// With the chart's default values (agent.isolation empty) the switch
+	// works, and status says whether the daemons really run.
+	poll(t, time.Minute, "GPUNode "+realnode.NodeName+" to tell whether its MPS daemons run", func() (bool, string) {
+		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
+			return false, err.Error()
+		}
+		for _, c := range gn.Status.Conditions {
+			if c.Type == v1alpha1.ConditionMPSReady {
+				return c.Status == metav1.ConditionTrue, fmt.Sprintf("%s=%s (%s: %s)", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		return false, fmt.Sprintf("no %s condition in %+v", v1alpha1.ConditionMPSReady, gn.Status.Conditions)
+	})
 	pod := samplePod("mps-client", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"})
 	pod.Spec.RestartPolicy = corev1.RestartPolicyNever
 	pod.Spec.Containers[0].Args = []string{"--print-file", "/proc/self/mountinfo", "--exit"}

@@ -231,5 +231,5 @@ func (l nriLogger) Warnf(_ context.Context, format string, args ...any) {
 }
 
 func (l nriLogger) Errorf(_ context.Context, format string, args ...any) {
-	l.log.Error(errors.New(fmt.Sprintf(format, args...)), "NRI")
+	l.log.Error(fmt.Errorf(format, args...), "NRI")
 }

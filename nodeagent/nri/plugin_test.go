@@ -160,8 +160,8 @@ func TestPluginRegistersForCreateContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	c1, c2 := net.Pipe()
-	defer c1.Close()
-	defer c2.Close()
+	defer func() { _ = c1.Close() }()
+	defer func() { _ = c2.Close() }()
 	if _, err := stub.New(p, stub.WithPluginName(PluginName), stub.WithPluginIdx(PluginIdx), stub.WithConnection(c1), stub.WithLogger(nriLogger{log: testr.New(t)})); err != nil {
 		t.Fatalf("stub.New() error = %v", err)
 	}

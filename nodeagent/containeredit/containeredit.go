@@ -208,15 +208,16 @@ func dmemMax(regions map[string]string, a *gpu.ContainerAllocation) (string, boo
 
 // MemoryCap says who caps a slice's memory on a node in mode: the kernel
 // (dmem, which only the NRI path writes into a container's cgroup), the
-// driver (MPS), the interposer (hami-core with the library installed), or
-// only the agent's watchdog.
+// driver (MPS), the interposer (hami-core with the library installed and a
+// path that mounts it: NRI or a claim's CDI spec; the pod-spec path cannot),
+// or only the agent's watchdog.
 func MemoryCap(mode v1alpha1.IsolationMode, path v1alpha1.ContainerPath, dmemAvailable, interposerInstalled bool) v1alpha1.MemoryCap {
 	switch {
 	case dmemAvailable && path == v1alpha1.ContainerPathNRI:
 		return v1alpha1.MemoryCapKernel
 	case mode == v1alpha1.IsolationMPS:
 		return v1alpha1.MemoryCapDriver
-	case mode == v1alpha1.IsolationHAMiCore && interposerInstalled:
+	case mode == v1alpha1.IsolationHAMiCore && interposerInstalled && path != v1alpha1.ContainerPathPodSpec:
 		return v1alpha1.MemoryCapInterposer
 	}
 	return v1alpha1.MemoryCapWatchdog

@@ -164,7 +164,10 @@ func TestMemoryCap(t *testing.T) {
 		"mps":                              {mode: v1alpha1.IsolationMPS, path: v1alpha1.ContainerPathNRI, want: v1alpha1.MemoryCapDriver},
 		"hami-core with the interposer":    {mode: v1alpha1.IsolationHAMiCore, path: v1alpha1.ContainerPathNRI, lib: true, want: v1alpha1.MemoryCapInterposer},
 		"hami-core without the interposer": {mode: v1alpha1.IsolationHAMiCore, path: v1alpha1.ContainerPathNRI, want: v1alpha1.MemoryCapWatchdog},
-		"time-slicing":                     {mode: v1alpha1.IsolationTimeSlicing, path: v1alpha1.ContainerPathNRI, want: v1alpha1.MemoryCapWatchdog},
+		// Nothing mounts the library into containers without NRI.
+		"hami-core on the pod-spec path": {mode: v1alpha1.IsolationHAMiCore, path: v1alpha1.ContainerPathPodSpec, lib: true, want: v1alpha1.MemoryCapWatchdog},
+		"hami-core through CDI":          {mode: v1alpha1.IsolationHAMiCore, path: v1alpha1.ContainerPathCDI, lib: true, want: v1alpha1.MemoryCapInterposer},
+		"time-slicing":                   {mode: v1alpha1.IsolationTimeSlicing, path: v1alpha1.ContainerPathNRI, want: v1alpha1.MemoryCapWatchdog},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {

@@ -206,6 +206,10 @@ func needCluster(t *testing.T) {
 // backendNeutral are the tests that hold with either GPU backend.
 var backendNeutral = map[string]bool{
 	"TestRealNodeJoined": true, "TestRealNodeNoGPUPodSeesVoid": true, "TestRealNodeDownRestoresHost": true,
+	// The interposer reaches a hami-core slice through the NRI hook or
+	// through the claim's CDI spec; the webhook answers only the API
+	// server whichever backend it serves.
+	"TestRealNodeHAMiCoreSliceGetsThePreload": true, "TestRealNodeWebhookAnswersOnlyTheAPIServer": true,
 }
 
 // testContext returns a context that ends with the test or after d.

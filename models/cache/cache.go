@@ -12,6 +12,7 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -158,6 +159,10 @@ func (c *Cache) Get(ctx context.Context, key string, fill FillFunc) (string, err
 	}
 	fl, ok := c.flights[key]
 	if !ok {
+		if fill == nil {
+			c.lock.Unlock()
+			return "", fmt.Errorf("get cache entry %s: not cached and no fill given", key)
+		}
 		// The fill outlives any one caller: it stops only when all have left.
 		fillCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		fl = &flight{done: make(chan struct{}), cancel: cancel}
@@ -245,14 +250,15 @@ func (c *Cache) commitLocked(key, tmp string, size int64) ([]string, error) {
 	for _, v := range victims {
 		t := filepath.Join(c.tmpDir(), v+".evicted-for-"+filepath.Base(tmp))
 		if err := os.Rename(c.Path(v), t); err != nil {
-			return trash, fmt.Errorf("evict %s: %w", v, err)
+			return trash, errors.Join(fmt.Errorf("evict %s: %w", v, err), c.saveLocked())
 		}
 		delete(c.entries, v)
 		trash = append(trash, t)
 		c.log.V(2).Info("Evicted cache entry", "key", v, "for", key)
 	}
 	if err := os.Rename(tmp, c.Path(key)); err != nil {
-		return trash, fmt.Errorf("rename into place: %w", err)
+		// The evictions happened; the index must say so.
+		return trash, errors.Join(fmt.Errorf("rename into place: %w", err), c.saveLocked())
 	}
 	if err := syncDir(c.entriesDir()); err != nil {
 		return trash, err

@@ -103,7 +103,8 @@ const (
 	JournalSuffix = ".partial.chunks"
 )
 
-// Fetch copies name from src to dstPath. It writes into dstPath.partial,
+// Fetch copies name from src to dstPath. Only one Fetch may run for a dstPath
+// at a time (the cache's single-flight sees to it). It writes into dstPath.partial,
 // records finished chunks in dstPath.partial.chunks so that a later call
 // resumes where this one stopped, and renames the file into place only once
 // it is complete and, when opts.SHA256 is set, verified.
@@ -158,7 +159,15 @@ func (f *fetcher) chunkRange(i int) (off, n int64) {
 // the journal.
 func (f *fetcher) run(ctx context.Context, etag string) (Result, error) {
 	res := Result{Size: f.size}
-	j, done, fresh, err := openJournal(f.partial+".chunks", journalHeader{Size: f.size, ETag: etag, ChunkSize: f.opts.ChunkSize}, f.chunks)
+	journalPath := f.partial + ".chunks"
+	// A journal without its data file (or with a truncated one) proves
+	// nothing; drop it so that it cannot vouch for chunks written later.
+	if fi, err := os.Stat(f.partial); err != nil || fi.Size() != f.size {
+		if err := os.Remove(journalPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return res, fmt.Errorf("remove stale journal: %w", err)
+		}
+	}
+	j, done, fresh, err := openJournal(journalPath, journalHeader{Size: f.size, ETag: etag, ChunkSize: f.opts.ChunkSize}, f.chunks)
 	if err != nil {
 		return res, err
 	}
@@ -174,12 +183,7 @@ func (f *fetcher) run(ctx context.Context, etag string) (Result, error) {
 	}
 	defer file.Close()
 	f.file = file
-	if fi, err := file.Stat(); err != nil {
-		return res, fmt.Errorf("stat %s: %w", f.partial, err)
-	} else if fresh || fi.Size() != f.size {
-		// A journal without its data file (or with a truncated one) proves
-		// nothing; start over.
-		clear(f.done)
+	if fresh {
 		if err := preallocate(file, f.size); err != nil {
 			return res, fmt.Errorf("preallocate %s: %w", f.partial, err)
 		}
@@ -315,6 +319,9 @@ func (f *fetcher) stream(ctx context.Context, s Streamer, completed chan<- int) 
 // record journals completed chunks in batches: one data sync covers every
 // chunk that finished while the previous batch was being synced.
 func (f *fetcher) record(j *journal, completed <-chan int, done int64) error {
+	if f.opts.Progress != nil && done > 0 {
+		f.opts.Progress(done, f.size) // where a resumed fetch starts
+	}
 	var firstErr error
 	for i := range completed {
 		batch := []int{i}

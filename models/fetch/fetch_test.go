@@ -363,3 +363,29 @@ func TestExponentialBackoff(t *testing.T) {
 		})
 	}
 }
+
+func TestFetchIgnoresJournalWithoutData(t *testing.T) {
+	const size, chunk = 16 << 10, 1 << 10
+	data := randomBytes(size)
+	src := newMemSource(data)
+	src.blockFrom = size / 2
+	dst := filepath.Join(t.TempDir(), "f")
+	ctx, cancel := context.WithCancel(t.Context())
+	_, _ = Fetch(ctx, src, "f", dst, Options{ChunkSize: chunk, Concurrency: 2, Progress: func(done, _ int64) {
+		if done >= size/4 {
+			cancel()
+		}
+	}})
+	// The data file is lost (a cleanup, a disk swap) but the journal stays.
+	if err := os.Remove(dst + PartialSuffix); err != nil {
+		t.Fatal(err)
+	}
+	src.blockFrom = 0
+	res, err := Fetch(t.Context(), src, "f", dst, Options{ChunkSize: chunk, SHA256: digest(data)})
+	if err != nil {
+		t.Fatalf("Fetch() error = %v", err)
+	}
+	if diff := cmp.Diff(Result{Size: size, ReadBytes: size}, res); diff != "" {
+		t.Errorf("Fetch() (-want,+got):\n%s", diff)
+	}
+}

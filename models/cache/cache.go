@@ -210,7 +210,7 @@ func (c *Cache) fill(ctx context.Context, key string, fill FillFunc) (string, er
 	if err != nil {
 		return "", fmt.Errorf("fill cache entry %s: %w", key, err)
 	}
-	defer os.RemoveAll(tmp) // a no-op once renamed
+	defer func() { _ = os.RemoveAll(tmp) }() // a no-op once renamed
 	if err := fill(ctx, tmp); err != nil {
 		return "", fmt.Errorf("fill cache entry %s: %w", key, err)
 	}
@@ -360,7 +360,7 @@ func syncTree(root string) (int64, error) {
 		if err != nil {
 			return err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }()
 		return f.Sync()
 	})
 	if err != nil {
@@ -374,7 +374,7 @@ func syncDir(dir string) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", dir, err)
 	}
-	defer d.Close()
+	defer func() { _ = d.Close() }()
 	if err := d.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}

@@ -203,7 +203,9 @@ func TestGetFillFails(t *testing.T) {
 	}
 	boom := errors.New("origin down")
 	_, err = c.Get(t.Context(), "m", func(_ context.Context, dir string) error {
-		os.WriteFile(filepath.Join(dir, "half"), []byte("x"), 0o644)
+		if err := os.WriteFile(filepath.Join(dir, "half"), []byte("x"), 0o644); err != nil {
+			return err
+		}
 		return boom
 	})
 	if !errors.Is(err, boom) {
@@ -271,9 +273,13 @@ func TestRestartKeepsIndex(t *testing.T) {
 	if err := os.MkdirAll(orphan, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(orphan, "w"), make([]byte, 7), 0o644)
+	if err := os.WriteFile(filepath.Join(orphan, "w"), make([]byte, 7), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mtime := t0.Add(-time.Hour)
-	os.Chtimes(orphan, mtime, mtime)
+	if err := os.Chtimes(orphan, mtime, mtime); err != nil {
+		t.Fatal(err)
+	}
 
 	c2, err := New(dir, 1000)
 	if err != nil {

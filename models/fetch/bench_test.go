@@ -24,7 +24,15 @@ func copySequential(b *testing.B, r io.Reader, dst string) {
 	if err := out.Sync(); err != nil {
 		b.Fatal(err)
 	}
-	out.Close()
+	if err := out.Close(); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func removeOrFail(b *testing.B, path string) {
+	if err := os.Remove(path); err != nil {
+		b.Fatal(err)
+	}
 }
 
 func BenchmarkFetchLocalFile(b *testing.B) {
@@ -43,8 +51,8 @@ func BenchmarkFetchLocalFile(b *testing.B) {
 				b.Fatal(err)
 			}
 			copySequential(b, f, dst)
-			f.Close()
-			os.Remove(dst)
+			_ = f.Close()
+			removeOrFail(b, dst)
 		}
 	})
 	b.Run("fetch", func(b *testing.B) {
@@ -54,7 +62,7 @@ func BenchmarkFetchLocalFile(b *testing.B) {
 			if _, err := Fetch(b.Context(), File{}, src, dst, Options{Pool: pool}); err != nil {
 				b.Fatal(err)
 			}
-			os.Remove(dst)
+			removeOrFail(b, dst)
 		}
 	})
 }
@@ -110,8 +118,8 @@ func BenchmarkFetchHTTP(b *testing.B) {
 					b.Fatal(err)
 				}
 				copySequential(b, resp.Body, dst)
-				resp.Body.Close()
-				os.Remove(dst)
+				_ = resp.Body.Close()
+				removeOrFail(b, dst)
 			}
 		})
 		b.Run(bc.name+"/ranged", func(b *testing.B) {
@@ -122,7 +130,7 @@ func BenchmarkFetchHTTP(b *testing.B) {
 				if _, err := Fetch(b.Context(), src, srv.URL, dst, Options{ChunkSize: 4 << 20, Pool: pool}); err != nil {
 					b.Fatal(err)
 				}
-				os.Remove(dst)
+				removeOrFail(b, dst)
 			}
 		})
 		srv.Close()

@@ -37,7 +37,7 @@ func (File) ReadRange(_ context.Context, path string, off int64, p []byte) error
 	if err != nil {
 		return fmt.Errorf("open %s: %w", path, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }()
 	if _, err := f.ReadAt(p, off); err != nil {
 		if errors.Is(err, io.EOF) {
 			// The file shrank since Stat; retrying will not bring it back.

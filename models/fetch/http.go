@@ -51,7 +51,7 @@ func (h *HTTP) Stat(ctx context.Context, url string) (int64, string, error) {
 	if err != nil {
 		return 0, "", fmt.Errorf("head %s: %w", url, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
 		return 0, "", fmt.Errorf("head %s: %w", url, statusError(resp))
 	}
@@ -80,7 +80,7 @@ func (h *HTTP) ReadRange(ctx context.Context, url string, off int64, p []byte) e
 	if err != nil {
 		return fmt.Errorf("get %s range %d-%d: %w", url, off, last, err)
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }()
 	switch resp.StatusCode {
 	case http.StatusPartialContent:
 		var a, b int64
@@ -114,7 +114,7 @@ func (h *HTTP) Open(ctx context.Context, url string) (io.ReadCloser, error) {
 		return nil, fmt.Errorf("get %s: %w", url, err)
 	}
 	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
+		_ = resp.Body.Close()
 		return nil, fmt.Errorf("get %s: %w", url, statusError(resp))
 	}
 	return resp.Body, nil

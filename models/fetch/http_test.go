@@ -63,7 +63,7 @@ func TestFetchHTTP(t *testing.T) {
 					if r.Method == http.MethodGet {
 						w.Header().Set("Content-Range", "bytes 0-999/10000")
 						w.WriteHeader(http.StatusPartialContent)
-						w.Write(data[:1000])
+						_, _ = w.Write(data[:1000])
 						return
 					}
 					serve(w, r)
@@ -120,7 +120,7 @@ func TestHTTPReadRangeWholeFileAnswer(t *testing.T) {
 	// any other range is not.
 	data := []byte("0123456789")
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Write(data)
+		_, _ = w.Write(data)
 	}))
 	defer srv.Close()
 	h := &HTTP{Client: srv.Client()}

@@ -93,7 +93,7 @@ func (s *S3) ReadRange(ctx context.Context, key string, off int64, p []byte) err
 	if err != nil {
 		return fmt.Errorf("get s3://%s/%s range %d-%d: %w", s.bucket, key, off, last, classifyS3(err))
 	}
-	defer out.Body.Close()
+	defer func() { _ = out.Body.Close() }()
 	var a, b int64
 	var total string
 	cr := aws.ToString(out.ContentRange)

@@ -117,7 +117,7 @@ func (c *Cluster) RBACManifest(ctx context.Context) ([]byte, error) {
 		Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
 		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/rbac.yaml", "--show-only", "templates/agent-policy.yaml",
 			"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true", "--set", "gpuBackend=" + string(c.Backend()),
-			"--set", showOnlyClientAuth},
+			"--set", ShowOnlyClientAuth},
 	})
 }
 

@@ -19,13 +19,13 @@ func (c *Cluster) DefaultQueueManifest(ctx context.Context) ([]byte, error) {
 		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/default-queue.yaml",
 			// Only the Queue is kept; the chart renders nothing without
 			// a webhook client setting.
-			"--set", showOnlyClientAuth},
+			"--set", ShowOnlyClientAuth},
 	})
 }
 
-// showOnlyClientAuth satisfies the chart's required webhook client setting
+// ShowOnlyClientAuth (a --set value) satisfies the chart's required webhook client setting
 // in renders that keep objects other than the webhook's (--show-only).
-const showOnlyClientAuth = "webhook.clientAuth.allowUnauthenticated=true"
+const ShowOnlyClientAuth = "webhook.clientAuth.allowUnauthenticated=true"
 
 // ensureDefaultQueue creates (or restores) the chart's default Queue.
 func (c *Cluster) ensureDefaultQueue(ctx context.Context, cfg *rest.Config) error {

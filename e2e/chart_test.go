@@ -63,6 +63,11 @@ func chartValues() []string {
 		// The dev cluster already has its default Queue (cluster-scoped, one
 		// per cluster), which `partita dev up` created from the same template.
 		"--set", "webhook.createDefaultQueue=false",
+		// kwok nodes run no container runtime, and the dev cluster's own
+		// Partita manages this release's namespace: its admission
+		// policies refuse the hostPaths of the NRI hook (/dev, the
+		// interposer directory) there, as they would any tenant's.
+		"--set", "agent.nri.enabled=off",
 		// The CA of the dev API server's webhook client certificate, as on a
 		// cluster set up for Partita (docs/install.md).
 		"--set-file", "webhook.clientAuth.caBundle=" + cluster.WebhookClientCAFile(),

@@ -460,7 +460,7 @@ func TestConsoleShared(t *testing.T) {
 	rbac, err := helm.Template(ctx, helm.TemplateOptions{
 		Helm: filepath.Join(devcluster.CacheDir(), "bin", "k8s-"+devcluster.K8sVersion, "helm"), Release: devcluster.ChartRelease,
 		Namespace: devcluster.PartitaNamespace, KubeVersion: devcluster.K8sVersion,
-		Args: []string{"--show-only", "templates/console-rbac.yaml", "--set", "console.enabled=true"},
+		Args: []string{"--show-only", "templates/console-rbac.yaml", "--set", "console.enabled=true", "--set", devcluster.ShowOnlyClientAuth},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -212,7 +212,7 @@ func TestTrustAgentUnboundTokenRefusedByDefault(t *testing.T) {
 	ns := devcluster.PartitaNamespace
 	manifest, err := helm.Template(ctx, helm.TemplateOptions{
 		Helm: helmBin(t), Release: release, Namespace: ns, KubeVersion: devcluster.K8sVersion,
-		Args: []string{"--show-only", "templates/agent-policy.yaml"},
+		Args: []string{"--show-only", "templates/agent-policy.yaml", "--set", devcluster.ShowOnlyClientAuth},
 	})
 	if err != nil {
 		t.Fatal(err)

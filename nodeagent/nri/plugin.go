@@ -159,6 +159,12 @@ func (p *Plugin) Adjust(ctx context.Context, sandbox *api.PodSandbox, ctr *api.C
 		// not a pod Partita placed.
 		log.V(4).Info("No API pod for the sandbox; leaving the container alone")
 		return nil, nil
+	case err != nil && !mentionsPartita(sandbox):
+		// The kubelet copies a pod's annotations onto its sandbox: one
+		// with no Partita key neither asks for a GPU nor was bound to one,
+		// so an API server the agent cannot reach never holds it up.
+		log.V(2).Info("Could not read the pod; its sandbox names no Partita key, leaving the container alone", "err", err.Error())
+		return nil, nil
 	case err != nil:
 		return nil, fmt.Errorf("adjust container %q: %w", ctr.GetName(), err)
 	}
@@ -203,6 +209,18 @@ func containerAllocation(log logr.Logger, pod *corev1.Pod, inv *gpu.NodeInventor
 	}
 	log.Error(errors.New("no allocation for the container"), "GPU container has no allocation; giving it no device")
 	return nil
+}
+
+// mentionsPartita reports whether a sandbox carries any of Partita's
+// annotations (a GPU pod's canonical request, or the devices written at
+// bind).
+func mentionsPartita(sandbox *api.PodSandbox) bool {
+	for k := range sandbox.GetAnnotations() {
+		if strings.HasPrefix(k, v1alpha1.GroupVersion.Group+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // hasAllocation reports whether Partita bound devices to the pod.

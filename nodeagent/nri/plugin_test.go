@@ -129,7 +129,15 @@ func TestPluginCreateContainer(t *testing.T) {
 		},
 		"an API error is refused, not guessed": {
 			pods: fakePods{err: errors.New("connection refused")}, facts: fakeFacts{node: node, inv: inv, ready: true},
-			sandbox: sandbox("slice"), ctr: &api.Container{Name: "main"}, wantErr: true,
+			sandbox: &api.PodSandbox{Namespace: "team-a", Name: "slice", Uid: "slice-uid", Annotations: slice.Annotations},
+			ctr:     &api.Container{Name: "main"}, wantErr: true,
+		},
+		// An agent cut off from the API server never stops pods that
+		// use no GPU.
+		"an API error for a pod without Partita's keys leaves it alone": {
+			pods: fakePods{err: errors.New("connection refused")}, facts: fakeFacts{node: node, inv: inv, ready: true},
+			sandbox: &api.PodSandbox{Namespace: "team-a", Name: "plain", Uid: "plain-uid", Annotations: map[string]string{"kubernetes.io/config.source": "api"}},
+			ctr:     &api.Container{Name: "web"},
 		},
 	}
 	for name, tc := range cases {

@@ -534,40 +534,8 @@ func withGroup(cfg *rest.Config) *rest.Config {
 func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
 	needCluster(t)
 	ctx := testContext(t, 4*time.Minute)
-	setIsolation := func(ctx context.Context, mode v1alpha1.IsolationMode) {
-		patch := fmt.Sprintf(`{"spec":{"isolation":%q}}`, mode)
-		if mode == "" {
-			patch = `{"spec":{"isolation":null}}`
-		}
-		if err := clientset.Discovery().RESTClient().Patch(types.MergePatchType).AbsPath("/apis/partita.dev/v1alpha1/gpunodes", realnode.NodeName).
-			Body([]byte(patch)).Do(ctx).Error(); err != nil {
-			t.Fatalf("set the isolation of GPUNode %s: %v", realnode.NodeName, err)
-		}
-	}
+	switchIsolation(ctx, t, v1alpha1.IsolationMPS)
 	var gn v1alpha1.GPUNode
-	if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
-		t.Fatal(err)
-	}
-	was := gn.Spec.Isolation
-	setIsolation(ctx, v1alpha1.IsolationMPS)
-	t.Cleanup(func() {
-		// t.Context() has ended by now.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		setIsolation(ctx, was)
-		poll(t, time.Minute, "the chart's agent to leave mps mode", func() (bool, string) {
-			if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
-				return false, err.Error()
-			}
-			return gn.Status.Isolation != v1alpha1.IsolationMPS, "status.isolation " + string(gn.Status.Isolation)
-		})
-	})
-	poll(t, time.Minute, "the chart's agent to run "+realnode.NodeName+" in mps mode", func() (bool, string) {
-		if err := getJSON(ctx, "/apis/partita.dev/v1alpha1/gpunodes/"+realnode.NodeName, &gn); err != nil {
-			return false, err.Error()
-		}
-		return gn.Status.Isolation == v1alpha1.IsolationMPS, "status.isolation " + string(gn.Status.Isolation)
-	})
 	// With the chart's default values (agent.isolation empty) the switch
 	// works, and status says whether the daemons really run.
 	poll(t, time.Minute, "GPUNode "+realnode.NodeName+" to tell whether its MPS daemons run", func() (bool, string) {

@@ -24,6 +24,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
+
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // NoRoomError says an entry cannot fit under the limit without evicting
@@ -260,7 +262,7 @@ func (c *Cache) commitLocked(key, tmp string, size int64) ([]string, error) {
 		// The evictions happened; the index must say so.
 		return trash, errors.Join(fmt.Errorf("rename into place: %w", err), c.saveLocked())
 	}
-	if err := syncDir(c.entriesDir()); err != nil {
+	if err := durable.SyncDir(c.entriesDir()); err != nil {
 		return trash, err
 	}
 	c.entries[key] = &record{SizeBytes: size, LastUsed: c.clock.Now()}
@@ -367,16 +369,4 @@ func syncTree(root string) (int64, error) {
 		return 0, fmt.Errorf("sync %s: %w", root, err)
 	}
 	return size, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

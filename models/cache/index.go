@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // indexFile is the on-disk index. Version lets a later layout refuse an old
@@ -83,5 +85,5 @@ func (c *Cache) saveLocked() error {
 	if err := os.Rename(tmp, c.indexPath()); err != nil {
 		return fmt.Errorf("write index: %w", err)
 	}
-	return syncDir(c.dir)
+	return durable.SyncDir(c.dir)
 }

@@ -20,6 +20,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
+
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // Defaults for Options fields left zero.
@@ -374,7 +376,7 @@ func (f *fetcher) finish(dstPath string) error {
 	if err := os.Rename(f.partial, dstPath); err != nil {
 		return fmt.Errorf("rename %s: %w", f.partial, err)
 	}
-	if err := syncDir(filepath.Dir(dstPath)); err != nil {
+	if err := durable.SyncDir(filepath.Dir(dstPath)); err != nil {
 		return err
 	}
 	if err := os.Remove(journalPath); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -394,17 +396,4 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("hash %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// syncDir makes a rename in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer func() { _ = d.Close() }()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -3,16 +3,12 @@ package extender
 import (
 	"context"
 	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,65 +26,13 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/partita-dev/partita/internal/httpserver"
+	"github.com/partita-dev/partita/internal/partitatest"
 )
 
 // testCA is a certificate authority for tests.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
+type testCA = partitatest.CA
 
-func newTestCA(t testing.TB, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// issue signs a leaf for cn with the given extended key usage, valid
-// from notBefore to notAfter; DNS names and IPs make it a serving one.
-func (ca *testCA) issue(t testing.TB, cn string, usage x509.ExtKeyUsage, notBefore, notAfter time.Time, ips ...net.IP) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: notBefore, NotAfter: notAfter, IPAddresses: ips,
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
-}
-
-// client issues a client certificate for cn, valid for a day.
-func (ca *testCA) client(t testing.TB, cn string) tls.Certificate {
-	return ca.issue(t, cn, x509.ExtKeyUsageClientAuth, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
-}
+func newTestCA(t testing.TB, name string) *testCA { return partitatest.NewCA(t, name) }
 
 // schedulerConn is the TLS state of a connection from kube-scheduler, as
 // crypto/tls leaves it after verifying its certificate: tests of the
@@ -96,16 +40,16 @@ func (ca *testCA) client(t testing.TB, cn string) tls.Certificate {
 func schedulerConn(t testing.TB) *tls.ConnectionState {
 	t.Helper()
 	ca := newTestCA(t, "scheduler-ca")
-	c := ca.client(t, DefaultClientName)
+	c := ca.Client(t, DefaultClientName)
 	return &tls.ConnectionState{HandshakeComplete: true, PeerCertificates: []*x509.Certificate{c.Leaf},
-		VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.cert}}}
+		VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.Cert}}}
 }
 
 func TestClientAuthCheck(t *testing.T) {
 	ca := newTestCA(t, "scheduler-ca")
 	now := time.Now()
 	conn := func(c tls.Certificate) *tls.ConnectionState {
-		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c.Leaf}, VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.cert}}}
+		return &tls.ConnectionState{PeerCertificates: []*x509.Certificate{c.Leaf}, VerifiedChains: [][]*x509.Certificate{{c.Leaf, ca.Cert}}}
 	}
 	cases := map[string]struct {
 		auth       ClientAuth
@@ -113,24 +57,24 @@ func TestClientAuthCheck(t *testing.T) {
 		wantStatus int // 0: allowed
 		wantReason string
 	}{
-		"kube-scheduler": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.client(t, DefaultClientName))},
+		"kube-scheduler": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.Client(t, DefaultClientName))},
 		"plain HTTP": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}},
 			wantStatus: 401, wantReason: "not over TLS"},
 		"no certificate": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: &tls.ConnectionState{},
 			wantStatus: 401, wantReason: "no client certificate; only kube-scheduler may call the extender"},
-		"a certificate the handshake did not verify": {auth: ClientAuth{}, tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.client(t, DefaultClientName).Leaf}},
+		"a certificate the handshake did not verify": {auth: ClientAuth{}, tls: &tls.ConnectionState{PeerCertificates: []*x509.Certificate{ca.Client(t, DefaultClientName).Leaf}},
 			wantStatus: 401, wantReason: "no client certificate"},
-		"another name": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.client(t, "mallory")),
+		"another name": {auth: ClientAuth{AllowedNames: []string{DefaultClientName}}, tls: conn(ca.Client(t, "mallory")),
 			wantStatus: 403, wantReason: `client certificate "mallory" is not one of the allowed names (partita-scheduler; --client-allowed-names)`},
-		"any name when none is set": {auth: ClientAuth{}, tls: conn(ca.client(t, "whoever"))},
+		"any name when none is set": {auth: ClientAuth{}, tls: conn(ca.Client(t, "whoever"))},
 		"expired since the handshake": {
 			auth:       ClientAuth{AllowedNames: []string{DefaultClientName}, Clock: clocktesting.NewFakePassiveClock(now.Add(48 * time.Hour))},
-			tls:        conn(ca.client(t, DefaultClientName)),
+			tls:        conn(ca.Client(t, DefaultClientName)),
 			wantStatus: 401, wantReason: `client certificate "partita-scheduler" is valid from`,
 		},
 		"not yet valid": {
 			auth:       ClientAuth{AllowedNames: []string{DefaultClientName}},
-			tls:        conn(ca.issue(t, DefaultClientName, x509.ExtKeyUsageClientAuth, now.Add(time.Hour), now.Add(2*time.Hour))),
+			tls:        conn(ca.Issue(t, DefaultClientName, x509.ExtKeyUsageClientAuth, now.Add(time.Hour), now.Add(2*time.Hour))),
 			wantStatus: 401, wantReason: "not now",
 		},
 	}
@@ -162,14 +106,14 @@ func TestClientAuthCheck(t *testing.T) {
 func tlsServer(t *testing.T, servingCA, clientCA *testCA, clk *clocktesting.FakeClock) (*httptest.Server, string) {
 	t.Helper()
 	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
-	if err := os.WriteFile(caFile, clientCA.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, clientCA.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cas, err := NewClientCAs(caFile, clk)
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving := servingCA.issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
+	serving := servingCA.Issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
 	srv := httptest.NewUnstartedServer(testServer{synced: true, leader: true}.handler(t))
 	srv.TLS = TLSConfig(func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return &serving, nil }, cas, testr.New(t))
 	// TLSConfig offers h2, which the binary's server speaks.
@@ -184,7 +128,7 @@ func tlsServer(t *testing.T, servingCA, clientCA *testCA, clk *clocktesting.Fake
 func call(t *testing.T, srv *httptest.Server, servingCA *testCA, cert *tls.Certificate, method, path string) (int, string, error) {
 	t.Helper()
 	roots := x509.NewCertPool()
-	roots.AddCert(servingCA.cert)
+	roots.AddCert(servingCA.Cert)
 	cfg := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	if cert != nil {
 		// Sent whatever CAs the server names: Go's client would otherwise
@@ -214,10 +158,10 @@ func TestTLSClientCertificates(t *testing.T) {
 	servingCA, clientCA, otherCA := newTestCA(t, "serving-ca"), newTestCA(t, "client-ca"), newTestCA(t, "other-ca")
 	clk := clocktesting.NewFakeClock(time.Now())
 	srv, caFile := tlsServer(t, servingCA, clientCA, clk)
-	scheduler := clientCA.client(t, DefaultClientName)
-	otherName := clientCA.client(t, "someone")
-	foreign := otherCA.client(t, DefaultClientName)
-	servingAsClient := clientCA.issue(t, DefaultClientName, x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	scheduler := clientCA.Client(t, DefaultClientName)
+	otherName := clientCA.Client(t, "someone")
+	foreign := otherCA.Client(t, DefaultClientName)
+	servingAsClient := clientCA.Issue(t, DefaultClientName, x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	cases := map[string]struct {
 		cert         *tls.Certificate
 		method, path string
@@ -259,7 +203,7 @@ func TestTLSClientCertificates(t *testing.T) {
 	// The CA rotates: the file changes, and once the check interval has
 	// passed the new CA's certificates are accepted and the old one's not.
 	rotated := newTestCA(t, "client-ca-2")
-	if err := os.WriteFile(caFile, rotated.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, rotated.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// A Secret's files change with a new modification time; make sure it
@@ -268,7 +212,7 @@ func TestTLSClientCertificates(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Step(clientCACheckInterval)
-	renewed := rotated.client(t, DefaultClientName)
+	renewed := rotated.Client(t, DefaultClientName)
 	if status, body, err := call(t, srv, servingCA, &renewed, http.MethodPost, "/filter"); err != nil || status != 400 {
 		t.Errorf("after the rotation, the new CA's certificate: %d %q %v, want through to the verb (400)", status, body, err)
 	}
@@ -328,14 +272,14 @@ func (l *countingListener) Accept() (net.Conn, error) {
 func TestKubeSchedulerCallsShareOneConnection(t *testing.T) {
 	servingCA, clientCA := newTestCA(t, "serving-ca"), newTestCA(t, "client-ca")
 	caFile := filepath.Join(t.TempDir(), "client-ca.crt")
-	if err := os.WriteFile(caFile, clientCA.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, clientCA.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cas, err := NewClientCAs(caFile, clocktesting.NewFakeClock(time.Now()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving := servingCA.issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
+	serving := servingCA.Issue(t, "partita-extender", x509.ExtKeyUsageServerAuth, time.Now().Add(-time.Hour), time.Now().Add(time.Hour), net.IPv4(127, 0, 0, 1))
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -354,14 +298,14 @@ func TestKubeSchedulerCallsShareOneConnection(t *testing.T) {
 		}
 	})
 
-	client := clientCA.client(t, DefaultClientName)
+	client := clientCA.Client(t, DefaultClientName)
 	certPEM := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: client.Certificate[0]})
 	keyDER, err := x509.MarshalECPrivateKey(client.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		t.Fatal(err)
 	}
 	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER})
-	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: certPEM, KeyData: keyPEM, CAData: servingCA.pem}})
+	tlsCfg, err := rest.TLSConfigFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CertData: certPEM, KeyData: keyPEM, CAData: servingCA.PEM}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,17 +3,11 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -28,53 +22,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 
 	"github.com/partita-dev/partita/internal/clientauth"
+	"github.com/partita-dev/partita/internal/partitatest"
 )
-
-// authCA is a certificate authority for the caller tests.
-type authCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newAuthCA(t *testing.T, name string) *authCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true, IsCA: true}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &authCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// client issues a client certificate for cn.
-func (ca *authCA) client(t *testing.T, cn string) *tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: cn},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
 
 // countingPolicies counts the policy ConfigMaps the webhook compiles and
 // refuses each, naming its modules.
@@ -100,9 +52,9 @@ func TestOnlyTheAPIServerIsAnswered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	apiserverCA, otherCA := newAuthCA(t, "apiserver-client-ca"), newAuthCA(t, "other-ca")
+	apiserverCA, otherCA := partitatest.NewCA(t, "apiserver-client-ca"), partitatest.NewCA(t, "other-ca")
 	caFile := filepath.Join(dir, "client-ca.crt")
-	if err := os.WriteFile(caFile, apiserverCA.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, apiserverCA.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cas, err := clientauth.NewCAs(caFile, nil)
@@ -146,15 +98,15 @@ func TestOnlyTheAPIServerIsAnswered(t *testing.T) {
 			wantBody: "no client certificate; only kube-apiserver may call the admission webhooks"},
 		"forged policy review without a certificate": {path: PathValidatePolicies, body: policyReview, wantStatus: http.StatusUnauthorized,
 			wantBody: "no client certificate"},
-		"a certificate of another name": {cert: apiserverCA.client(t, "someone"), path: PathValidatePods, body: podReview,
+		"a certificate of another name": {cert: ptr.To(apiserverCA.Client(t, "someone")), path: PathValidatePods, body: podReview,
 			wantStatus: http.StatusForbidden, wantBody: `"someone" is not one of the allowed names (` + DefaultClientName},
 		// Go's client offers no certificate that the server's list of
 		// acceptable CAs does not name: it connects without one.
-		"a certificate of another CA": {cert: otherCA.client(t, DefaultClientName), path: PathValidatePods, body: podReview,
+		"a certificate of another CA": {cert: ptr.To(otherCA.Client(t, DefaultClientName)), path: PathValidatePods, body: podReview,
 			wantStatus: http.StatusUnauthorized, wantBody: "no client certificate"},
-		"the API server's pod review": {cert: apiserverCA.client(t, DefaultClientName), path: PathMutatePods, body: podReview,
+		"the API server's pod review": {cert: ptr.To(apiserverCA.Client(t, DefaultClientName)), path: PathMutatePods, body: podReview,
 			wantStatus: http.StatusOK, wantReview: true},
-		"the API server's policy review": {cert: apiserverCA.client(t, DefaultClientName), path: PathValidatePolicies, body: policyReview,
+		"the API server's policy review": {cert: ptr.To(apiserverCA.Client(t, DefaultClientName)), path: PathValidatePolicies, body: policyReview,
 			wantStatus: http.StatusOK, wantReview: true, wantBody: "bad.rego"},
 	}
 	for name, tc := range cases {

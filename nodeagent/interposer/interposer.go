@@ -101,7 +101,7 @@ func Check(hostDir string) error {
 	if string(b) != PreloadContent {
 		return fmt.Errorf("check %s: holds %q, want %q", preload, b, PreloadContent)
 	}
-	if _, err := readLibrary(filepath.Join(hostDir, LibraryName)); err != nil {
+	if err := checkLibrary(filepath.Join(hostDir, LibraryName)); err != nil {
 		return err
 	}
 	return nil
@@ -110,32 +110,43 @@ func Check(hostDir string) error {
 // readLibrary reads src and checks that it is a regular, non-empty ELF
 // shared object.
 func readLibrary(src string) ([]byte, error) {
-	fi, err := os.Stat(src)
-	if err != nil {
-		return nil, fmt.Errorf("read library %s: %w", src, err)
-	}
-	switch {
-	case !fi.Mode().IsRegular():
-		return nil, fmt.Errorf("read library %s: %s is not a regular file", src, fi.Mode().Type())
-	case fi.Size() == 0:
-		return nil, fmt.Errorf("read library %s: empty", src)
-	case fi.Size() > maxLibraryBytes:
-		return nil, fmt.Errorf("read library %s: %d bytes, more than a preload library has", src, fi.Size())
+	if err := checkLibrary(src); err != nil {
+		return nil, err
 	}
 	b, err := os.ReadFile(src)
 	if err != nil {
 		return nil, fmt.Errorf("read library %s: %w", src, err)
 	}
-	f, err := elf.NewFile(bytes.NewReader(b))
+	return b, nil
+}
+
+// checkLibrary checks that src is a shared object of a sane size, reading
+// its ELF header only: Check runs on every agent sync and DRA claim, and a
+// library is megabytes.
+func checkLibrary(src string) error {
+	fi, err := os.Stat(src)
 	if err != nil {
-		return nil, fmt.Errorf("read library %s: not ELF: %w", src, err)
+		return fmt.Errorf("read library %s: %w", src, err)
 	}
+	switch {
+	case !fi.Mode().IsRegular():
+		return fmt.Errorf("read library %s: %s is not a regular file", src, fi.Mode().Type())
+	case fi.Size() == 0:
+		return fmt.Errorf("read library %s: empty", src)
+	case fi.Size() > maxLibraryBytes:
+		return fmt.Errorf("read library %s: %d bytes, more than a preload library has", src, fi.Size())
+	}
+	f, err := elf.Open(src)
+	if err != nil {
+		return fmt.Errorf("read library %s: not ELF: %w", src, err)
+	}
+	defer func() { _ = f.Close() }()
 	// A preloaded object must be a shared object; ET_DYN also covers a
 	// position-independent executable, which the loader refuses loudly.
 	if f.Type != elf.ET_DYN {
-		return nil, fmt.Errorf("read library %s: ELF type %s, want a shared object (%s)", src, f.Type, elf.ET_DYN)
+		return fmt.Errorf("read library %s: ELF type %s, want a shared object (%s)", src, f.Type, elf.ET_DYN)
 	}
-	return b, nil
+	return nil
 }
 
 // writeIfChanged writes content to path with mode 0644 unless path already

@@ -55,6 +55,10 @@ const (
 // claim against the claims already prepared.
 const annotationConsumed = DriverName + "/consumed"
 
+// annotationNamespace on a spec records its claim's namespace: an MPS
+// device serves one namespace (checkTenancy).
+const annotationNamespace = DriverName + "/namespace"
+
 // PreparedDevice is one allocated device of a request, resolved against the
 // node's inventory.
 type PreparedDevice struct {
@@ -91,8 +95,8 @@ type CDINode struct {
 }
 
 // CDISpec is the CDI spec of a prepared claim on node.
-func CDISpec(claimUID types.UID, reqs []PreparedRequest, node CDINode) *cdispec.Spec {
-	spec := &cdispec.Spec{Version: CDIVersion, Kind: CDIKind, Annotations: map[string]string{}}
+func CDISpec(claimUID types.UID, namespace string, reqs []PreparedRequest, node CDINode) *cdispec.Spec {
+	spec := &cdispec.Spec{Version: CDIVersion, Kind: CDIKind, Annotations: map[string]string{annotationNamespace: namespace}}
 	var consumed []string
 	for _, r := range reqs {
 		edits := containerEdits(r, node)
@@ -216,6 +220,10 @@ func RemoveCDISpec(dir string, claimUID types.UID) error {
 // Consumption is what prepared claims consume of one device.
 type Consumption struct {
 	Milli, MemoryMiB int64
+	// Namespaces are the namespaces of the claims that consume the device,
+	// sorted, once each; "" for a claim prepared by an agent that did not
+	// record it.
+	Namespaces []string
 }
 
 // PreparedConsumption reads the specs in dir and sums what the prepared
@@ -257,6 +265,10 @@ func PreparedConsumption(dir string, except types.UID) (map[string]Consumption, 
 			c := out[dev]
 			c.Milli += mi
 			c.MemoryMiB += me
+			if ns := spec.Annotations[annotationNamespace]; !slices.Contains(c.Namespaces, ns) {
+				c.Namespaces = append(c.Namespaces, ns)
+				slices.Sort(c.Namespaces)
+			}
 			out[dev] = c
 		}
 	}

@@ -3,6 +3,7 @@ package dra
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -62,7 +63,7 @@ func TestCDISpec(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			spec := CDISpec("uid-1", []PreparedRequest{tc.req}, CDINode{Mode: tc.mode, MPSDir: "/run/partita/mps", InterposerDir: tc.interposer})
+			spec := CDISpec("uid-1", "ns", []PreparedRequest{tc.req}, CDINode{Mode: tc.mode, MPSDir: "/run/partita/mps", InterposerDir: tc.interposer})
 			if spec.Kind != "gpu.partita.dev/claim" || len(spec.Devices) != 1 || spec.Devices[0].Name != "uid-1-gpu_mib81559" && spec.Devices[0].Name != "uid-1-gpu" {
 				t.Fatalf("spec %s with devices %+v", spec.Kind, spec.Devices)
 			}
@@ -132,8 +133,59 @@ func TestPluginPrepare(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(map[string]Consumption{"gpu-0": {Milli: 1000, MemoryMiB: 4 * 20389}, "gpu-1": {Milli: 250, MemoryMiB: 20389}}, used); diff != "" {
+	want := map[string]Consumption{
+		"gpu-0": {Milli: 1000, MemoryMiB: 4 * 20389, Namespaces: []string{"team-a"}},
+		"gpu-1": {Milli: 250, MemoryMiB: 20389, Namespaces: []string{"team-a"}},
+	}
+	if diff := cmp.Diff(want, used); diff != "" {
 		t.Errorf("consumption (-want,+got):\n%s", diff)
+	}
+}
+
+// Every client of an MPS daemon can command it, so on an mps node a device's
+// slices belong to one namespace; the kube-scheduler allocator does not know
+// that, and the kubelet plugin refuses the claim that would break it.
+func TestPluginPrepareKeepsAnMPSDeviceToOneNamespace(t *testing.T) {
+	dir := t.TempDir()
+	node := partitatest.MakeGPUNode("real-node-0").Device(0, "H100", 81559).Device(1, "H100", 81559).Obj()
+	p := &Plugin{opts: PluginOptions{NodeName: "real-node-0", CDIDir: dir, MPSDir: filepath.Join(dir, "mps")}}
+	quarter := func(ns, uid, dev string) *resourceapi.ResourceClaim {
+		c := claimOf("c-"+uid, typesUID("pod-"+uid), result(DriverName, dev, "gpu/mib81559", map[resourceapi.QualifiedName]string{CapacityCompute: "250", CapacityMemory: "20389Mi"}))
+		c.Namespace, c.UID = ns, typesUID(uid)
+		c.Status.Allocation.Devices.Results[0].Pool = "real-node-0"
+		return c
+	}
+	prepare := func(c *resourceapi.ResourceClaim, mode v1alpha1.IsolationMode) error {
+		_, err := p.prepare(c, node.Status.Devices, mode)
+		return err
+	}
+	if err := prepare(quarter("team-a", "a", "gpu-0"), v1alpha1.IsolationMPS); err != nil {
+		t.Fatalf("team-a's first quarter: %v", err)
+	}
+	if err := prepare(quarter("team-a", "a2", "gpu-0"), v1alpha1.IsolationMPS); err != nil {
+		t.Errorf("team-a's second quarter beside its first: %v", err)
+	}
+	err := prepare(quarter("team-b", "b", "gpu-0"), v1alpha1.IsolationMPS)
+	wantMsg := "refused to prepare a slice of namespace team-b: gpu-0 serves MPS clients of namespace team-a; in mps mode a GPU serves one namespace"
+	if err == nil || !strings.Contains(err.Error(), wantMsg) {
+		t.Errorf("team-b's quarter beside team-a's: %v, want %q", err, wantMsg)
+	}
+	if _, statErr := os.Stat(CDISpecPath(dir, "b")); !os.IsNotExist(statErr) {
+		t.Errorf("the refused claim left a CDI spec: %v", statErr)
+	}
+	if err := prepare(quarter("team-b", "b", "gpu-1"), v1alpha1.IsolationMPS); err != nil {
+		t.Errorf("team-b's quarter on the other device: %v", err)
+	}
+	if err := prepare(quarter("team-b", "b3", "gpu-0"), v1alpha1.IsolationTimeSlicing); err != nil {
+		t.Errorf("off mps, namespaces share a device: %v", err)
+	}
+	for _, uid := range []string{"a", "a2", "b3"} {
+		if err := RemoveCDISpec(dir, typesUID(uid)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := prepare(quarter("team-b", "b4", "gpu-0"), v1alpha1.IsolationMPS); err != nil {
+		t.Errorf("team-b's quarter once team-a left: %v", err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -158,8 +159,17 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 	if err != nil {
 		return none, err
 	}
-	if err := p.checkRoom(c.UID, reqs, devices); err != nil {
+	used, err := PreparedConsumption(p.opts.CDIDir, c.UID)
+	if err != nil {
 		return none, err
+	}
+	if err := checkRoom(used, reqs, devices); err != nil {
+		return none, err
+	}
+	if mode == v1alpha1.IsolationMPS {
+		if err := checkTenancy(c.Namespace, used, reqs); err != nil {
+			return none, err
+		}
 	}
 	if mode == v1alpha1.IsolationMPS {
 		for _, r := range reqs {
@@ -180,7 +190,7 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 			p.log.Info("hami-core slice on a node without the interposer installed: its memory is capped by the watchdog only", "claim", klog.KObj(c), "dir", p.opts.InterposerDir)
 		}
 	}
-	if err := WriteCDISpec(p.opts.CDIDir, c.UID, CDISpec(c.UID, reqs, node)); err != nil {
+	if err := WriteCDISpec(p.opts.CDIDir, c.UID, CDISpec(c.UID, c.Namespace, reqs, node)); err != nil {
 		return none, err
 	}
 	res := kubeletplugin.PrepareResult{}
@@ -199,13 +209,10 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 }
 
 // checkRoom is the last line of defence against a device booked twice: the
-// claims prepared on the node may together consume no more of a device
-// than it has.
-func (p *Plugin) checkRoom(uid types.UID, reqs []PreparedRequest, devices []v1alpha1.GPUDevice) error {
-	used, err := PreparedConsumption(p.opts.CDIDir, uid)
-	if err != nil {
-		return err
-	}
+// claims prepared on the node (used, without this one) and this claim's
+// requests may together consume no more of a device than it has.
+func checkRoom(used map[string]Consumption, reqs []PreparedRequest, devices []v1alpha1.GPUDevice) error {
+	used = maps.Clone(used)
 	for _, r := range reqs {
 		for _, d := range r.Devices {
 			u := used[d.Device]
@@ -227,6 +234,38 @@ func (p *Plugin) checkRoom(uid types.UID, reqs []PreparedRequest, devices []v1al
 	}
 	if len(problems) > 0 {
 		return fmt.Errorf("refused to prepare a claim that overbooks a device: %s", strings.Join(problems, "; "))
+	}
+	return nil
+}
+
+// checkTenancy keeps an MPS device to one namespace: every client of a
+// device's MPS daemon can command it (quit, set its limits), so a slice of
+// namespace may not join a device whose prepared claims (used) belong to
+// another. kube-scheduler's allocator does not know this rule (the ledger's
+// placement does, for the extender backend), so this is where a DRA claim
+// learns it: the kubelet retries, and the pod starts once the device is
+// free of the other namespace.
+func checkTenancy(namespace string, used map[string]Consumption, reqs []PreparedRequest) error {
+	var problems []string
+	for _, r := range reqs {
+		if r.Whole {
+			continue
+		}
+		for _, d := range r.Devices {
+			for _, other := range used[d.Device].Namespaces {
+				switch other {
+				case namespace:
+				case "":
+					problems = append(problems, fmt.Sprintf("%s holds a slice prepared by an earlier agent, whose namespace is not recorded", d.Device))
+				default:
+					problems = append(problems, fmt.Sprintf("%s serves MPS clients of namespace %s", d.Device, other))
+				}
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("refused to prepare a slice of namespace %s: %s; in mps mode a GPU serves one namespace, because every client can command its MPS daemon (the kubelet retries; the pod starts when the GPU is free)",
+			namespace, strings.Join(slices.Compact(problems), "; "))
 	}
 	return nil
 }

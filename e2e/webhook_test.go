@@ -462,17 +462,11 @@ func kubectlIn(ctx context.Context, stdin []byte, args ...string) (string, error
 
 func resourceQ(s string) resource.Quantity { return resource.MustParse(s) }
 
-// TestWebhookWiresMPSClients: once a node runs mps, a GPU pod with a slice
-// of one device gets the MPS volume and CUDA_MPS_PIPE_DIRECTORY of its
-// device's daemon, and the API server accepts and places it.
-func TestWebhookWiresMPSClients(t *testing.T) {
-	ctx := testContext(t, 3*time.Minute)
-	ns := extNamespace(ctx, t, clientset)
-	ensureGPUPriorityClass(ctx, t, clientset)
-	sel := map[string]string{"e2e.partita.dev/mps": ns}
-	name := ns + "-mps"
+// addMPSNode adds a one-GPU node labelled sel and switches it to mps
+// through its GPUNode.
+func addMPSNode(ctx context.Context, t *testing.T, name string, sel map[string]string) {
+	t.Helper()
 	addGPUNode(ctx, t, name, 1, sel)
-	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	c := crClient(t)
 	// The agent writes the GPUNode too: an update that meets its write is
 	// made again.
@@ -486,6 +480,19 @@ func TestWebhookWiresMPSClients(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("set the node's isolation to mps: %v", err)
 	}
+}
+
+// TestWebhookWiresMPSClients: once a node runs mps, a GPU pod with a slice
+// of one device gets the MPS volume and CUDA_MPS_PIPE_DIRECTORY of its
+// device's daemon, and the API server accepts and places it.
+func TestWebhookWiresMPSClients(t *testing.T) {
+	ctx := testContext(t, 3*time.Minute)
+	ns := extNamespace(ctx, t, clientset)
+	ensureGPUPriorityClass(ctx, t, clientset)
+	sel := map[string]string{"e2e.partita.dev/mps": ns}
+	name := ns + "-mps"
+	addMPSNode(ctx, t, name, sel)
+	t.Cleanup(func() { deletePods(ctx, t, ns) })
 	// The webhook learns the cluster's modes from GPUNodes: probe until a
 	// slice pod comes back with the MPS wiring.
 	var got *corev1.Pod

@@ -37,6 +37,10 @@ type InsufficientError struct {
 	BestFreeMilli int64
 	// BestFreeMemoryMiB is BestDevice's free memory.
 	BestFreeMemoryMiB int64
+	// OtherTenantDevices counts the devices that have room but serve slices
+	// of another namespace on an MPS node, where a device serves one
+	// namespace (its MPS daemon obeys every client).
+	OtherTenantDevices int
 	// Unresolvable is set when the request can never fit this node, even
 	// empty: it is bigger than any healthy device, or the node has too few
 	// healthy devices. Preemption cannot help.
@@ -62,6 +66,8 @@ func (e *InsufficientError) Error() string {
 		fmt.Fprintf(&b, "%s have room for %s but differ in memory; pod needs %s on each of %d GPUs of one size", gpus(e.DevicesWithRoom), want, want, e.Count)
 	case e.Count > 1:
 		fmt.Fprintf(&b, "%s with room for %s; pod needs %s on each of %d GPUs", gpus(e.DevicesWithRoom), want, want, e.Count)
+	case e.BestDevice < 0 && e.OtherTenantDevices > 0:
+		fmt.Fprintf(&b, "no GPU with room for the pod's namespace; pod needs %s", want)
 	case e.BestDevice < 0:
 		fmt.Fprintf(&b, "no healthy GPU with room; pod needs %s", want)
 	case e.WantMemoryMiB > 0:
@@ -71,6 +77,13 @@ func (e *InsufficientError) Error() string {
 	}
 	if e.Container != "" {
 		fmt.Fprintf(&b, " (container %s)", e.Container)
+	}
+	if e.OtherTenantDevices > 0 {
+		verb := "serve"
+		if e.OtherTenantDevices == 1 {
+			verb = "serves"
+		}
+		fmt.Fprintf(&b, "; %s with room %s MPS clients of another namespace (one namespace per GPU in mps mode)", gpus(e.OtherTenantDevices), verb)
 	}
 	if e.Unresolvable {
 		b.WriteString("; it can never fit this node")

@@ -2,11 +2,14 @@ package gpu
 
 import (
 	"fmt"
+	"hash/maphash"
 	"slices"
 	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 // deviceState is the accounting of one device. It holds no pointers, so the
@@ -31,6 +34,27 @@ type deviceState struct {
 	// withheld keeps new allocations off the device on a snapshot (see
 	// Snapshot.Withhold); what it holds stays. Never set in a ledger.
 	withheld bool
+	// oneTenant is set on the devices of an MPS node: every client of a
+	// device's MPS daemon can command it (quit, set limits), so all the
+	// slices on one device belong to one namespace.
+	oneTenant bool
+	// tenants is the sum (mod 2^64) of the tenant keys (view.tenantKey) of
+	// the slices on the device, one per allocation. They all belong to the
+	// namespace with key k exactly when tenants == slices×k, up to a
+	// collision of the ledger's keyed hash (its seed is random), which an
+	// attacker cannot aim for. A sum, unlike a single owner, can be undone
+	// when any one slice leaves.
+	tenants uint64
+}
+
+// slices counts the fractional allocations on d.
+func (d *deviceState) slices() int32 { return d.users - d.whole }
+
+// otherTenant reports whether d serves slices of another namespace than the
+// one with key tenant on a node where a device serves one namespace only.
+func (d *deviceState) otherTenant(tenant uint64) bool {
+	n := d.slices()
+	return d.oneTenant && n > 0 && d.tenants != uint64(n)*tenant
 }
 
 // nodeState is one node: its inventory, its device range in the flat slice
@@ -191,6 +215,19 @@ type view struct {
 	// inventoryEpoch counts the changes of any node's inventory (see
 	// Snapshot.InventoryEpoch).
 	inventoryEpoch uint64
+	// tenantSeed keys tenantKey; made once per ledger and shared by its
+	// snapshots.
+	tenantSeed maphash.Seed
+}
+
+// tenantKey is a namespace's key in deviceState.tenants on node n: 0 off
+// mps nodes, whose devices do not count tenants (a change of mode counts the
+// node's pods again), which keeps the hash out of the common path.
+func (v *view) tenantKey(n *nodeState, namespace string) uint64 {
+	if n.inv == nil || n.inv.Isolation != v1alpha1.IsolationMPS {
+		return 0
+	}
+	return maphash.String(v.tenantSeed, namespace)
 }
 
 func (v *view) slot(name string) (int32, bool) {
@@ -217,6 +254,7 @@ func (v *view) charge(n *nodeState, e *podEntry, sign int64) {
 		return
 	}
 	devs := v.devs(n)
+	tenant := v.tenantKey(n, e.namespace)
 	for i := range e.containers {
 		c := &e.containers[i]
 		for _, u := range c.uuids {
@@ -231,6 +269,8 @@ func (v *view) charge(n *nodeState, e *podEntry, sign int64) {
 			d.users += int32(sign)
 			if whole {
 				d.whole += int32(sign)
+			} else {
+				d.tenants += uint64(sign) * tenant
 			}
 		}
 	}
@@ -296,8 +336,9 @@ func effectivePlacement(pl Placement, req *PodRequest) Placement {
 // place places every GPU container of req on the devices devs, each after
 // the ones before it: a container's devices are the best ones by pl that
 // still fit it (binpack: the fullest, spread: the emptiest; ties to the lower
-// index), all of one memory size unless it asks for whole devices.
-func place(devs []deviceState, req *PodRequest, pl Placement, sc *scratch) (plan, failure, bool) {
+// index), all of one memory size unless it asks for whole devices. tenant
+// is the key of the pod's namespace (view.tenantKey).
+func place(devs []deviceState, req *PodRequest, pl Placement, tenant uint64, sc *scratch) (plan, failure, bool) {
 	work := sc.work[:0]
 	if len(devs) > len(sc.work) {
 		work = make([]deviceState, 0, len(devs))
@@ -319,7 +360,7 @@ func place(devs []deviceState, req *PodRequest, pl Placement, sc *scratch) (plan
 		c := &req.Containers[k]
 		cand = cand[:0]
 		for j := range work {
-			if fits(&work[j], c) {
+			if fits(&work[j], c, tenant) {
 				cand = append(cand, int32(j))
 			}
 		}
@@ -335,15 +376,22 @@ func place(devs []deviceState, req *PodRequest, pl Placement, sc *scratch) (plan
 			}
 		}
 		for _, j := range chosen {
-			apply(&work[j], c)
+			apply(&work[j], c, tenant)
 		}
 		picks = append(picks, chosen...)
 	}
 	return plan{work: work, picks: picks}, failure{}, true
 }
 
-// fits reports whether one device can take one more slice of c.
-func fits(d *deviceState, c *ContainerRequest) bool {
+// fits reports whether one device can take one more slice of c for the
+// namespace with key tenant.
+func fits(d *deviceState, c *ContainerRequest, tenant uint64) bool {
+	return hasRoom(d, c) && (c.Whole() || !d.otherTenant(tenant))
+}
+
+// hasRoom reports whether one device has room for one more slice of c,
+// whoever asks.
+func hasRoom(d *deviceState, c *ContainerRequest) bool {
 	if !d.healthy || d.withheld {
 		return false
 	}
@@ -366,7 +414,7 @@ func sliceOn(c *ContainerRequest, deviceMemoryMiB int64) (milli, memMiB int64) {
 	return c.Milli, c.Milli * deviceMemoryMiB / MilliPerGPU
 }
 
-func apply(d *deviceState, c *ContainerRequest) {
+func apply(d *deviceState, c *ContainerRequest, tenant uint64) {
 	d.users++
 	if c.Whole() {
 		d.whole++
@@ -374,6 +422,7 @@ func apply(d *deviceState, c *ContainerRequest) {
 		d.memMiB += d.memoryMiB
 		return
 	}
+	d.tenants += tenant
 	milli, mem := sliceOn(c, d.memoryMiB)
 	d.milli += milli
 	d.memMiB += mem
@@ -430,7 +479,7 @@ func sameSizeClass(work []deviceState, cand []int32, count int) ([]int32, bool) 
 }
 
 // explain completes a failure into an InsufficientError for node n.
-func explain(n *nodeState, devs []deviceState, req *PodRequest, pl Placement, f failure) *InsufficientError {
+func explain(n *nodeState, devs []deviceState, req *PodRequest, pl Placement, tenant uint64, f failure) *InsufficientError {
 	c := &req.Containers[f.container]
 	// The state the failing container met: the containers before it placed.
 	work := devs
@@ -438,7 +487,7 @@ func explain(n *nodeState, devs []deviceState, req *PodRequest, pl Placement, f 
 		head := *req
 		head.Containers = req.Containers[:f.container]
 		var sc scratch
-		if p, _, ok := place(devs, &head, pl, &sc); ok {
+		if p, _, ok := place(devs, &head, pl, tenant, &sc); ok {
 			work = slices.Clone(p.work)
 		}
 	}
@@ -455,6 +504,12 @@ func explain(n *nodeState, devs []deviceState, req *PodRequest, pl Placement, f 
 	for j := range work {
 		d := &work[j]
 		if !d.healthy || d.withheld || d.whole > 0 {
+			continue
+		}
+		if !c.Whole() && d.otherTenant(tenant) {
+			if hasRoom(d, c) {
+				e.OtherTenantDevices++
+			}
 			continue
 		}
 		if best < 0 {
@@ -506,7 +561,7 @@ func unresolvable(devs []deviceState, req *PodRequest, k int) bool {
 			continue
 		}
 		empty := deviceState{memoryMiB: devs[i].memoryMiB, healthy: true}
-		if !fits(&empty, c) {
+		if !hasRoom(&empty, c) {
 			continue
 		}
 		if c.Count == 1 {
@@ -602,13 +657,13 @@ func single(req *PodRequest) bool {
 // bestSingle is the position of the device place would choose for one slice
 // of c, or -1: fits and sortCandidates' order in one pass, with the checks
 // specialised per kind of request because Fit runs it for every node.
-func bestSingle(devs []deviceState, c *ContainerRequest, pl Placement) int {
+func bestSingle(devs []deviceState, c *ContainerRequest, pl Placement, tenant uint64) int {
 	whole, spread := c.Whole(), pl == PlacementSpread
 	best := -1
 	var bestMilli int64
 	for j := range devs {
 		d := &devs[j]
-		if !d.healthy || d.withheld {
+		if !d.healthy || d.withheld || (!whole && d.otherTenant(tenant)) {
 			continue
 		}
 		switch {
@@ -686,16 +741,17 @@ func (v *view) fit(node string, req *PodRequest) error {
 	}
 	pl := effectivePlacement("", req)
 	devs := v.devs(n)
+	tenant := v.tenantKey(n, req.Namespace)
 	if single(req) {
-		if bestSingle(devs, &req.Containers[0], pl) >= 0 {
+		if bestSingle(devs, &req.Containers[0], pl, tenant) >= 0 {
 			return nil
 		}
-		return explain(n, devs, req, pl, failure{})
+		return explain(n, devs, req, pl, tenant, failure{})
 	}
 	var sc scratch
-	_, f, ok := place(devs, req, pl, &sc)
+	_, f, ok := place(devs, req, pl, tenant, &sc)
 	if !ok {
-		return explain(n, devs, req, pl, f)
+		return explain(n, devs, req, pl, tenant, f)
 	}
 	return nil
 }
@@ -715,10 +771,11 @@ func (v *view) choose(node string, req *PodRequest, pl Placement) (*PodAllocatio
 		return nil, err
 	}
 	pl = effectivePlacement(pl, req)
+	tenant := v.tenantKey(n, req.Namespace)
 	var sc scratch
-	p, f, ok := place(v.devs(n), req, pl, &sc)
+	p, f, ok := place(v.devs(n), req, pl, tenant, &sc)
 	if !ok {
-		return nil, explain(n, v.devs(n), req, pl, f)
+		return nil, explain(n, v.devs(n), req, pl, tenant, f)
 	}
 	return allocationFrom(n, req, p), nil
 }
@@ -729,15 +786,16 @@ func (v *view) fineScore(slot int32, req *PodRequest, pl Placement, sc *scratch)
 		return 0, false
 	}
 	devs := v.devs(n)
+	tenant := v.tenantKey(n, req.Namespace)
 	if single(req) {
 		c := &req.Containers[0]
-		best := bestSingle(devs, c, pl)
+		best := bestSingle(devs, c, pl, tenant)
 		if best < 0 {
 			return 0, false
 		}
 		return scoreSingle(devs, best, c, pl), true
 	}
-	p, _, ok := place(devs, req, pl, sc)
+	p, _, ok := place(devs, req, pl, tenant, sc)
 	if !ok {
 		return 0, false
 	}
@@ -801,6 +859,7 @@ func (v *view) assumeEntry(a *PodAllocation, restore bool) (*podEntry, error) {
 	devs := v.devs(n)
 	var sc scratch
 	work := append(sc.work[:0], devs...)
+	tenant := v.tenantKey(n, a.Namespace)
 	e := &podEntry{namespace: a.Namespace, name: a.Name, uid: a.UID, node: a.Node, assumed: true}
 	for _, ca := range a.Containers {
 		bad := func(format string, args ...any) error {
@@ -858,11 +917,19 @@ func (v *view) assumeEntry(a *PodAllocation, restore bool) (*podEntry, error) {
 					BestDevice: d.index, BestFreeMilli: freeMilli(d), BestFreeMemoryMiB: max(0, d.memoryMiB-d.memMiB),
 				}
 			}
+			if !whole && d.otherTenant(tenant) {
+				return nil, &InsufficientError{
+					Node: n.name, Container: ca.Container, WantMilli: milli, Count: count,
+					BestDevice: -1, OtherTenantDevices: 1,
+				}
+			}
 			d.milli += milli
 			d.memMiB += mem
 			d.users++
 			if whole {
 				d.whole++
+			} else {
+				d.tenants += tenant
 			}
 			ec.uuids = append(ec.uuids, uuid)
 		}

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"fmt"
+	"hash/maphash"
 	"maps"
 	"slices"
 	"strings"
@@ -60,7 +61,7 @@ func WithClock(c Clock) LedgerOption { return func(l *Ledger) { l.clock = c } }
 // NewLedger returns an empty ledger.
 func NewLedger(opts ...LedgerOption) *Ledger {
 	l := &Ledger{
-		v:        view{nodeIdx: map[string]int32{}},
+		v:        view{nodeIdx: map[string]int32{}, tenantSeed: maphash.MakeSeed()},
 		pods:     map[types.UID]*podEntry{},
 		reserved: map[types.UID]*podEntry{},
 		clock:    realClock{},
@@ -294,6 +295,7 @@ func (l *Ledger) Refresh(s *Snapshot) {
 		devices:        append(s.v.devices[:0], l.v.devices...),
 		nodeIdx:        l.v.nodeIdx,
 		inventoryEpoch: l.v.inventoryEpoch,
+		tenantSeed:     l.v.tenantSeed,
 	}}
 }
 
@@ -369,7 +371,8 @@ func (l *Ledger) upsertNode(inv *NodeInventory, heartbeat time.Time) {
 	for j, d := range inv.Devices {
 		// Another DRA driver's device takes nothing from the ledger, but
 		// its pods still hold it: it counts in the capacity (foreign).
-		devs[j] = deviceState{memoryMiB: d.MemoryMiB, index: d.Index, healthy: d.Healthy && d.DRADriver == "", foreign: d.Healthy && d.DRADriver != ""}
+		devs[j] = deviceState{memoryMiB: d.MemoryMiB, index: d.Index, healthy: d.Healthy && d.DRADriver == "", foreign: d.Healthy && d.DRADriver != "",
+			oneTenant: inv.Isolation == v1alpha1.IsolationMPS}
 	}
 	for _, e := range n.pods {
 		l.v.charge(n, e, 1)
@@ -479,7 +482,7 @@ func (l *Ledger) maybeCompact() {
 		idx[n.name] = int32(len(nodes))
 		nodes = append(nodes, n)
 	}
-	l.v = view{nodes: nodes, devices: devices, nodeIdx: idx, inventoryEpoch: l.v.inventoryEpoch}
+	l.v = view{nodes: nodes, devices: devices, nodeIdx: idx, inventoryEpoch: l.v.inventoryEpoch, tenantSeed: l.v.tenantSeed}
 	l.nodeIdxShared.Store(false)
 	l.garbage = 0
 }

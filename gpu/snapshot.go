@@ -494,7 +494,8 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 			}
 			continue
 		}
-		_, f, ok := place(s.v.devs(n), req, pl, &sc)
+		tenant := s.v.tenantKey(n, req.Namespace)
+		_, f, ok := place(s.v.devs(n), req, pl, tenant, &sc)
 		if n.silent != nil {
 			// A node whose agent is silent is the reason to name when it
 			// would take the pod if its agent reported.
@@ -512,7 +513,7 @@ func (s *Snapshot) closest(slots []int32, req *PodRequest, pl Placement) error {
 		if best != nil && f.withRoom < best.DevicesWithRoom {
 			continue
 		}
-		e := explain(n, s.v.devs(n), req, pl, f)
+		e := explain(n, s.v.devs(n), req, pl, tenant, f)
 		if best == nil || e.CloserThan(best) {
 			best = e
 		}

@@ -197,9 +197,9 @@ func (v *view) checkInvariants() []error {
 	var errs []error
 	recount := slices.Clone(v.devices)
 	for i := range recount {
-		recount[i].milli, recount[i].memMiB, recount[i].users, recount[i].whole = 0, 0, 0, 0
+		recount[i].milli, recount[i].memMiB, recount[i].users, recount[i].whole, recount[i].tenants = 0, 0, 0, 0, 0
 	}
-	rv := view{nodes: v.nodes, devices: recount, nodeIdx: v.nodeIdx}
+	rv := view{nodes: v.nodes, devices: recount, nodeIdx: v.nodeIdx, tenantSeed: v.tenantSeed}
 	for i := range v.nodes {
 		n := &v.nodes[i]
 		for _, e := range n.pods {
@@ -223,6 +223,9 @@ func (v *view) checkInvariants() []error {
 		got, want := v.devs(n), rv.devs(n)
 		for j := range got {
 			d := &got[j]
+			if d.tenants != want[j].tenants {
+				errs = append(errs, &InvariantError{Node: n.name, Device: d.index, Detail: "accounting drift: the namespaces of its slices differ from its pods'"})
+			}
 			if d.milli != want[j].milli || d.memMiB != want[j].memMiB || d.users != want[j].users || d.whole != want[j].whole {
 				errs = append(errs, &InvariantError{Node: n.name, Device: d.index,
 					Detail: fmt.Sprintf("accounting drift: holds %d milli, %dMiB, %d allocations (%d whole); its pods hold %d milli, %dMiB, %d (%d whole)",

@@ -67,6 +67,36 @@ func (c *EnforcementConfig) defaults(dra bool) {
 type containerFacts struct {
 	node containeredit.Node
 	inv  *gpu.NodeInventory
+	// mps reads the limits of the node's MPS daemons in mps mode.
+	mps mpsLimits
+}
+
+// mpsLimits reads the memory limits a node's MPS daemons took: the
+// agent's own daemons (mgr), or those the keeper records in stateFile.
+// The zero value knows none.
+type mpsLimits struct {
+	mgr       *mpsManager
+	stateFile string
+	node      string
+}
+
+func (l mpsLimits) memLimit(uuid string) (int64, bool) {
+	if l.mgr != nil {
+		return l.mgr.memLimit(uuid)
+	}
+	if l.stateFile == "" {
+		return 0, false
+	}
+	var rec mpsState
+	if ok, err := readStateFile(l.stateFile, &rec); err != nil || !ok || (rec.Node != "" && rec.Node != l.node) {
+		return 0, false
+	}
+	for _, d := range rec.Daemons {
+		if d.UUID == uuid && d.MemLimitMiB > 0 {
+			return d.MemLimitMiB, true
+		}
+	}
+	return 0, false
 }
 
 // enforcement reads what caps slices on the node (the driver, dmem, the
@@ -120,6 +150,15 @@ func (a *Agent) enforcement(ctx context.Context, st *nodeState, mode v1alpha1.Is
 			facts.node.DmemRegions = support.Regions
 		}
 		facts.node.DeviceNodes, facts.node.ControlNodes = deviceNodes(cfg.DevRoot, info)
+		if mode == v1alpha1.IsolationMPS {
+			_, sim := st.backend.(*Simulated)
+			switch {
+			case a.opts.MPS.Keeper && !sim:
+				facts.mps = mpsLimits{stateFile: filepath.Join(a.opts.MPS.StateDir, mpsStateFile), node: st.name}
+			case st.mps != nil:
+				facts.mps = mpsLimits{mgr: st.mps}
+			}
+		}
 		a.lock.Lock()
 		a.facts[st.name] = facts
 		a.lock.Unlock()
@@ -164,6 +203,16 @@ func (a *Agent) ContainerFacts(node string) (containeredit.Node, *gpu.NodeInvent
 	defer a.lock.Unlock()
 	f, ok := a.facts[node]
 	return f.node, f.inv, ok
+}
+
+// MPSMemoryLimit is the memory limit per client that the MPS daemon of
+// device uuid on node last took; ok is false while none is known (no
+// daemon yet, or none that took a limit).
+func (a *Agent) MPSMemoryLimit(node, uuid string) (memMiB int64, ok bool) {
+	a.lock.Lock()
+	f := a.facts[node]
+	a.lock.Unlock()
+	return f.mps.memLimit(uuid)
 }
 
 // GetPod returns a pod bound to a served node from the cache, or, when

@@ -146,6 +146,11 @@ type mpsRecord struct {
 	LogDir  string `json:"logDir"`
 	// Started is when the daemon was started or found, for people.
 	Started time.Time `json:"started"`
+	// MemLimitMiB is the pinned memory limit the daemon last took, as its
+	// default and on every server; 0 until it took one. The NRI plugin
+	// holds an MPS client's container until it covers the client's slice
+	// (a client keeps the limit it connected under).
+	MemLimitMiB int64 `json:"memLimitMiB,omitempty"`
 }
 
 // mpsState is the content of mps-daemons.json.
@@ -336,6 +341,30 @@ func (m *mpsManager) record(log logr.Logger, t mpsTarget, p DaemonProcess) {
 	m.save(log)
 }
 
+// took notes the memory limit a device's daemon took and saves the record
+// when it changed.
+func (m *mpsManager) took(log logr.Logger, uuid string, memLimitMiB int64) {
+	m.lock.Lock()
+	r, ok := m.records[uuid]
+	changed := ok && r.MemLimitMiB != memLimitMiB
+	if changed {
+		r.MemLimitMiB = memLimitMiB
+		m.records[uuid] = r
+	}
+	m.lock.Unlock()
+	if changed {
+		m.save(log)
+	}
+}
+
+// memLimit is the memory limit a device's daemon last took.
+func (m *mpsManager) memLimit(uuid string) (int64, bool) {
+	m.lock.Lock()
+	defer m.lock.Unlock()
+	r, ok := m.records[uuid]
+	return r.MemLimitMiB, ok && r.MemLimitMiB > 0
+}
+
 // forget drops the record of a daemon that ended.
 func (m *mpsManager) forget(log logr.Logger, uuid string) {
 	m.lock.Lock()
@@ -500,6 +529,7 @@ func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, p DaemonProcess, log
 			return
 		}
 		retry = nil
+		m.took(log, t.UUID, t.MemLimitMiB)
 		log.V(2).Info("Set MPS limits", "memLimitMiB", t.MemLimitMiB, "threadPercent", t.ThreadPercent)
 	}
 	apply()
@@ -515,9 +545,12 @@ func (m *mpsManager) run(ctx context.Context, d *mpsDaemon, p DaemonProcess, log
 			apply()
 		case <-verify.C():
 			if retry == nil {
-				if err := m.holdLimits(ctx, m.target(d), log); err != nil {
+				t := m.target(d)
+				if err := m.holdLimits(ctx, t, log); err != nil {
 					log.V(2).Info("Could not check the MPS daemon's limits; retrying", "err", err)
 					retry = m.clock.After(mpsRetry)
+				} else {
+					m.took(log, t.UUID, t.MemLimitMiB)
 				}
 			}
 		case <-poll.C():

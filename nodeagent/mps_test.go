@@ -207,6 +207,21 @@ func TestMPSDaemons(t *testing.T) {
 	if got := recordedUUIDs(t, cfg.StateDir); !slices.Equal(got, []string{"GPU-a", "GPU-b"}) {
 		t.Errorf("recorded daemons %v, want GPU-a and GPU-b", got)
 	}
+	// The limits the daemons took are known, to the agent's NRI plugin
+	// from the manager and, with the keeper, from the record.
+	fromRecord := mpsLimits{stateFile: filepath.Join(cfg.StateDir, mpsStateFile), node: "n1"}
+	for _, want := range []mpsTarget{a, b} {
+		eventually(t, want.UUID+"'s limit recorded", func() bool {
+			got, ok := fromRecord.memLimit(want.UUID)
+			return ok && got == want.MemLimitMiB
+		})
+		if got, ok := (mpsLimits{mgr: m}).memLimit(want.UUID); !ok || got != want.MemLimitMiB {
+			t.Errorf("%s's limit from the manager = %d, %v; want %d", want.UUID, got, ok, want.MemLimitMiB)
+		}
+	}
+	if _, ok := (mpsLimits{stateFile: fromRecord.stateFile, node: "n2"}).memLimit("GPU-a"); ok {
+		t.Error("a record of node n1 answered for node n2")
+	}
 
 	// A daemon that dies is found dead at the next check and started again
 	// after a backoff, with its limits.
@@ -231,6 +246,7 @@ func TestMPSDaemons(t *testing.T) {
 	if got := runsSince(3); got[0] != "GPU-b: set_default_active_thread_percentage 75; set_default_device_pinned_mem_limit 0 40960M" {
 		t.Errorf("sent %q for the changed limits", got[0])
 	}
+	eventually(t, "GPU-b's new limit recorded", func() bool { got, ok := fromRecord.memLimit("GPU-b"); return ok && got == 40960 })
 
 	// A device no longer shared loses its daemon: quit.
 	m.ensure(ctx, []mpsTarget{b})

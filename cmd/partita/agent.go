@@ -336,7 +336,7 @@ func runAgent(cmd *cobra.Command, f *agentFlags) error {
 	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, nodeagent.Handler(metrics, agent.Ready)) })
 	g.Go(func() error { return agent.Run(gctx) })
 	if nri {
-		plugin, err := partitanri.New(partitanri.Options{NodeName: f.nodeName, SocketPath: f.nriSocket, Pods: agent, Facts: agent, Log: log.WithName("nri")})
+		plugin, err := partitanri.New(partitanri.Options{NodeName: f.nodeName, SocketPath: f.nriSocket, Pods: agent, Facts: agent, MPS: agent, Log: log.WithName("nri")})
 		if err != nil {
 			return err
 		}

@@ -52,6 +52,17 @@ type NodeFacts interface {
 	ContainerFacts(node string) (containeredit.Node, *gpu.NodeInventory, bool)
 }
 
+// MPSLimits reads the memory limit per client that a device's MPS daemon
+// last took (the agent).
+type MPSLimits interface {
+	MPSMemoryLimit(node, uuid string) (memMiB int64, ok bool)
+}
+
+// DefaultMPSWait is how long a new MPS client's container is held for its
+// device's daemon to take a limit that covers its slice: under the
+// runtime's NRI request timeout (2 s by default in containerd).
+const DefaultMPSWait = 1500 * time.Millisecond
+
 // Options configure a Plugin.
 type Options struct {
 	// NodeName is the node the agent serves.
@@ -68,6 +79,12 @@ type Options struct {
 	// RetryInterval is the wait between two connection attempts after the
 	// runtime went away (a containerd restart); 2 s when zero.
 	RetryInterval time.Duration
+	// MPS, when set, holds the container of an MPS client until its
+	// device's daemon took a limit that covers its slice (a client keeps
+	// the limit it connected under), at most MPSWait (DefaultMPSWait when
+	// zero); then the creation fails and the kubelet retries.
+	MPS     MPSLimits
+	MPSWait time.Duration
 }
 
 // Plugin adjusts the containers of GPU pods at creation.
@@ -93,6 +110,9 @@ func New(opts Options) (*Plugin, error) {
 	}
 	if opts.RetryInterval <= 0 {
 		opts.RetryInterval = 2 * time.Second
+	}
+	if opts.MPSWait <= 0 {
+		opts.MPSWait = DefaultMPSWait
 	}
 	return &Plugin{opts: opts}, nil
 }
@@ -183,6 +203,9 @@ func (p *Plugin) Adjust(ctx context.Context, sandbox *api.PodSandbox, ctr *api.C
 	if !ready {
 		node = containeredit.Node{}
 	}
+	if err := p.waitMPSLimit(ctx, node, alloc); err != nil {
+		return nil, fmt.Errorf("adjust container %q: %w", ctr.GetName(), err)
+	}
 	adj := containeredit.Adjust(node, containeredit.Container{Env: ctr.GetEnv(), Alloc: alloc})
 	if alloc != nil {
 		log.V(2).Info("Set a container's devices", "devices", strings.Join(alloc.DeviceUUIDs, ","), "memoryMiB", alloc.MemoryMiB, "mode", node.Mode)
@@ -190,6 +213,38 @@ func (p *Plugin) Adjust(ctx context.Context, sandbox *api.PodSandbox, ctr *api.C
 		log.V(4).Info("Set a container's devices to void")
 	}
 	return adj, nil
+}
+
+// waitMPSLimit holds an MPS client's container until its device's daemon
+// took a memory limit at least as large as the client's slice: a client
+// keeps the limit it connects under, and the agent raises the device's
+// limit when a larger slice is bound, which may come after the kubelet
+// started creating the container. A wait that runs out fails the creation,
+// which the kubelet retries, rather than starting a client held below its
+// slice.
+func (p *Plugin) waitMPSLimit(ctx context.Context, node containeredit.Node, a *gpu.ContainerAllocation) error {
+	if p.opts.MPS == nil || node.Mode != v1alpha1.IsolationMPS || a == nil || a.Whole() || len(a.DeviceUUIDs) != 1 || a.MemoryMiB <= 0 {
+		return nil
+	}
+	uuid, need := a.DeviceUUIDs[0], a.MemoryMiB
+	deadline := p.opts.Clock.Now().Add(p.opts.MPSWait)
+	for {
+		got, ok := p.opts.MPS.MPSMemoryLimit(p.opts.NodeName, uuid)
+		if ok && got >= need {
+			return nil
+		}
+		if !p.opts.Clock.Now().Before(deadline) {
+			if !ok {
+				return fmt.Errorf("the MPS daemon of GPU %s has taken no memory limit yet (the slice needs %dMiB); the kubelet retries", uuid, need)
+			}
+			return fmt.Errorf("the MPS daemon of GPU %s holds clients to %dMiB, below the slice's %dMiB, until the agent raises it; the kubelet retries", uuid, got, need)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-p.opts.Clock.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // containerAllocation reads the container's allocation from the pod's

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"testing"
+	"time"
 
 	"github.com/containerd/nri/pkg/api"
 	"github.com/containerd/nri/pkg/stub"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
@@ -185,5 +187,112 @@ func TestPluginRunFailsWithoutSocket(t *testing.T) {
 	}
 	if SocketExists(t.TempDir() + "/nri.sock") {
 		t.Error("SocketExists() on a missing path = true")
+	}
+}
+
+// fakeMPS answers the limit of GPU-b's daemon from a function of the number
+// of times it was asked.
+type fakeMPS struct {
+	asked *int
+	limit func(asked int) (int64, bool)
+}
+
+func (f fakeMPS) MPSMemoryLimit(_, uuid string) (int64, bool) {
+	if uuid != "GPU-b" {
+		return 0, false
+	}
+	*f.asked++
+	return f.limit(*f.asked)
+}
+
+// An MPS client keeps the limit it connected under: its container waits for
+// its device's daemon to take a limit that covers its slice, or fails (the
+// kubelet retries), rather than start held below its slice.
+func TestPluginHoldsMPSClientsUntilTheirLimit(t *testing.T) {
+	inv := &gpu.NodeInventory{Name: "gpu-1", Isolation: v1alpha1.IsolationMPS, Devices: []gpu.Device{
+		{Index: 1, UUID: "GPU-b", MemoryMiB: 81920, Healthy: true},
+	}}
+	slice := makePod("slice", map[string]string{
+		v1alpha1.AnnotationGPUMemory:               "20Gi",
+		v1alpha1.AnnotationNode:                    "gpu-1",
+		v1alpha1.AnnotationDevicesPrefix + "main":  "GPU-b",
+		v1alpha1.AnnotationMemLimitPrefix + "main": "20480M",
+	}, "main")
+	pods := fakePods{pods: map[string]*corev1.Pod{"team-a/slice": slice}}
+	sandbox := &api.PodSandbox{Namespace: "team-a", Name: "slice", Uid: "slice-uid"}
+	cases := map[string]struct {
+		mode    v1alpha1.IsolationMode
+		limit   func(asked int) (int64, bool)
+		wantErr string
+		// wantAsked is how often the limit was read, 0 for any.
+		wantAsked int
+	}{
+		"the daemon already allows the slice": {
+			mode: v1alpha1.IsolationMPS, limit: func(int) (int64, bool) { return 40960, true }, wantAsked: 1,
+		},
+		"the daemon takes the slice's limit while the container waits": {
+			mode: v1alpha1.IsolationMPS,
+			limit: func(asked int) (int64, bool) {
+				if asked < 4 {
+					return 1, true
+				}
+				return 20480, true
+			},
+			wantAsked: 4,
+		},
+		"a daemon below the slice fails the creation": {
+			mode: v1alpha1.IsolationMPS, limit: func(int) (int64, bool) { return 10240, true },
+			wantErr: `adjust container "main": the MPS daemon of GPU GPU-b holds clients to 10240MiB, below the slice's 20480MiB, until the agent raises it; the kubelet retries`,
+		},
+		"no daemon yet fails the creation": {
+			mode: v1alpha1.IsolationMPS, limit: func(int) (int64, bool) { return 0, false },
+			wantErr: `adjust container "main": the MPS daemon of GPU GPU-b has taken no memory limit yet (the slice needs 20480MiB); the kubelet retries`,
+		},
+		"other modes do not wait": {
+			mode: v1alpha1.IsolationHAMiCore, limit: func(int) (int64, bool) { return 0, false }, wantAsked: -1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			asked := 0
+			clk := testingclock.NewFakeClock(time.Now())
+			facts := fakeFacts{node: containeredit.Node{Mode: tc.mode, MPSDir: "/run/partita/mps"}, inv: inv, ready: true}
+			p, err := New(Options{NodeName: "gpu-1", Pods: pods, Facts: facts, MPS: fakeMPS{asked: &asked, limit: tc.limit}, Clock: clk, Log: testr.New(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Time passes only while the plugin waits.
+			done := make(chan struct{})
+			go func() {
+				for {
+					select {
+					case <-done:
+						return
+					default:
+					}
+					if clk.HasWaiters() {
+						clk.Step(50 * time.Millisecond)
+					}
+					time.Sleep(time.Millisecond)
+				}
+			}()
+			_, _, err = p.CreateContainer(context.Background(), sandbox, &api.Container{Name: "main"})
+			close(done)
+			gotErr := ""
+			if err != nil {
+				gotErr = err.Error()
+			}
+			if diff := cmp.Diff(tc.wantErr, gotErr); diff != "" {
+				t.Errorf("CreateContainer() error (-want +got):\n%s", diff)
+			}
+			switch {
+			case tc.wantAsked == -1 && asked != 0:
+				t.Errorf("the limit was read %d times in mode %s", asked, tc.mode)
+			case tc.wantAsked > 0 && asked != tc.wantAsked:
+				t.Errorf("the limit was read %d times, want %d", asked, tc.wantAsked)
+			case tc.wantErr != "" && asked < int(DefaultMPSWait/(50*time.Millisecond)):
+				t.Errorf("gave up after %d reads, before the wait ran out", asked)
+			}
+		})
 	}
 }

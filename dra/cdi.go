@@ -115,6 +115,12 @@ func CDISpec(claimUID types.UID, namespace string, reqs []PreparedRequest, node 
 // list that loads it into every process.
 func containerEdits(r PreparedRequest, node CDINode) cdispec.ContainerEdits {
 	mode, mpsDir := node.Mode, node.MPSDir
+	if mode == v1alpha1.IsolationMPS && len(r.Devices) > 1 && node.InterposerDir != "" {
+		// One MPS daemon per device cannot serve a slice over several
+		// devices (they run without MPS): the interposer caps it, as
+		// containeredit.SliceMode does on the NRI path.
+		mode = v1alpha1.IsolationHAMiCore
+	}
 	uuids := make([]string, len(r.Devices))
 	for i, d := range r.Devices {
 		uuids[i] = d.UUID

@@ -42,6 +42,24 @@ func TestCDISpec(t *testing.T) {
 			req: two, mode: v1alpha1.IsolationMPS,
 			want: cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=40000M"}},
 		},
+		"mps over two devices with the interposer installed: capped by it": {
+			req: two, mode: v1alpha1.IsolationMPS, interposer: "/var/lib/partita/interposer",
+			want: cdispec.ContainerEdits{
+				Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a,GPU-b", "CUDA_DEVICE_MEMORY_LIMIT=40000M"},
+				Mounts: []*cdispec.Mount{
+					{HostPath: "/var/lib/partita/interposer", ContainerPath: "/usr/local/partita/interposer", Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+					{HostPath: "/var/lib/partita/interposer/ld.so.preload", ContainerPath: "/etc/ld.so.preload", Type: "bind", Options: []string{"bind", "ro", "nosuid", "nodev"}},
+				},
+			},
+		},
+		"mps on one device ignores the interposer": {
+			req: slice, mode: v1alpha1.IsolationMPS, interposer: "/var/lib/partita/interposer",
+			want: cdispec.ContainerEdits{
+				Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_MPS_PIPE_DIRECTORY=/run/partita/mps-pipe",
+					"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=20389M", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30"},
+				Mounts: []*cdispec.Mount{{HostPath: "/run/partita/mps/GPU-a/pipe", ContainerPath: "/run/partita/mps-pipe", Type: "bind", Options: []string{"rbind", "rw", "nosuid", "nodev"}}},
+			},
+		},
 		"hami-core": {
 			req: slice, mode: v1alpha1.IsolationHAMiCore,
 			want: cdispec.ContainerEdits{Env: []string{"NVIDIA_VISIBLE_DEVICES=GPU-a", "CUDA_DEVICE_MEMORY_LIMIT=20389M", "CUDA_DEVICE_SM_LIMIT=30"}},

@@ -170,8 +170,6 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 		if err := checkTenancy(c.Namespace, used, reqs); err != nil {
 			return none, err
 		}
-	}
-	if mode == v1alpha1.IsolationMPS {
 		for _, r := range reqs {
 			if len(r.Devices) == 1 && !r.Whole {
 				// The mount needs the directory when the container starts;
@@ -183,10 +181,11 @@ func (p *Plugin) prepare(c *resourceapi.ResourceClaim, devices []v1alpha1.GPUDev
 		}
 	}
 	node := CDINode{Mode: mode, MPSDir: p.opts.MPSDir}
-	if mode == v1alpha1.IsolationHAMiCore && p.opts.InterposerDir != "" {
+	if (mode == v1alpha1.IsolationHAMiCore || mode == v1alpha1.IsolationMPS) && p.opts.InterposerDir != "" {
+		// mps too: a slice over several devices gets the interposer.
 		if _, ok := interposer.Installed(p.opts.InterposerDir); ok {
 			node.InterposerDir = p.opts.InterposerDir
-		} else {
+		} else if mode == v1alpha1.IsolationHAMiCore {
 			p.log.Info("hami-core slice on a node without the interposer installed: its memory is capped by the watchdog only", "claim", klog.KObj(c), "dir", p.opts.InterposerDir)
 		}
 	}

@@ -828,7 +828,9 @@ func (a *Agent) applyMode(ctx context.Context, st *nodeState, mode v1alpha1.Isol
 	if mode != v1alpha1.IsolationMPS {
 		return nil
 	}
-	c := mpsCondition(plan, a.runningDaemons(ctx, st, cfg), notExclusive, cfg.Keeper)
+	ec := a.opts.Enforcement
+	interposer := interposerInstalled(ec.InterposerDir) && ec.ContainerPath != v1alpha1.ContainerPathPodSpec
+	c := mpsCondition(plan, a.runningDaemons(ctx, st, cfg), notExclusive, cfg.Keeper, interposer)
 	return &c
 }
 

@@ -184,7 +184,10 @@ func (a *Agent) runningDaemons(ctx context.Context, st *nodeState, cfg MPSConfig
 }
 
 // mpsCondition says whether mps mode is in force on every shared device.
-func mpsCondition(plan mpsPlan, running map[string]bool, notExclusive map[int32]string, keeper bool) metav1.Condition {
+// interposer says whether the interposer caps the slices that span
+// devices (containeredit.SliceMode: installed, and a container path that
+// mounts it).
+func mpsCondition(plan mpsPlan, running map[string]bool, notExclusive map[int32]string, keeper, interposer bool) metav1.Condition {
 	var stopped, loose []string
 	for _, t := range plan.targets {
 		if !running[t.UUID] {
@@ -211,7 +214,11 @@ func mpsCondition(plan mpsPlan, running map[string]bool, notExclusive map[int32]
 		msgs = append(msgs, "devices not in EXCLUSIVE_PROCESS, where a process that skips MPS can create a context beside the daemon's: "+strings.Join(loose, ", "))
 	}
 	if len(spanned) > 0 {
-		msgs = append(msgs, fmt.Sprintf("devices %s run without MPS: a slice spans them, which one daemon per device cannot serve; their slices are limited by the watchdog alone", strings.Join(spanned, ",")))
+		capped := "limited by the watchdog alone"
+		if interposer {
+			capped = "capped by the interposer (HAMi-core) when they span devices, else by the watchdog alone"
+		}
+		msgs = append(msgs, fmt.Sprintf("devices %s run without MPS: a slice spans them, which one daemon per device cannot serve; their slices are %s", strings.Join(spanned, ","), capped))
 	}
 	switch {
 	case len(stopped) > 0:

@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -144,9 +145,17 @@ func TestMPSReadyTellsWhatDoesNotHold(t *testing.T) {
 
 	t.Run("slices over several devices", func(t *testing.T) {
 		plan := mpsPlan{spanned: []int32{0, 1}}
-		c := mpsCondition(plan, nil, nil, false)
-		if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonSlicesSpanDevices {
-			t.Errorf("MPSReady %s/%s, want False/%s", c.Status, c.Reason, v1alpha1.ReasonSlicesSpanDevices)
+		for _, tc := range []struct {
+			interposer bool
+			want       string
+		}{
+			{false, "their slices are limited by the watchdog alone"},
+			{true, "their slices are capped by the interposer (HAMi-core) when they span devices"},
+		} {
+			c := mpsCondition(plan, nil, nil, false, tc.interposer)
+			if c.Status != metav1.ConditionFalse || c.Reason != v1alpha1.ReasonSlicesSpanDevices || !strings.Contains(c.Message, tc.want) {
+				t.Errorf("interposer %v: MPSReady %s/%s (%s), want False/%s saying %q", tc.interposer, c.Status, c.Reason, c.Message, v1alpha1.ReasonSlicesSpanDevices, tc.want)
+			}
 		}
 	})
 }

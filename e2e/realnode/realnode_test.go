@@ -604,6 +604,27 @@ func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
 	if len(mps) != 1 || !strings.HasSuffix(mps[0], want) {
 		t.Errorf("MPS mounts in the container: %v, want exactly one, its own device's pipe (…%s)\nmountinfo:\n%s", mps, want, strings.Join(lines, "\n"))
 	}
+
+	// A slice over two devices, which one MPS daemon per device cannot
+	// serve, is capped by the interposer the chart installed.
+	if err := interposer.Check(cluster.RealNode().InterposerDir()); err != nil {
+		t.Fatalf("the chart's interposer is not installed: %v", err)
+	}
+	two := samplePod("mps-two", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5", v1alpha1.AnnotationGPUCount: "2"})
+	two.Spec.Containers[0].Image = realnode.ImageInterposerTest.Ref
+	spans := waitRunning(ctx, t, createPod(ctx, t, "default", two))
+	if got := strings.Split(spans.Annotations[v1alpha1.AnnotationDevicesPrefix+"main"], ","); len(got) != 2 {
+		t.Fatalf("the two-device slice holds devices %v", got)
+	}
+	probe := func(args ...string) (string, error) {
+		return kubectlOutput(ctx, append([]string{"exec", "-n", spans.Namespace, spans.Name, "--", realnode.InterposerTestProbe}, args...)...)
+	}
+	if got, err := probe("cat", interposer.ContainerPreload); err != nil || got != interposer.PreloadContent {
+		t.Errorf("%s in the two-device slice: %q (%v), want %q", interposer.ContainerPreload, got, err, interposer.PreloadContent)
+	}
+	if out, err := probe("loaded", interposer.ContainerLibrary); err != nil {
+		t.Errorf("a process in the two-device slice does not map %s: %v\n%s", interposer.ContainerLibrary, err, out)
+	}
 }
 
 // TestRealNodeHAMiCoreSliceGetsThePreload: with real-node-0's GPUNode in

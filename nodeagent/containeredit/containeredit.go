@@ -127,7 +127,7 @@ func Adjust(node Node, c Container) *api.ContainerAdjustment {
 	if a.Whole() {
 		return adj
 	}
-	switch node.Mode {
+	switch SliceMode(node, a) {
 	case v1alpha1.IsolationMPS:
 		if len(a.DeviceUUIDs) == 1 {
 			adj.AddMount(&api.Mount{
@@ -153,6 +153,18 @@ func Adjust(node Node, c Container) *api.ContainerAdjustment {
 	return adj
 }
 
+// SliceMode is how a slice is capped on node: the node's mode, except that
+// in mps mode a slice over several devices, which one MPS daemon per device
+// cannot serve (its devices run without MPS), gets the interposer where it
+// is installed, as in hami-core mode. dra.containerEdits applies the same
+// rule to a claim.
+func SliceMode(node Node, a *gpu.ContainerAllocation) v1alpha1.IsolationMode {
+	if node.Mode == v1alpha1.IsolationMPS && len(a.DeviceUUIDs) > 1 && node.InterposerDir != "" {
+		return v1alpha1.IsolationHAMiCore
+	}
+	return node.Mode
+}
+
 type envVar struct{ name, value string }
 
 // deviceEnv is the device env of a container holding alloc on node: the
@@ -166,7 +178,7 @@ func deviceEnv(node Node, a *gpu.ContainerAllocation) []envVar {
 		return out
 	}
 	memLimit := strconv.FormatInt(a.MemoryMiB, 10) + "M"
-	switch node.Mode {
+	switch SliceMode(node, a) {
 	case v1alpha1.IsolationMPS:
 		if len(a.DeviceUUIDs) == 1 {
 			out = append(out, envVar{EnvMPSPipeDirectory, MPSPipeMountPath})

@@ -82,6 +82,17 @@ func TestAdjust(t *testing.T) {
 				a.AddEnv(EnvMPSPinnedMemLimit, "40960M")
 			}),
 		},
+		"mps slice over two devices gets the interposer where it is installed": {
+			node: Node{Mode: v1alpha1.IsolationMPS, MPSDir: "/run/partita/mps", InterposerDir: "/var/lib/partita/interposer"},
+			c:    Container{Alloc: twoSlices, Env: []string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=80G"}},
+			want: want(func(a *api.ContainerAdjustment) {
+				a.RemoveEnv(EnvMPSPinnedMemLimit)
+				a.AddEnv(EnvVisibleDevices, "GPU-a,GPU-b")
+				a.AddEnv(EnvDeviceMemoryLimit, "40960M")
+				a.AddMount(&api.Mount{Source: "/var/lib/partita/interposer", Destination: InterposerMountPath, Type: "bind", Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+				a.AddMount(&api.Mount{Source: "/var/lib/partita/interposer/ld.so.preload", Destination: PreloadPath, Type: "bind", Options: []string{"bind", "ro", "nosuid", "nodev"}})
+			}),
+		},
 		"hami-core slice without the interposer": {
 			node: Node{Mode: v1alpha1.IsolationHAMiCore},
 			c:    Container{Alloc: slice},

@@ -166,6 +166,11 @@ func (a *PodAdmission) canonical(pod *corev1.Pod, req *gpu.PodRequest) (*corev1.
 	} else {
 		out = gpu.ApplyCanonical(pod, req, a.cluster.ReferenceDeviceMemoryMiB())
 		injectEnv(out, req, a.cluster.IsolationModes(), a.mpsDir)
+		// The agent's NRI plugin decides what a GPU container gets; the
+		// claims' CDI specs do in dra mode.
+		if err := requireNRIPlugin(out, req); err != nil {
+			return nil, nil, err
+		}
 	}
 	if req == nil {
 		return out, templates, nil

@@ -181,6 +181,15 @@ func (a *PodAdmission) validateUpdate(ar *admissionv1.AdmissionRequest) Result {
 		}
 	}
 	oldReq, oldErrs := gpu.ParsePod(old)
+	if !a.trusted.Trusts(ar.UserInfo) && len(oldErrs) == 0 && oldReq != nil {
+		names := make([]string, 0, len(oldReq.Containers))
+		for _, c := range oldReq.Containers {
+			names = append(names, c.Name)
+		}
+		if errs := changedNRIRequirements(old.Annotations, pod.Annotations, names); len(errs) > 0 {
+			return Result{Dialect: dialectOf(oldReq), Err: &DenialError{Reason: ReasonDeviceAccess, Errs: errs}}
+		}
+	}
 	if len(oldErrs) > 0 {
 		// A pod from before Partita, or one it never could read: nothing to
 		// keep fixed.

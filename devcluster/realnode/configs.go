@@ -199,6 +199,11 @@ imports = []
     plugin_registration_timeout = "5s"
     plugin_request_timeout = "2s"
     disable_connections = false
+    # A container that names a required plugin (the webhook names
+    # Partita's for every GPU container) is not created without it: no
+    # GPU container starts while the agent is down.
+    [plugins.'io.containerd.nri.v1.nri'.default_validator]
+      enable = true
 `, q(n.path("containerd", "root")), q(n.path("containerd", "state")),
 		q(n.containerdSocket()), q(n.containerdSocket()+".ttrpc"),
 		q(ImagePause.Ref), q(n.CDIDir()), q(dir), q(n.path("cni", "net.d")), q(n.path("containerd", "runc")),

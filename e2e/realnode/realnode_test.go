@@ -574,6 +574,13 @@ func TestRealNodeMPSClientSeesOnlyItsPipe(t *testing.T) {
 		done = p
 		return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed, describePod(ctx, p)
 	})
+	// An MPS client's container may wait for its daemon's limit (the NRI
+	// plugin, at most 1.5 s, then the kubelet retries): say so when it did.
+	for _, e := range devcluster.PodEvents(ctx, clientset, done, 20) {
+		if e.Reason == "Failed" {
+			t.Logf("event on the MPS client: %s: %s", e.Reason, e.Message)
+		}
+	}
 	devices := strings.Split(done.Annotations[v1alpha1.AnnotationDevicesPrefix+"main"], ",")
 	if done.Status.Phase != corev1.PodSucceeded || done.Spec.NodeName != realnode.NodeName || len(devices) != 1 || devices[0] == "" {
 		t.Fatalf("the MPS client ended %s on %q with devices %v: %+v", done.Status.Phase, done.Spec.NodeName, devices, done.Status.ContainerStatuses)
@@ -699,6 +706,58 @@ func TestRealNodeHAMiCoreSliceGetsThePreload(t *testing.T) {
 	if out, err := probe(plain, "loaded", interposer.ContainerLibrary); err == nil {
 		t.Errorf("a container with no GPU maps %s:\n%s", interposer.ContainerLibrary, out)
 	}
+}
+
+// TestRealNodeGPUContainerWaitsForTheAgent: with the runtime's NRI default
+// validator on (the real node's containerd has it), a GPU container is not
+// created while the agent, Partita's NRI plugin, is down: the webhook names
+// the plugin as required for every GPU container. A pod without a GPU starts
+// meanwhile; the GPU pod starts once the agent is back.
+func TestRealNodeGPUContainerWaitsForTheAgent(t *testing.T) {
+	needCluster(t)
+	ctx := testContext(t, 5*time.Minute)
+	ds := "daemonset/" + release + "-agent"
+	const away = `{"spec":{"template":{"spec":{"nodeSelector":{"e2e.partita.dev/agent-away":"true"}}}}}`
+	const back = `{"spec":{"template":{"spec":{"nodeSelector":{"e2e.partita.dev/agent-away":null}}}}}`
+	agentBack := func(ctx context.Context) {
+		kubectl(ctx, t, "-n", ns, "patch", ds, "--type", "merge", "-p", back)
+		kubectl(ctx, t, "-n", ns, "rollout", "status", ds, "--timeout", "2m")
+	}
+	kubectl(ctx, t, "-n", ns, "patch", ds, "--type", "merge", "-p", away)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		agentBack(ctx)
+	})
+	poll(t, 2*time.Minute, "the agent gone from "+realnode.NodeName, func() (bool, string) {
+		out := kubectl(ctx, t, "-n", ns, "get", "pods", "-l", "app.kubernetes.io/component=agent", "--field-selector", "spec.nodeName="+realnode.NodeName, "-o", "name")
+		return strings.TrimSpace(out) == "", "agent pods: " + out
+	})
+
+	plain := waitRunning(ctx, t, createPod(ctx, t, "default", samplePod("no-gpu-agent-away", nil)))
+	if plain.Spec.NodeName != realnode.NodeName {
+		t.Fatalf("the pod without a GPU runs on %q, want %s", plain.Spec.NodeName, realnode.NodeName)
+	}
+	gpuPod := createPod(ctx, t, "default", samplePod("gpu-agent-away", map[string]string{v1alpha1.AnnotationGPUFraction: "0.5"}))
+	poll(t, 2*time.Minute, "the runtime to refuse the GPU container for want of Partita's NRI plugin", func() (bool, string) {
+		p, err := clientset.CoreV1().Pods("default").Get(ctx, gpuPod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			t.Fatalf("the GPU pod runs while the agent is down: %s", describePod(ctx, p))
+		}
+		for _, cs := range p.Status.ContainerStatuses {
+			if w := cs.State.Waiting; w != nil && strings.Contains(w.Message, "required plugin") && strings.Contains(w.Message, "partita") {
+				t.Logf("container %s waits: %s: %s", cs.Name, w.Reason, w.Message)
+				return true, ""
+			}
+		}
+		return false, describePod(ctx, p)
+	})
+
+	agentBack(ctx)
+	waitRunning(ctx, t, gpuPod)
 }
 
 // switchIsolation sets real-node-0's GPUNode spec.isolation to mode, waits

@@ -31,7 +31,8 @@ import (
 	"github.com/partita-dev/partita/nodeagent/containeredit"
 )
 
-// Registration: the runtime orders plugins by index, then name.
+// Registration: the runtime orders plugins by index, then name. The name is
+// the one the webhook requires for GPU containers (webhook.NRIPluginName).
 const (
 	PluginName = "partita"
 	PluginIdx  = "10"

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 
 	"github.com/partita-dev/partita/gpu"
 )
@@ -77,4 +78,37 @@ func TestChangedNRIRequirements(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzRequireNRIPlugin: whatever a pod writes in its required-plugins
+// annotation, the webhook refuses it clearly or leaves Partita's plugin
+// named, once, in a list the runtime reads back.
+func FuzzRequireNRIPlugin(f *testing.F) {
+	for _, s := range []string{`["partita"]`, "[a, b]", "", "{a: b}", "- x\n- partita", "[partita, partita]", "&a [*a]"} {
+		f.Add(s)
+	}
+	req := &gpu.PodRequest{Containers: []gpu.ContainerRequest{{Name: "main"}}}
+	f.Fuzz(func(t *testing.T, v string) {
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Annotations: map[string]string{nriRequiredPrefix + "main": v}}}
+		if err := requireNRIPlugin(pod, req); err != nil {
+			return
+		}
+		var got []string
+		if err := yaml.Unmarshal([]byte(pod.Annotations[nriRequiredPrefix+"main"]), &got); err != nil {
+			t.Fatalf("the webhook wrote %q, which does not read back: %v", pod.Annotations[nriRequiredPrefix+"main"], err)
+		}
+		if n := countOf(got, NRIPluginName); n < 1 {
+			t.Fatalf("the webhook wrote %q for %q: Partita's plugin missing", got, v)
+		}
+	})
+}
+
+func countOf(list []string, s string) int {
+	n := 0
+	for _, x := range list {
+		if x == s {
+			n++
+		}
+	}
+	return n
 }

@@ -60,9 +60,11 @@ type MPSLimits interface {
 }
 
 // DefaultMPSWait is how long a new MPS client's container is held for its
-// device's daemon to take a limit that covers its slice: under the
-// runtime's NRI request timeout (2 s by default in containerd).
-const DefaultMPSWait = 1500 * time.Millisecond
+// device's daemon to take a limit that covers its slice. Short: containerd
+// creates one container at a time while it waits for its NRI plugins
+// (every pod of the node, GPU or not, waits behind it), and the agent
+// usually raised the limit when the pod was bound, long before.
+const DefaultMPSWait = 500 * time.Millisecond
 
 // Options configure a Plugin.
 type Options struct {
@@ -83,7 +85,8 @@ type Options struct {
 	// MPS, when set, holds the container of an MPS client until its
 	// device's daemon took a limit that covers its slice (a client keeps
 	// the limit it connected under), at most MPSWait (DefaultMPSWait when
-	// zero); then the creation fails and the kubelet retries.
+	// zero); then, or at once when the daemon took no limit at all, the
+	// creation fails and the kubelet retries.
 	MPS     MPSLimits
 	MPSWait time.Duration
 }
@@ -231,13 +234,14 @@ func (p *Plugin) waitMPSLimit(ctx context.Context, node containeredit.Node, a *g
 	deadline := p.opts.Clock.Now().Add(p.opts.MPSWait)
 	for {
 		got, ok := p.opts.MPS.MPSMemoryLimit(p.opts.NodeName, uuid)
-		if ok && got >= need {
+		switch {
+		case ok && got >= need:
 			return nil
-		}
-		if !p.opts.Clock.Now().Before(deadline) {
-			if !ok {
-				return fmt.Errorf("the MPS daemon of GPU %s has taken no memory limit yet (the slice needs %dMiB); the kubelet retries", uuid, need)
-			}
+		case !ok:
+			// No daemon that took a limit: nothing to wait for here, and
+			// the node's other containers wait behind this one.
+			return fmt.Errorf("the MPS daemon of GPU %s has taken no memory limit yet (the slice needs %dMiB; check the node's MPSReady condition); the kubelet retries", uuid, need)
+		case !p.opts.Clock.Now().Before(deadline):
 			return fmt.Errorf("the MPS daemon of GPU %s holds clients to %dMiB, below the slice's %dMiB, until the agent raises it; the kubelet retries", uuid, got, need)
 		}
 		select {

@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/partita-dev/partita/helm"
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // PartitaNamespace is the namespace of Partita's ServiceAccounts in the dev
@@ -170,7 +171,7 @@ func (c *Cluster) ensureIdentities(ctx context.Context, cfg *rest.Config, procs 
 			return fmt.Errorf("create token directory: %w", err)
 		}
 		// Written in place of the old one: running processes re-read it.
-		if err := writeFileAtomic(c.tokenFile(sa), []byte(tr.Status.Token), 0o600); err != nil {
+		if err := durable.WriteFile(c.tokenFile(sa), []byte(tr.Status.Token), 0o600); err != nil {
 			return fmt.Errorf("write token of %s: %w", sa, err)
 		}
 		kc, err := serviceAccountKubeconfig(admin, sa, c.tokenFile(sa))
@@ -203,14 +204,6 @@ func serviceAccountKubeconfig(admin *clientcmdapi.Config, sa, tokenFile string) 
 	out.Contexts[sa] = &clientcmdapi.Context{Cluster: kctx.Cluster, AuthInfo: user, Namespace: PartitaNamespace}
 	out.CurrentContext = sa
 	return out, nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, mode); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // Apply creates or updates every object of a multi-document YAML manifest

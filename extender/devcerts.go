@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // Files of a dev certificate directory (EnsureDevCertificates).
@@ -127,7 +129,7 @@ func EnsureDevCertificates(o DevCertificateOptions) error {
 	// The CA last: a reader that sees the new CA sees certificates it
 	// signed.
 	for _, name := range []string{DevServingKeyFile, DevServingCertFile, DevClientKeyFile, DevClientCertFile, DevCAFile} {
-		if err := writeFileAtomic(filepath.Join(o.Dir, name), files[name]); err != nil {
+		if err := durable.WriteFile(filepath.Join(o.Dir, name), files[name], 0o600); err != nil {
 			return err
 		}
 	}
@@ -161,15 +163,4 @@ func validDevCertificates(o DevCertificateOptions) bool {
 		}
 	}
 	return check(DevClientCertFile, DevClientKeyFile, x509.VerifyOptions{KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}})
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("replace %s: %w", path, err)
-	}
-	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
-	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
+
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 // File names of a certificate directory, as cert-controller and
@@ -136,7 +137,7 @@ func EnsureDevCertificates(o DevCertificateOptions) ([]byte, error) {
 		{CertFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})},
 	}
 	for _, f := range files {
-		if err := writeFileAtomic(filepath.Join(o.Dir, f.name), f.data); err != nil {
+		if err := durable.WriteFile(filepath.Join(o.Dir, f.name), f.data, 0o600); err != nil {
 			return nil, err
 		}
 	}
@@ -173,22 +174,4 @@ func validDevCertificates(o DevCertificateOptions) ([]byte, bool) {
 		}
 	}
 	return caPEM, true
-}
-
-func writeFileAtomic(path string, data []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), 0o600)); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
 }

@@ -184,9 +184,13 @@ func TestPluginPrepareKeepsAnMPSDeviceToOneNamespace(t *testing.T) {
 		t.Errorf("team-a's second quarter beside its first: %v", err)
 	}
 	err := prepare(quarter("team-b", "b", "gpu-0"), v1alpha1.IsolationMPS)
-	wantMsg := "refused to prepare a slice of namespace team-b: gpu-0 serves MPS clients of namespace team-a; in mps mode a GPU serves one namespace"
+	wantMsg := "refused to prepare a slice of namespace team-b: gpu-0 already serves MPS clients of another namespace; in mps mode a GPU serves one namespace"
 	if err == nil || !strings.Contains(err.Error(), wantMsg) {
 		t.Errorf("team-b's quarter beside team-a's: %v, want %q", err, wantMsg)
+	}
+	// The message reaches team-b's pod events: it must not name team-a.
+	if err != nil && strings.Contains(err.Error(), "team-a") {
+		t.Errorf("the refusal names the other namespace: %v", err)
 	}
 	if _, statErr := os.Stat(CDISpecPath(dir, "b")); !os.IsNotExist(statErr) {
 		t.Errorf("the refused claim left a CDI spec: %v", statErr)

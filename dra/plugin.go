@@ -140,6 +140,12 @@ func (p *Plugin) PrepareResourceClaims(ctx context.Context, claims []*resourceap
 	for _, c := range claims {
 		res, err := p.prepare(c, devices, mode)
 		if err != nil {
+			var te *TenancyError
+			if errors.As(err, &te) {
+				p.log.Info("Refused a slice on an MPS GPU of another namespace; the kubelet retries", "claim", klog.KObj(c), "devices", te.Devices, "otherNamespaces", te.Others)
+				out[c.UID] = kubeletplugin.PrepareResult{Err: err}
+				continue
+			}
 			p.log.Error(err, "Could not prepare claim", "claim", klog.KObj(c))
 			out[c.UID] = kubeletplugin.PrepareResult{Err: err}
 			continue
@@ -245,28 +251,48 @@ func checkRoom(used map[string]Consumption, reqs []PreparedRequest, devices []v1
 // learns it: the kubelet retries, and the pod starts once the device is
 // free of the other namespace.
 func checkTenancy(namespace string, used map[string]Consumption, reqs []PreparedRequest) error {
-	var problems []string
+	e := &TenancyError{Namespace: namespace}
 	for _, r := range reqs {
 		if r.Whole {
 			continue
 		}
 		for _, d := range r.Devices {
 			for _, other := range used[d.Device].Namespaces {
-				switch other {
-				case namespace:
-				case "":
-					problems = append(problems, fmt.Sprintf("%s holds a slice prepared by an earlier agent, whose namespace is not recorded", d.Device))
-				default:
-					problems = append(problems, fmt.Sprintf("%s serves MPS clients of namespace %s", d.Device, other))
+				if other == namespace {
+					continue
+				}
+				if !slices.Contains(e.Devices, d.Device) {
+					e.Devices = append(e.Devices, d.Device)
+				}
+				if !slices.Contains(e.Others, other) {
+					e.Others = append(e.Others, other)
 				}
 			}
 		}
 	}
-	if len(problems) > 0 {
-		return fmt.Errorf("refused to prepare a slice of namespace %s: %s; in mps mode a GPU serves one namespace, because every client can command its MPS daemon (the kubelet retries; the pod starts when the GPU is free)",
-			namespace, strings.Join(slices.Compact(problems), "; "))
+	if len(e.Devices) > 0 {
+		return e
 	}
 	return nil
+}
+
+// TenancyError refuses a slice on an mps node's GPU that serves another
+// namespace. Its message, which reaches the pod's events and so its
+// tenant, does not name the other namespaces; the agent's log does
+// (Others; "" for a claim an earlier agent prepared without recording it).
+type TenancyError struct {
+	Namespace string
+	Devices   []string
+	Others    []string
+}
+
+func (e *TenancyError) Error() string {
+	verb := "serve"
+	if len(e.Devices) == 1 {
+		verb = "serves"
+	}
+	return fmt.Sprintf("refused to prepare a slice of namespace %s: %s already %s MPS clients of another namespace; in mps mode a GPU serves one namespace, because every client can command its MPS daemon (the kubelet retries; the pod starts when the GPU is free)",
+		e.Namespace, strings.Join(e.Devices, ", "), verb)
 }
 
 // UnprepareResourceClaims implements kubeletplugin.DRAPlugin.

@@ -114,13 +114,8 @@ func CDISpec(claimUID types.UID, namespace string, reqs []PreparedRequest, node 
 // hami-core slice also gets the interposer, read-only, and the preload
 // list that loads it into every process.
 func containerEdits(r PreparedRequest, node CDINode) cdispec.ContainerEdits {
-	mode, mpsDir := node.Mode, node.MPSDir
-	if mode == v1alpha1.IsolationMPS && len(r.Devices) > 1 && node.InterposerDir != "" {
-		// One MPS daemon per device cannot serve a slice over several
-		// devices (they run without MPS): the interposer caps it, as
-		// containeredit.SliceMode does on the NRI path.
-		mode = v1alpha1.IsolationHAMiCore
-	}
+	mode := interposer.SliceMode(node.Mode, len(r.Devices), node.InterposerDir != "")
+	mpsDir := node.MPSDir
 	uuids := make([]string, len(r.Devices))
 	for i, d := range r.Devices {
 		uuids[i] = d.UUID

@@ -185,7 +185,7 @@ func (a *Agent) runningDaemons(ctx context.Context, st *nodeState, cfg MPSConfig
 
 // mpsCondition says whether mps mode is in force on every shared device.
 // interposer says whether the interposer caps the slices that span
-// devices (containeredit.SliceMode: installed, and a container path that
+// devices (interposer.SliceMode: installed, and a container path that
 // mounts it).
 func mpsCondition(plan mpsPlan, running map[string]bool, notExclusive map[int32]string, keeper, interposer bool) metav1.Condition {
 	var stopped, loose []string

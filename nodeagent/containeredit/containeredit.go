@@ -127,7 +127,7 @@ func Adjust(node Node, c Container) *api.ContainerAdjustment {
 	if a.Whole() {
 		return adj
 	}
-	switch SliceMode(node, a) {
+	switch sliceMode(node, a) {
 	case v1alpha1.IsolationMPS:
 		if len(a.DeviceUUIDs) == 1 {
 			adj.AddMount(&api.Mount{
@@ -153,16 +153,9 @@ func Adjust(node Node, c Container) *api.ContainerAdjustment {
 	return adj
 }
 
-// SliceMode is how a slice is capped on node: the node's mode, except that
-// in mps mode a slice over several devices, which one MPS daemon per device
-// cannot serve (its devices run without MPS), gets the interposer where it
-// is installed, as in hami-core mode. dra.containerEdits applies the same
-// rule to a claim.
-func SliceMode(node Node, a *gpu.ContainerAllocation) v1alpha1.IsolationMode {
-	if node.Mode == v1alpha1.IsolationMPS && len(a.DeviceUUIDs) > 1 && node.InterposerDir != "" {
-		return v1alpha1.IsolationHAMiCore
-	}
-	return node.Mode
+// sliceMode is how a slice is capped on node (interposer.SliceMode).
+func sliceMode(node Node, a *gpu.ContainerAllocation) v1alpha1.IsolationMode {
+	return interposer.SliceMode(node.Mode, len(a.DeviceUUIDs), node.InterposerDir != "")
 }
 
 type envVar struct{ name, value string }
@@ -178,7 +171,7 @@ func deviceEnv(node Node, a *gpu.ContainerAllocation) []envVar {
 		return out
 	}
 	memLimit := strconv.FormatInt(a.MemoryMiB, 10) + "M"
-	switch SliceMode(node, a) {
+	switch sliceMode(node, a) {
 	case v1alpha1.IsolationMPS:
 		if len(a.DeviceUUIDs) == 1 {
 			out = append(out, envVar{EnvMPSPipeDirectory, MPSPipeMountPath})

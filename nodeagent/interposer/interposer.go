@@ -28,6 +28,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/utils/clock"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
 )
 
 const (
@@ -220,4 +222,18 @@ func Keep(ctx context.Context, src, hostDir string, interval time.Duration, clk 
 			log.Info("Installed the interposer again: its files on the host had changed")
 		}
 	}
+}
+
+// SliceMode is the isolation mode that caps a slice of devices devices on a
+// node in mode: the node's, except that in mps mode a slice over several
+// devices, which one MPS daemon per device cannot serve (its devices run
+// without MPS), gets the interposer like a hami-core slice, where the
+// interposer is mounted (installed, and a container path that mounts it).
+// The NRI path (containeredit) and the DRA backend's CDI specs both ask
+// here.
+func SliceMode(mode v1alpha1.IsolationMode, devices int, mounted bool) v1alpha1.IsolationMode {
+	if mode == v1alpha1.IsolationMPS && devices > 1 && mounted {
+		return v1alpha1.IsolationHAMiCore
+	}
+	return mode
 }

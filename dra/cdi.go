@@ -15,6 +15,7 @@ import (
 	cdispec "tags.cncf.io/container-device-interface/specs-go"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/durable"
 	"github.com/partita-dev/partita/nodeagent/interposer"
 )
 
@@ -188,23 +189,9 @@ func WriteCDISpec(dir string, claimUID types.UID, spec *cdispec.Spec) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("create CDI directory: %w", err)
 	}
-	path := CDISpecPath(dir, claimUID)
-	tmp, err := os.CreateTemp(dir, ".partita-*.tmp")
-	if err != nil {
-		return fmt.Errorf("write CDI spec: %w", err)
-	}
-	_, werr := tmp.Write(data)
-	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write CDI spec: %w", err)
-	}
-	if err := os.Chmod(tmp.Name(), 0o644); err != nil {
-		_ = os.Remove(tmp.Name())
-		return fmt.Errorf("write CDI spec: %w", err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		_ = os.Remove(tmp.Name())
+	// The temporary file is a dot file without .json: neither the
+	// runtime's CDI cache nor PreparedConsumption reads it.
+	if err := durable.WriteFile(CDISpecPath(dir, claimUID), data, 0o644); err != nil {
 		return fmt.Errorf("write CDI spec: %w", err)
 	}
 	return nil

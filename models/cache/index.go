@@ -71,19 +71,8 @@ func (c *Cache) saveLocked() error {
 	if err != nil {
 		return fmt.Errorf("encode index: %w", err)
 	}
-	tmp := c.indexPath() + ".tmp"
-	f, err := os.Create(tmp)
-	if err != nil {
+	if err := durable.WriteFile(c.indexPath(), data, 0o644); err != nil {
 		return fmt.Errorf("write index: %w", err)
 	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		return fmt.Errorf("write index: %w", err)
-	}
-	if err := os.Rename(tmp, c.indexPath()); err != nil {
-		return fmt.Errorf("write index: %w", err)
-	}
-	return durable.SyncDir(c.dir)
+	return nil
 }

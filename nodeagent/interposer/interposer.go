@@ -30,6 +30,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/durable"
 )
 
 const (
@@ -162,34 +163,9 @@ func writeIfChanged(path string, content []byte) (bool, error) {
 			return false, nil
 		}
 	}
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	defer func() { _ = os.Remove(tmp) }()
-	_, err = f.Write(content)
-	if err == nil {
-		// CreateTemp makes 0600 files; containers read these as any user.
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		return false, fmt.Errorf("write %s: %w", path, err)
-	}
-	// The rename is durable once the directory is.
-	if d, err := os.Open(dir); err == nil {
-		_ = d.Sync()
-		_ = d.Close()
+	// Containers read these as any user.
+	if err := durable.WriteFile(path, content, 0o644); err != nil {
+		return false, err
 	}
 	return true, nil
 }

@@ -386,20 +386,26 @@ func TestExtenderOneNodeTwoGPUs(t *testing.T) {
 				seen[u] = true
 			}
 		}
-		want := "largest free slice 0.4 on GPU"
-		poll(t, 30*time.Second, "an event on the waiting pod naming the largest free slice", func() (bool, string) {
-			var msgs []string
-			for _, e := range devcluster.PodEvents(ctx, clientset, waiting, 5) {
-				// The admission loop holds it, or kube-scheduler found no node.
-				if (e.Reason == v1alpha1.ReasonWaitingForCapacity || e.Reason == "FailedScheduling") && strings.Contains(e.Message, want) {
-					t.Logf("event on %s: %s", waiting.Name, e.Message)
-					return true, ""
-				}
-				msgs = append(msgs, e.Reason+": "+e.Message)
-			}
-			return false, fmt.Sprintf("events: %q", msgs)
-		})
+		waitWaitingEvent(ctx, t, waiting, 30*time.Second, "largest free slice 0.4 on GPU")
 		checkClusterLedger(ctx, t)
+	})
+}
+
+// waitWaitingEvent waits for an event on the waiting pod, from the admission
+// loop holding it or from kube-scheduler finding no node, whose message
+// contains want.
+func waitWaitingEvent(ctx context.Context, t *testing.T, pod *corev1.Pod, timeout time.Duration, want string) {
+	t.Helper()
+	poll(t, timeout, fmt.Sprintf("an event on %s saying %q", pod.Name, want), func() (bool, string) {
+		var msgs []string
+		for _, e := range devcluster.PodEvents(ctx, clientset, pod, 5) {
+			if (e.Reason == v1alpha1.ReasonWaitingForCapacity || e.Reason == "FailedScheduling") && strings.Contains(e.Message, want) {
+				t.Logf("event on %s: %s", pod.Name, e.Message)
+				return true, ""
+			}
+			msgs = append(msgs, e.Reason+": "+e.Message)
+		}
+		return false, fmt.Sprintf("events: %q", msgs)
 	})
 }
 

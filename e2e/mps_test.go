@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,26 +56,16 @@ func TestMPSDeviceServesOneNamespace(t *testing.T) {
 	bound(teamA, "a-quarter")
 	checkClusterLedger(ctx, t)
 
-	createPods(ctx, t, clientset, []*corev1.Pod{extGPUPod(teamB, "b-quarter", 250, 1, sel)}, 1)
-	want := "serves MPS clients of another namespace"
-	poll(t, 60*time.Second, "an event on team B's slice naming the other namespace's GPU", func() (bool, string) {
-		p, err := clientset.CoreV1().Pods(teamB).Get(ctx, "b-quarter", metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		if p.Spec.NodeName != "" {
-			t.Fatalf("team B's slice bound to %s beside team A's on an mps GPU (devices %v)", p.Spec.NodeName, devicesOf(p))
-		}
-		var msgs []string
-		for _, e := range devcluster.PodEvents(ctx, clientset, p, 5) {
-			if (e.Reason == v1alpha1.ReasonWaitingForCapacity || e.Reason == "FailedScheduling") && strings.Contains(e.Message, want) {
-				t.Logf("event on %s: %s", p.Name, e.Message)
-				return true, ""
-			}
-			msgs = append(msgs, e.Reason+": "+e.Message)
-		}
-		return false, fmt.Sprintf("events: %q", msgs)
-	})
+	bQuarter := extGPUPod(teamB, "b-quarter", 250, 1, sel)
+	createPods(ctx, t, clientset, []*corev1.Pod{bQuarter}, 1)
+	waitWaitingEvent(ctx, t, bQuarter, 60*time.Second, "serves MPS clients of another namespace")
+	p, err := clientset.CoreV1().Pods(teamB).Get(ctx, "b-quarter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "" {
+		t.Fatalf("team B's slice bound to %s beside team A's on an mps GPU (devices %v)", p.Spec.NodeName, devicesOf(p))
+	}
 
 	deletePods(ctx, t, teamA)
 	bound(teamB, "b-quarter")

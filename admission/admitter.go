@@ -160,6 +160,7 @@ type Admitter struct {
 	lastCycle      time.Time
 	fairShares     cycle.FairShares
 	rooms          cycle.Rooms
+	domains        cycle.Domains
 	// usage counts queues' past usage; nil while time-based fair share is
 	// off.
 	usage *usageState
@@ -351,6 +352,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		Claims:            a.opts.ClaimAllocator,
 		StarvationBound:   a.opts.StarvationBound,
 		Rooms:             &a.rooms,
+		Domains:           &a.domains,
 	})
 	decided := a.clock.Since(start)
 	var errs []error

@@ -3,6 +3,7 @@ package cycle
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -105,6 +106,10 @@ type Cache struct {
 	nodes     map[string]*nodeInfo
 	// topologies are the levels of each Topology, by name.
 	topologies map[string][]string
+	// nodeEpoch counts changes to what places nodes in topology domains
+	// and candidate sets (their labels, taints and schedulability, nodes
+	// added or removed): Domains are kept across cycles while it holds.
+	nodeEpoch uint64
 	// generation counts changes, so that the loop can skip a cycle when
 	// nothing changed.
 	generation uint64
@@ -421,8 +426,20 @@ func (c *Cache) UpsertNode(node *corev1.Node) {
 		n = &nodeInfo{}
 		c.nodes[node.Name] = n
 	}
+	if n.node == nil || placementChanged(n.node, node) {
+		c.nodeEpoch++
+	}
 	n.node = node
 	c.generation++
+}
+
+// placementChanged reports whether a node's update changes which domains
+// and candidate sets it belongs to. Status updates (heartbeats, capacity)
+// do not.
+func placementChanged(old, updated *corev1.Node) bool {
+	return old.Spec.Unschedulable != updated.Spec.Unschedulable ||
+		!maps.Equal(old.Labels, updated.Labels) ||
+		!slices.EqualFunc(old.Spec.Taints, updated.Spec.Taints, func(a, b corev1.Taint) bool { return a.MatchTaint(&b) && a.Value == b.Value })
 }
 
 // DeleteNode removes a node; what its pods request stays counted until they
@@ -433,6 +450,7 @@ func (c *Cache) DeleteNode(name string) {
 	if n := c.nodes[name]; n != nil {
 		n.node = nil
 	}
+	c.nodeEpoch++
 	c.generation++
 }
 

@@ -92,6 +92,8 @@ type Options struct {
 	// Rooms, when set, carries the rooms held for heads of line from cycle
 	// to cycle.
 	Rooms *Rooms
+	// Domains, when set, carries topology domains from cycle to cycle.
+	Domains *Domains
 	// Unevictable are workloads that may not be victims this cycle, with
 	// why: their eviction was refused (a PodDisruptionBudget) or is being
 	// finished. Waits that could have evicted them say so.

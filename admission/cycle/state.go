@@ -355,6 +355,9 @@ type State struct {
 	Topologies map[string][]string
 	// Generation is the cache's generation the state was taken at.
 	Generation uint64
+	// NodeEpoch changes whenever a node is added or removed, or its labels,
+	// taints or schedulability change (Domains).
+	NodeEpoch uint64
 }
 
 // State copies what a cycle needs. Only workloads whose pods changed since
@@ -383,6 +386,7 @@ func (c *Cache) State() *State {
 		Nodes:        make(map[string]*Node, len(c.nodes)),
 		Topologies:   make(map[string][]string, len(c.topologies)),
 		Generation:   c.generation,
+		NodeEpoch:    c.nodeEpoch,
 		DefaultQueue: c.defaultQueue,
 	}
 	for name, q := range c.queues {

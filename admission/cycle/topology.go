@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"iter"
+	"math"
 	"slices"
 	"strings"
 
@@ -183,73 +185,176 @@ func (p *topoPlan) domainLabels(labels map[string]string, level string, into map
 	}
 }
 
-// topoDomain is the candidate nodes of one domain. Domains are built once
-// a cycle for each set of nodes and level (partition), and their free room
-// kept up to date from the snapshot's changes: they are shared, and never
-// changed by their users.
+// topoDomain is the candidate nodes of one domain. Domains are built for
+// each set of nodes and level (partition) and kept while the nodes'
+// labels, taints and schedulability stay the same (Domains); their free
+// room is read again the first time a cycle uses them and kept up to date
+// from the snapshot's changes. They are shared, and never changed by their
+// users.
 type topoDomain struct {
 	key   string
 	value string
 	nodes []string
 	free  int64
+	// stamp is the cycle free was read in (topoState.stamp).
+	stamp uint64
 	// set names the domain's nodes as a set, for partitions within it.
 	set string
 }
 
-// topoState is the cycle's cache of domains.
+// topoState is the cache of domains: the cycle's own, or Domains'.
 type topoState struct {
-	// mark is how far the snapshot's changes were read (gpu.Snapshot.Changes).
-	mark int
-	// free is what each node in a domain had free when last read.
+	// stamp counts the cycles that used the state; mark is how far the
+	// snapshot's changes were read (gpu.Snapshot.Changes) in this one.
+	stamp uint64
+	mark  int
+	// free is what each node in a domain had free when last read this
+	// cycle; a node not in it is in no domain whose free is current.
 	free map[string]int64
-	// indexes are the domains by plan levels, level and set of nodes;
-	// nodeDoms the domains each node is in.
-	indexes  map[string][]*topoDomain
+	// indexes are the domains by plan levels, level and set of nodes, with
+	// the cycle each was last used in; nodeDoms the domains each node is in.
+	indexes  map[string]*topoIndex
 	nodeDoms map[string][]*topoDomain
 	// cands are topoCandidates by the members' constraint signatures.
 	cands map[string][]string
 }
 
+// topoIndex is one partition: a set of nodes grouped by one level.
+type topoIndex struct {
+	doms []*topoDomain
+	used uint64
+}
+
+func newTopoState() *topoState {
+	return &topoState{free: map[string]int64{}, indexes: map[string]*topoIndex{}, nodeDoms: map[string][]*topoDomain{}, cands: map[string][]string{}}
+}
+
+// Domains carries topology domains from cycle to cycle: grouping thousands
+// of nodes by their labels is most of what a topology placement costs,
+// and the groups change only when nodes do (State.NodeEpoch). The zero
+// value is ready; the loop keeps one.
+type Domains struct {
+	epoch uint64
+	state *topoState
+}
+
+// domainsIdle is how many cycles a partition is kept without being used.
+const domainsIdle = 64
+
+// begin hands a cycle the kept domains, grouped again from nothing when
+// the nodes changed, with their free room to be read from snap.
+func (d *Domains) begin(st *State, snap *gpu.Snapshot) *topoState {
+	if d.state == nil || d.epoch != st.NodeEpoch {
+		d.state, d.epoch = newTopoState(), st.NodeEpoch
+	}
+	t := d.state
+	t.stamp++
+	clear(t.free)
+	_, t.mark = snap.Changes(math.MaxInt)
+	if t.stamp%domainsIdle == 0 {
+		t.prune()
+	}
+	return t
+}
+
+// prune forgets the partitions no cycle used for domainsIdle cycles (the
+// node sets of workloads that are gone), so that the state stays the size
+// of what is pending.
+func (t *topoState) prune() {
+	stale := false
+	for key, idx := range t.indexes {
+		if t.stamp-idx.used >= domainsIdle {
+			delete(t.indexes, key)
+			stale = true
+		}
+	}
+	if !stale {
+		return
+	}
+	clear(t.nodeDoms)
+	clear(t.cands)
+	for _, idx := range t.indexes {
+		for _, d := range idx.doms {
+			for _, n := range d.nodes {
+				t.nodeDoms[n] = append(t.nodeDoms[n], d)
+			}
+		}
+	}
+}
+
 func (c *cycle) topoCache() *topoState {
 	if c.topo == nil {
-		c.topo = &topoState{free: map[string]int64{}, indexes: map[string][]*topoDomain{}, nodeDoms: map[string][]*topoDomain{}, cands: map[string][]string{}}
+		if c.opts.Domains != nil {
+			c.topo = c.opts.Domains.begin(c.st, c.snap)
+		} else {
+			c.topo = newTopoState()
+			c.topo.stamp = 1
+		}
 	}
 	return c.topo
 }
 
-// syncFree brings the domains' free room up to date with what changed on
-// the snapshot since it last did.
+// syncFree brings the current domains' free room up to date with what
+// changed on the snapshot since it last did.
 func (c *cycle) syncFree() {
 	t := c.topoCache()
 	nodes, next := c.snap.Changes(t.mark)
 	t.mark = next
 	for _, n := range nodes {
-		doms := t.nodeDoms[n]
-		if len(doms) == 0 {
+		old, read := t.free[n]
+		if !read {
+			// Every domain it is in still has to be read this cycle.
 			continue
 		}
 		f := c.snap.FreeMilli(n)
-		delta := f - t.free[n]
-		if delta == 0 {
+		if f == old {
 			continue
 		}
 		t.free[n] = f
-		for _, d := range doms {
-			d.free += delta
+		for _, d := range t.nodeDoms[n] {
+			d.free += f - old
 		}
 	}
 }
 
+// freeOf is what node has free, read once a cycle.
+func (c *cycle) freeOf(t *topoState, node string) int64 {
+	f, ok := t.free[node]
+	if !ok {
+		f = c.snap.FreeMilli(node)
+		t.free[node] = f
+	}
+	return f
+}
+
 // partition groups nodes (in name order; set names them) by their domain
-// of level; nodes without it belong to none. The slice is the caller's;
-// the domains are shared.
+// of level; nodes without it belong to none. The slice and the domains
+// are shared: callers read them only.
 func (c *cycle) partition(p *topoPlan, set string, nodes []string, level string) []*topoDomain {
 	t := c.topoCache()
 	c.syncFree()
 	key := p.levelsSig + "\x01" + level + "\x01" + set
-	if doms, ok := t.indexes[key]; ok {
-		return slices.Clone(doms)
+	idx := t.indexes[key]
+	if idx == nil {
+		idx = &topoIndex{doms: c.group(p, key, nodes, level)}
+		t.indexes[key] = idx
 	}
+	idx.used = t.stamp
+	for _, d := range idx.doms {
+		if d.stamp == t.stamp {
+			continue
+		}
+		d.free, d.stamp = 0, t.stamp
+		for _, n := range d.nodes {
+			d.free += c.freeOf(t, n)
+		}
+	}
+	return idx.doms
+}
+
+// group builds the domains of level among nodes, without their free room.
+func (c *cycle) group(p *topoPlan, key string, nodes []string, level string) []*topoDomain {
+	t := c.topo
 	byKey := map[string]*topoDomain{}
 	var out []*topoDomain
 	for _, name := range nodes {
@@ -268,16 +373,9 @@ func (c *cycle) partition(p *topoPlan, set string, nodes []string, level string)
 			out = append(out, d)
 		}
 		d.nodes = append(d.nodes, name)
-		f, seen := t.free[name]
-		if !seen {
-			f = c.snap.FreeMilli(name)
-			t.free[name] = f
-		}
-		d.free += f
 		t.nodeDoms[name] = append(t.nodeDoms[name], d)
 	}
-	t.indexes[key] = out
-	return slices.Clone(out)
+	return out
 }
 
 // topoCandidates are the nodes, in name order, any of members may run on,
@@ -348,26 +446,65 @@ func (c *cycle) placeRequired(w *Workload, members []*Member, p *topoPlan, requi
 	for _, m := range members {
 		need += m.GPUMilli
 	}
-	if anchor != "" {
-		doms = slices.DeleteFunc(doms, func(d *topoDomain) bool { return d.key != anchor })
-	}
-	// Best fit: the domain with the least room that takes them.
-	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
-	if c.opts.firstFit {
-		slices.SortFunc(doms, func(a, b *topoDomain) int { return strings.Compare(a.key, b.key) })
-	}
+	keep := func(d *topoDomain) bool { return anchor == "" || d.key == anchor }
 	var lastErr error
-	for _, d := range doms {
-		if d.free < need {
-			continue
-		}
+	for d := range bestFit(doms, need, c.opts.firstFit, keep) {
 		placed, err := c.placeWithin(w, members, p, preferred, d.set, d.nodes, subs)
 		if err == nil {
 			return placed, nil
 		}
 		lastErr = err
 	}
+	if anchor != "" {
+		doms = slices.DeleteFunc(slices.Clone(doms), func(d *topoDomain) bool { return !keep(d) })
+	}
 	return nil, noDomain(required, doms, need, anchor, lastErr)
+}
+
+// bestFit yields the domains of doms with need free that keep takes, the
+// one with the least room first (by key with byKey), ties by key. The
+// first domain usually takes the members, so it is found by a scan, and
+// the rest are sorted only after a few have refused: sorting hundreds of
+// domains for every workload cost more than placing it.
+func bestFit(doms []*topoDomain, need int64, byKey bool, keep func(*topoDomain) bool) iter.Seq[*topoDomain] {
+	before := func(a, b *topoDomain) int {
+		if byKey {
+			return strings.Compare(a.key, b.key)
+		}
+		return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key))
+	}
+	fits := func(d *topoDomain) bool { return d.free >= need && (keep == nil || keep(d)) }
+	const scans = 4
+	return func(yield func(*topoDomain) bool) {
+		var tried []*topoDomain
+		for range scans {
+			var best *topoDomain
+			for _, d := range doms {
+				if fits(d) && !slices.Contains(tried, d) && (best == nil || before(d, best) < 0) {
+					best = d
+				}
+			}
+			if best == nil {
+				return
+			}
+			if !yield(best) {
+				return
+			}
+			tried = append(tried, best)
+		}
+		var rest []*topoDomain
+		for _, d := range doms {
+			if fits(d) && !slices.Contains(tried, d) {
+				rest = append(rest, d)
+			}
+		}
+		slices.SortFunc(rest, before)
+		for _, d := range rest {
+			if !yield(d) {
+				return
+			}
+		}
+	}
 }
 
 // noDomain says that no domain of level takes members: "needs 16 GPUs in
@@ -486,12 +623,8 @@ func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, pref
 		need += m.GPUMilli
 	}
 	doms := c.partition(p, set, nodes, preferred)
-	slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(a.free, b.free), strings.Compare(a.key, b.key)) })
 	tries := 0
-	for _, d := range doms {
-		if d.free < need {
-			continue
-		}
+	for d := range bestFit(doms, need, false, nil) {
 		if placed, err := c.placeOnNodes(w, members, d.nodes); err == nil {
 			return placed, nil
 		}
@@ -500,6 +633,7 @@ func (c *cycle) placePreferred(w *Workload, members []*Member, p *topoPlan, pref
 		}
 	}
 	if len(doms) > 1 {
+		doms = slices.Clone(doms)
 		slices.SortFunc(doms, func(a, b *topoDomain) int { return cmp.Or(cmp.Compare(b.free, a.free), strings.Compare(a.key, b.key)) })
 		var union []string
 		var free int64

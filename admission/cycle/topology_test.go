@@ -2,6 +2,7 @@ package cycle
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/gpu"
 	. "github.com/partita-dev/partita/internal/partitatest"
 )
 
@@ -310,5 +312,112 @@ func TestTopologyPreferredHosts(t *testing.T) {
 	// whole nodes hold 4 + 2.
 	if len(hosts) != 2 || hosts["b0-r1-1"] == 0 {
 		t.Errorf("gang train (preferred host) ran on %v, want two hosts, b0-r1-1 one of them (the roomiest)", hosts)
+	}
+}
+
+// TestTopologyDomainsAcrossCycles: domains kept from cycle to cycle
+// (Options.Domains) read each cycle's free room afresh, and are grouped
+// again when a node's labels change.
+func TestTopologyDomainsAcrossCycles(t *testing.T) {
+	nodes, gns := rackedNodes(1, 2, 2, 4) // racks r0 (b0-r0-0, b0-r0-1) and r1, 8 GPUs each
+	topo := MakeTopology("net", labelBlock, labelRack, "kubernetes.io/hostname").Obj()
+	required := map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack}
+	busy := running("busy", "a", "b0-r1-0", 2, t0).Obj()
+	w := world{nodes: nodes, gpuNodes: gns, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, topologies: []*v1alpha1.Topology{topo},
+		pods:      append(append([]*corev1.Pod{busy}, topoGang("train", "a", 6, 1, required)...), topoGang("later", "a", 8, 1, required)...),
+		podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(6).Obj(), MakePodGroup("later", "ns").MinMember(8).Obj()}}
+	cache, ledger := w.build(t)
+	var domains Domains
+	// nodesOf are the nodes gang train was placed on.
+	nodesOf := func(res *Result) []string {
+		var out []string
+		for _, a := range res.Admissions {
+			if a.Workload.Key.PodGroup != "train" {
+				continue
+			}
+			for _, m := range a.Members {
+				out = append(out, m.Allocation.Node)
+			}
+		}
+		slices.Sort(out)
+		return slices.Compact(out)
+	}
+	cycle := func() *Result {
+		return Run(t.Context(), cache.State(), ledger.Snapshot(), limitQuota{}, Options{Now: t0.Add(time.Hour), Domains: &domains})
+	}
+	// r1 has 6 free, r0 8: best fit takes r1 for train, and later, older
+	// by name only, takes r0. Nothing is bound, so every cycle finds the
+	// room as it was, not as the last cycle left it on its snapshot.
+	for i := range 2 {
+		res := cycle()
+		if got, want := nodesOf(res), []string{"b0-r1-0", "b0-r1-1"}; !slices.Equal(got, want) || len(res.Admissions) != 2 {
+			t.Fatalf("cycle %d placed train on %v (want %v), admitted %d workloads (want 2); waiting: %+v", i+1, got, want, len(res.Admissions), res.Waiting)
+		}
+	}
+	// later goes; train stays pending.
+	for _, p := range w.pods[7:] {
+		cache.DeletePod(p.UID)
+	}
+	// A pod bound outside the loop takes 3 more GPUs of r1: the next cycle
+	// reads r1's room again and goes to r0.
+	more := running("more", "a", "b0-r1-1", 3, t0).Obj()
+	cache.UpsertPod(more)
+	req, errs := gpu.ParsePod(more)
+	if len(errs) > 0 {
+		t.Fatal(errs)
+	}
+	a, err := ledger.Choose("b0-r1-1", req, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ledger.Assume(a); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := nodesOf(cycle()), []string{"b0-r0-0", "b0-r0-1"}; !slices.Equal(got, want) {
+		t.Fatalf("after r1 filled, the gang was placed on %v, want %v", got, want)
+	}
+	// b0-r0-1 moves to rack r1: r0 keeps 4 GPUs, r1 has 7 free.
+	moved := nodes[1].DeepCopy()
+	moved.Labels[labelRack] = "r1"
+	cache.UpsertNode(moved)
+	got := nodesOf(cycle())
+	if !slices.Contains(got, "b0-r0-1") || slices.Contains(got, "b0-r0-0") {
+		t.Fatalf("after b0-r0-1 moved to rack r1, the gang was placed on %v, want nodes of r1 including b0-r0-1", got)
+	}
+}
+
+// TestNodeEpoch: what places a node in domains and candidate sets moves
+// the epoch that keeps Domains; a node's status (heartbeats) does not.
+func TestNodeEpoch(t *testing.T) {
+	base := MakeNode("n").Label(labelRack, "r0").Obj()
+	cases := map[string]struct {
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		"a heartbeat":                {change: func(n *corev1.Node) { n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady}} }},
+		"the same labels, a new map": {change: func(n *corev1.Node) { n.Labels = maps.Clone(n.Labels) }},
+		"a label changed":            {change: func(n *corev1.Node) { n.Labels[labelRack] = "r1" }, want: true},
+		"a taint added":              {change: func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoSchedule}} }, want: true},
+		"cordoned":                   {change: func(n *corev1.Node) { n.Spec.Unschedulable = true }, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			cache := NewCache()
+			cache.UpsertNode(base)
+			before := cache.State().NodeEpoch
+			n := base.DeepCopy()
+			tc.change(n)
+			cache.UpsertNode(n)
+			if got := cache.State().NodeEpoch != before; got != tc.want {
+				t.Errorf("epoch moved = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	cache := NewCache()
+	cache.UpsertNode(base)
+	before := cache.State().NodeEpoch
+	cache.DeleteNode("n")
+	if cache.State().NodeEpoch == before {
+		t.Error("a deleted node did not move the epoch")
 	}
 }

@@ -38,6 +38,10 @@ func (p PolicyQuota) CheckQuota(ctx context.Context, r *cycle.QuotaRequest) (*cy
 	return &cycle.QuotaVerdict{Allowed: d.Allowed, Reasons: d.Reasons}, nil
 }
 
+// QuotaByNumbers implements cycle.NumbersOnlyQuota: whether the policy in
+// force answers by a question's numbers alone.
+func (p PolicyQuota) QuotaByNumbers() bool { return p.Engine.QuotaByNumbers() }
+
 func quotaQueue(u cycle.QueueUsage) policy.QuotaQueue {
 	return policy.QuotaQueue{Name: u.Name, Priority: u.Priority,
 		GPU: policy.QuotaResource{QuotaMilli: u.QuotaMilli, LimitMilli: u.LimitMilli, AllocatedMilli: u.AllocatedMilli, FairShareMilli: u.FairShareMilli},

@@ -192,6 +192,11 @@ type prepared struct {
 type inputOptions struct {
 	// podSpec: some rule may read input.pod.spec.
 	podSpec bool
+	// quotaByNumbers: no rule the quota decision evaluates reads which
+	// workload asks (input.workload's name or namespace) or calls a
+	// non-deterministic built-in, so that two quota questions that differ
+	// only in who asks have one answer.
+	quotaByNumbers bool
 }
 
 // Option configures an Engine.
@@ -329,6 +334,8 @@ func (e *Engine) prepare(ctx context.Context, b Bundle) (*prepared, error) {
 		}
 	}
 	p.opts.podSpec = readsPodSpec(compiler)
+	quota := quotaRules(compiler)
+	p.opts.quotaByNumbers = compiler != nil && !readsInput(quota, "workload", "name") && !readsInput(quota, "workload", "namespace") && !callsNondeterministic(quota)
 	kinds, err := workloadKinds(ctx, common, compiler)
 	if err != nil {
 		return nil, err
@@ -346,18 +353,92 @@ func readsPodSpec(c *ast.Compiler) bool {
 	if c == nil {
 		return true
 	}
-	key := func(r ast.Ref, i int, want string) bool {
-		if len(r) <= i {
+	nodes := make([]any, 0, len(c.Modules))
+	for _, m := range c.Modules {
+		nodes = append(nodes, m)
+	}
+	return readsInput(nodes, "pod", "spec")
+}
+
+// quotaRules are the rules the quota decision may evaluate: those of
+// package partita.quota and every rule they depend on. Other decisions'
+// inputs have other shapes (the workload map's has its own
+// input.workload), so only these say what the quota policy reads.
+func quotaRules(c *ast.Compiler) []any {
+	if c == nil {
+		return nil
+	}
+	var out []any
+	seen := map[*ast.Rule]bool{}
+	queue := c.GetRulesWithPrefix(ast.MustParseRef("data.partita.quota"))
+	for len(queue) > 0 {
+		r := queue[0]
+		queue = queue[1:]
+		if seen[r] {
+			continue
+		}
+		seen[r] = true
+		out = append(out, r)
+		for dep := range c.Graph.Dependencies(r) {
+			if d, ok := dep.(*ast.Rule); ok {
+				queue = append(queue, d)
+			}
+		}
+	}
+	return out
+}
+
+// readsInput reports whether nodes (modules or rules) may read
+// input.<path...>: a reference to it, to any document above it (input,
+// input.pod), or to any of them by a variable key (input[k], input.pod[k]).
+func readsInput(nodes []any, path ...string) bool {
+	key := func(r ast.Ref, i int) bool {
+		if len(r) <= i+1 {
 			return true
 		}
-		s, ok := r[i].Value.(ast.String)
-		return !ok || string(s) == want
+		s, ok := r[i+1].Value.(ast.String)
+		return !ok || string(s) == path[i]
 	}
 	found := false
-	for _, m := range c.Modules {
+	for _, m := range nodes {
 		ast.WalkRefs(m, func(r ast.Ref) bool {
-			if !found && r[0].Equal(ast.InputRootDocument) && key(r, 1, "pod") && key(r, 2, "spec") {
+			if !found && r[0].Equal(ast.InputRootDocument) {
 				found = true
+				for i := range path {
+					found = found && key(r, i)
+				}
+			}
+			return found
+		})
+		if found {
+			return true
+		}
+	}
+	return false
+}
+
+// callsNondeterministic reports whether nodes (modules or rules) call a
+// built-in whose answer may change between two calls with the same
+// arguments (time.now_ns, rand.intn, uuid.rfc4122, ...).
+func callsNondeterministic(nodes []any) bool {
+	found := false
+	check := func(op ast.Ref) {
+		if b, ok := ast.BuiltinMap[op.String()]; ok && b.Nondeterministic {
+			found = true
+		}
+	}
+	for _, m := range nodes {
+		ast.WalkExprs(m, func(e *ast.Expr) bool {
+			if e.IsCall() {
+				check(e.Operator())
+			}
+			return found
+		})
+		ast.WalkTerms(m, func(t *ast.Term) bool {
+			if call, ok := t.Value.(ast.Call); ok && len(call) > 0 {
+				if ref, ok := call[0].Value.(ast.Ref); ok {
+					check(ref)
+				}
 			}
 			return found
 		})

@@ -300,6 +300,48 @@ deny contains msg if {
 	}
 }
 
+// TestQuotaByNumbers: quota answers are shared between workloads only
+// for policies that cannot tell them apart and always answer alike.
+func TestQuotaByNumbers(t *testing.T) {
+	cases := map[string]struct {
+		rule, lib string
+		want      bool
+	}{
+		"the default policy":                 {want: true},
+		"a name read in another package":     {rule: `deny contains "x" if data.partita.lib.vip`, lib: `vip if input.workload.name == "ceo"`, want: false},
+		"the workload map's input.workload":  {lib: `kind := input.workload.metadata.name`, want: true},
+		"input.workload.name":                {rule: `deny contains "x" if startswith(input.workload.name, "big-")`, want: false},
+		"input.workload.namespace":           {rule: `deny contains "x" if input.workload.namespace == "guests"`, want: false},
+		"input.workload whole":               {rule: `deny contains "x" if { w := input.workload; w.gpuMilli > 8000 }`, want: false},
+		"input.workload[k]":                  {rule: `deny contains k if { some k, v in input.workload; v == "guests" }`, want: false},
+		"input whole":                        {rule: `deny contains "x" if { walk(input, [p, v]); v == "guests" }`, want: false},
+		"numbers only":                       {rule: `deny contains "x" if input.workload.gpuMilli > input.queue.gpu.quotaMilli * 2`, want: true},
+		"kind and priority":                  {rule: `deny contains "x" if { input.workload.kind == "Pod"; input.workload.priority < 0 }`, want: true},
+		"the clock":                          {rule: `deny contains "x" if time.weekday(time.now_ns()) == "Sunday"`, want: false},
+		"a random number in a function":      {rule: "lucky(n) := rand.intn(\"q\", n)\n\ndeny contains \"x\" if lucky(10) == 3", want: false},
+		"a deterministic built-in (sprintf)": {rule: `deny contains sprintf("%d", [input.workload.members]) if input.workload.members > 64`, want: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			e := newTestEngine(t)
+			b := DefaultBundle()
+			if tc.rule != "" {
+				b = b.Overlay(map[string]string{"probe.rego": "package partita.quota\n\n" + tc.rule + "\n"})
+			}
+			if tc.lib != "" {
+				b = b.Overlay(map[string]string{"lib.rego": "package partita.lib\n\n" + tc.lib + "\n"})
+			}
+			p, err := e.prepare(t.Context(), b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.opts.quotaByNumbers != tc.want {
+				t.Errorf("answers by numbers = %v, want %v", p.opts.quotaByNumbers, tc.want)
+			}
+		})
+	}
+}
+
 // TestReadsPodSpec: the spec goes into the input only for policies that
 // may read it, however they reach it.
 func TestReadsPodSpec(t *testing.T) {

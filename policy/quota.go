@@ -122,6 +122,13 @@ type QuotaDecision struct {
 	Version string
 }
 
+// QuotaByNumbers reports whether the policy in force answers quota
+// questions by their numbers alone: it reads neither the asking workload's
+// name nor its namespace, and calls no non-deterministic built-in. Two
+// questions that differ only in who asks then have one answer, which the
+// admission loop asks once a cycle.
+func (e *Engine) QuotaByNumbers() bool { return e.current.Load().opts.quotaByNumbers }
+
 // Quota evaluates data.partita.quota for one workload: may its queue take
 // it now. The policy defines deny, a set of messages; the workload is
 // allowed when it is empty, and a policy without the package allows

@@ -360,7 +360,7 @@ func newCycle(ctx context.Context, st *State, snap *gpu.Snapshot, quota QuotaChe
 		pending += len(ws)
 	}
 	c := &cycle{
-		ctx: ctx, st: st, snap: snap, quota: quota, opts: opts,
+		ctx: ctx, st: st, snap: snap, quota: memoized(quota), opts: opts,
 		waiting:      make([]Wait, 0, pending),
 		queues:       make(map[string]*queueState, len(st.Queues)),
 		extra:        map[string]*[3]int64{},

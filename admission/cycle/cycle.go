@@ -316,6 +316,9 @@ type cycle struct {
 	// anchors are the nodes of the members of each workload placed in this
 	// cycle: its later members join their topology domain.
 	anchors map[*Workload][]string
+	// topoQuestions are placeQuestion's answers for topology workloads,
+	// until members of them are placed.
+	topoQuestions map[*Workload]askedPlacement
 	// topo caches topology domains (topology.go).
 	topo *topoState
 	// moving is what the evictions chosen in the cycle will change in each
@@ -654,6 +657,7 @@ func (c *cycle) tryAdmit(q *queueState, w *Workload) bool {
 		for _, p := range placed {
 			if p.Allocation.Node != "" {
 				c.anchors[w] = append(c.anchors[w], p.Allocation.Node)
+				delete(c.topoQuestions, w)
 			}
 		}
 	}

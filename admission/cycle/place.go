@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/go-logr/logr"
@@ -294,10 +295,12 @@ func (c *cycle) placeQuestion(w *Workload, members []*Member) (string, []constra
 	topo := !w.Topology.IsZero() || len(w.SubGroups) > 0
 	if topo {
 		// What the question is depends on the cycle's Topologies and on
-		// where the workload's members already run: asked afresh.
-		lead = false
-	}
-	if lead && w.placeKey != "" && len(w.placeGroups) > 0 && countMembers(w.placeGroups) == len(members) {
+		// where the workload's members already run: asked once a cycle,
+		// and again once members of it were placed (anchors).
+		if q, ok := c.topoQuestions[w]; ok && lead && countMembers(q.groups) == len(members) {
+			return q.key, q.groups
+		}
+	} else if lead && w.placeKey != "" && len(w.placeGroups) > 0 && countMembers(w.placeGroups) == len(members) {
 		return w.placeKey, w.placeGroups
 	}
 	groups := c.groupByConstraints(members)
@@ -306,10 +309,22 @@ func (c *cycle) placeQuestion(w *Workload, members []*Member) (string, []constra
 		prefix = c.topoQuestion(w, members)
 	}
 	key := shapeKey(prefix, groups)
-	if lead {
+	switch {
+	case lead && topo:
+		if c.topoQuestions == nil {
+			c.topoQuestions = map[*Workload]askedPlacement{}
+		}
+		c.topoQuestions[w] = askedPlacement{key: key, groups: groups}
+	case lead:
 		w.placeKey, w.placeGroups = key, groups
 	}
 	return key, groups
+}
+
+// askedPlacement is a workload's leading members' placement question.
+type askedPlacement struct {
+	key    string
+	groups []constraintGroup
 }
 
 func countMembers(groups []constraintGroup) int {
@@ -388,9 +403,20 @@ func shapeKey(topologyKey string, groups []constraintGroup) string {
 	for _, g := range groups {
 		b.WriteString("|")
 		b.WriteString(g.sig)
-		for _, m := range g.members {
+		// Members mostly ask alike: a run of one shape is written once.
+		for i := 0; i < len(g.members); {
+			shape := requestShape(g.members[i])
+			j := i + 1
+			for j < len(g.members) && requestShape(g.members[j]) == shape {
+				j++
+			}
 			b.WriteString(";")
-			b.WriteString(requestShape(m))
+			b.WriteString(shape)
+			if j-i > 1 {
+				b.WriteString("\x04")
+				b.WriteString(strconv.Itoa(j - i))
+			}
+			i = j
 		}
 	}
 	return b.String()

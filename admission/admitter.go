@@ -777,13 +777,16 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 			}
 		}
 		said := wt.Reason + ": " + msg
-		if t, ok := a.told[key]; ok && (t.said == said || (progressShape(t.said) == progressShape(said) && now.Sub(t.at) < progressRefresh)) {
+		if t, ok := a.told[key]; ok && (t.said == said || (progressShape(t.said) == progressShape(said) && now.Sub(t.at) < progressRefresh) ||
+			(t.evicting && wt.Terminating && t.reason == wt.Reason && now.Sub(t.at) < progressRefresh)) {
+			// The same, the same but for its numbers, or the victims it was
+			// told of still terminating: told again only after a while.
 			continue
 		}
 		if budget <= 0 || settling(wt, now) {
 			continue
 		}
-		a.told[key] = toldWait{said: said, at: now}
+		a.told[key] = toldWait{said: said, at: now, reason: wt.Reason, evicting: wt.Evicting}
 		ann := workloadAnnotations(wt.Workload)
 		for _, m := range wt.Workload.Pending {
 			budget--
@@ -801,8 +804,11 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 
 // toldWait is what a waiting workload was last told, and when.
 type toldWait struct {
-	said string
-	at   time.Time
+	said   string
+	at     time.Time
+	reason string
+	// evicting: the wait told was for victims evicted for it.
+	evicting bool
 }
 
 // progressRefresh is how often a wait whose message changes only in its

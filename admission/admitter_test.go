@@ -456,7 +456,8 @@ func TestAdmitterSeesItsOwnReleases(t *testing.T) {
 // TestWaitsChangingOnlyInTheirNumbersAreToldLessOften: a wait whose
 // message changes only in its numbers (pods left to terminate, members
 // that fit) is told again, as an event and a condition per pending pod,
-// at most every progressRefresh; any other change is told at once.
+// at most every progressRefresh; any other change is told at once, but
+// for the victims it was told it evicts now terminating.
 func TestWaitsChangingOnlyInTheirNumbersAreToldLessOften(t *testing.T) {
 	now := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
 	rec := events.NewFakeRecorder(20)
@@ -466,7 +467,9 @@ func TestWaitsChangingOnlyInTheirNumbersAreToldLessOften(t *testing.T) {
 	w := &cycle.Workload{Key: cycle.WorkloadKey{Namespace: "ns", Pod: "p"}, Pending: []*cycle.Member{{Pod: pod}}}
 	told := func(at time.Duration, msg string) int {
 		t.Helper()
-		a.tell(&cycle.Result{Waiting: []cycle.Wait{{Workload: w, Reason: v1alpha1.ReasonWaitingForCapacity, Message: msg}}}, now.Add(at))
+		wt := cycle.Wait{Workload: w, Reason: v1alpha1.ReasonWaitingForCapacity, Message: msg,
+			Evicting: strings.HasPrefix(msg, "evicting"), Terminating: strings.Contains(msg, "to terminate")}
+		a.tell(&cycle.Result{Waiting: []cycle.Wait{wt}}, now.Add(at))
 		return len(rec.Events)
 	}
 	steps := []struct {
@@ -480,6 +483,10 @@ func TestWaitsChangingOnlyInTheirNumbersAreToldLessOften(t *testing.T) {
 		{20 * time.Second, "waiting for 3 evicted or deleted pods to terminate to make room", 1},
 		{31 * time.Second, "waiting for 2 evicted or deleted pods to terminate to make room", 2},
 		{32 * time.Second, "evicting 1 workload(s) to make room: ns/x", 3},
+		// The victims it was just told of terminating say nothing new.
+		{33 * time.Second, "waiting for 1 evicted or deleted pods to terminate to make room", 3},
+		{50 * time.Second, "waiting for 1 evicted or deleted pods to terminate to make room", 3},
+		{63 * time.Second, "waiting for 1 evicted or deleted pods to terminate to make room", 4},
 	}
 	for _, s := range steps {
 		if got := told(s.at, s.msg); got != s.want {

@@ -167,6 +167,11 @@ type Wait struct {
 	Reason string
 	// Message says why in words, with the numbers.
 	Message string
+	// Evicting is set when the workload waits for victims the cycle
+	// evicts for it; Terminating when it waits for pods already being
+	// deleted. The second usually follows the first for the same victims,
+	// and says nothing new to the pod's owner.
+	Evicting, Terminating bool
 }
 
 // Eviction evicts a whole workload, or elastic members of it beyond its

@@ -229,6 +229,14 @@ func runWorld(t testing.TB, w world, opts Options) (outcome, *Result) {
 	}
 	for _, wt := range res.Waiting {
 		out.Waiting[wt.Workload.Key.String()] = wt.Reason + ": " + wt.Message
+		// The admitter folds the telling of a wait for terminating victims
+		// into the eviction's: the flags must say what the message says.
+		if evicting := strings.HasPrefix(wt.Message, "evicting "); wt.Evicting != evicting {
+			t.Errorf("wait of %s: Evicting = %v for %q", wt.Workload.Key, wt.Evicting, wt.Message)
+		}
+		if terminating := strings.HasPrefix(wt.Message, "waiting for ") && strings.Contains(wt.Message, "evicted or deleted pods to terminate"); wt.Terminating != terminating {
+			t.Errorf("wait of %s: Terminating = %v for %q", wt.Workload.Key, wt.Terminating, wt.Message)
+		}
 	}
 	for _, e := range res.Evictions {
 		kind := "preempt"

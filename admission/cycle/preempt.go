@@ -179,6 +179,7 @@ func (c *cycle) evictFor(s *search) bool {
 			c.move(q, s.need(), 1)
 			c.holdFor(w, s.room)
 			c.wait(w, reason, fmt.Sprintf("waiting for %d evicted or deleted pods to terminate to make room%s", waitFor, where))
+			c.waiting[len(c.waiting)-1].Terminating = true
 			return true
 		}
 	}
@@ -196,6 +197,7 @@ func (c *cycle) evictFor(s *search) bool {
 	restoreTerminating()
 	c.holdFor(w, s.room)
 	c.wait(w, reason, fmt.Sprintf("evicting %d workload(s) to make room%s: %s", len(chosen), where, strings.Join(names, ", ")))
+	c.waiting[len(c.waiting)-1].Evicting = true
 	return true
 }
 

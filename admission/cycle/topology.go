@@ -231,10 +231,14 @@ func newTopoState() *topoState {
 
 // Domains carries topology domains from cycle to cycle: grouping thousands
 // of nodes by their labels is most of what a topology placement costs,
-// and the groups change only when nodes do (State.NodeEpoch). The zero
-// value is ready; the loop keeps one.
+// and the groups change only when nodes do: their labels, taints or
+// schedulability (State.NodeEpoch) or their GPUs (the snapshot's inventory
+// epoch: a node whose agent publishes its GPUNode late joins then). The
+// zero value is ready; the loop keeps one.
 type Domains struct {
-	epoch uint64
+	// epoch is the State.NodeEpoch and the snapshot's inventory epoch (a
+	// GPUNode added, removed or changed) the domains were grouped at.
+	epoch [2]uint64
 	state *topoState
 }
 
@@ -244,8 +248,9 @@ const domainsIdle = 64
 // begin hands a cycle the kept domains, grouped again from nothing when
 // the nodes changed, with their free room to be read from snap.
 func (d *Domains) begin(st *State, snap *gpu.Snapshot) *topoState {
-	if d.state == nil || d.epoch != st.NodeEpoch {
-		d.state, d.epoch = newTopoState(), st.NodeEpoch
+	epoch := [2]uint64{st.NodeEpoch, snap.InventoryEpoch()}
+	if d.state == nil || d.epoch != epoch {
+		d.state, d.epoch = newTopoState(), epoch
 	}
 	t := d.state
 	t.stamp++

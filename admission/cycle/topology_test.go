@@ -421,3 +421,35 @@ func TestNodeEpoch(t *testing.T) {
 		t.Error("a deleted node did not move the epoch")
 	}
 }
+
+// TestTopologyDomainsSeeNewGPUNodes: a node whose GPUNode appears after
+// its Node (its agent started later) joins the kept domains at once.
+func TestTopologyDomainsSeeNewGPUNodes(t *testing.T) {
+	nodes, gns := rackedNodes(1, 2, 2, 4)
+	topo := MakeTopology("net", labelBlock, labelRack, "kubernetes.io/hostname").Obj()
+	required := map[string]string{v1alpha1.AnnotationTopology: "net", v1alpha1.AnnotationTopologyRequired: labelRack}
+	// Rack r1's agents have not published yet; r0 has 4 GPUs free.
+	w := world{nodes: nodes, gpuNodes: gns[:2], queues: []*v1alpha1.Queue{MakeQueue("a").Obj()}, topologies: []*v1alpha1.Topology{topo},
+		pods:      append([]*corev1.Pod{running("busy", "a", "b0-r0-0", 4, t0).Obj()}, topoGang("train", "a", 6, 1, required)...),
+		podGroups: []*v1alpha1.PodGroup{MakePodGroup("train", "ns").MinMember(6).Obj()}}
+	cache, ledger := w.build(t)
+	var domains Domains
+	cycle := func() *Result {
+		return Run(t.Context(), cache.State(), ledger.Snapshot(), limitQuota{}, Options{Now: t0.Add(time.Hour), Domains: &domains})
+	}
+	if res := cycle(); len(res.Admissions) != 0 {
+		t.Fatalf("admitted %d workloads with 4 GPUs free in any rack, want none", len(res.Admissions))
+	}
+	for _, gn := range gns[2:] {
+		ledger.UpsertNode(gn)
+	}
+	res := cycle()
+	if len(res.Admissions) != 1 {
+		t.Fatalf("after rack r1's GPUNodes appeared: admitted %d workloads, want the gang; waiting: %+v", len(res.Admissions), res.Waiting)
+	}
+	for _, m := range res.Admissions[0].Members {
+		if rackOf(m.Allocation.Node) != "b0-r1" {
+			t.Errorf("member %s placed on %s, want rack b0-r1", m.Member.Pod.Name, m.Allocation.Node)
+		}
+	}
+}

@@ -47,6 +47,8 @@ import (
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/gpu/ledgerfeed"
 	"github.com/partita-dev/partita/internal/clientscheme"
+	"github.com/partita-dev/partita/internal/gomemlimit"
+	"github.com/partita-dev/partita/internal/podtrim"
 	"github.com/partita-dev/partita/policy"
 )
 
@@ -74,6 +76,7 @@ type extenderFlags struct {
 	qps               float32
 	burst             int
 	profiling         bool
+	memoryLimit       string
 	verbosity         int
 
 	admission        bool
@@ -157,6 +160,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.Float32Var(&f.qps, "kube-api-qps", def.QPS, "the most API requests per second, sustained (as kube-scheduler's, see --scheduler-qps)")
 	fl.IntVar(&f.burst, "kube-api-burst", int(def.Burst), "the most API requests in a burst")
 	fl.BoolVar(&f.profiling, "profiling", false, "serve Go's profiler at /debug/pprof/ on --addr, to kube-scheduler's client certificate only")
+	fl.StringVar(&f.memoryLimit, "memory-limit", "", "the Go runtime's soft memory limit (e.g. 900Mi); empty: 90% of the container's memory limit, if it has one, unless GOMEMLIMIT is set")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (2 logs every bind, 3 every filter, 4 every node)")
 	fl.StringSliceVar(&f.gpuDeviceClasses, "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs: a pod that asks for them through ResourceClaims (its own, from templates, or an extended resource the class backs) is a GPU pod of its queue, charged 1 GPU per device (its share once allocated)")
 	fl.BoolVar(&f.admission, "admission", true, "run the queue and gang admission loop on the leader: it admits pods gated with "+v1alpha1.SchedulingGateAdmission)
@@ -193,6 +197,9 @@ extender in (kube-scheduler --config) and exits.`,
 
 func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	if _, err := gomemlimit.Set(log, f.memoryLimit); err != nil {
+		return err
+	}
 	klog.SetLogger(log)
 	ctrllog.SetLogger(log)
 	gin.SetMode(gin.ReleaseMode)
@@ -269,6 +276,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		RenewDeadline:                       &f.renewDeadline,
 		RetryPeriod:                         &f.retryPeriod,
 		Cache: cache.Options{DefaultTransform: cache.TransformStripManagedFields(), ByObject: map[client.Object]cache.ByObject{
+			// Pods are most of the process's memory at scale: only what
+			// places them is kept (internal/podtrim).
+			&corev1.Pod{}: {Transform: podtrim.Transform},
 			// Only the policy ConfigMaps of Partita's namespace are cached.
 			&corev1.ConfigMap{}: {
 				Namespaces: map[string]cache.Config{f.policyNamespace: {}},

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -183,6 +183,8 @@ type Admitter struct {
 	repinned    map[cycle.WorkloadKey]time.Time
 	// told is the last reason and message told about a waiting workload.
 	told map[cycle.WorkloadKey]toldWait
+	// tellSeed seeds toldWait's hashes.
+	tellSeed maphash.Seed
 	// toldPods are the pods told they wait (a partita.dev/Admitted=False
 	// condition queued), until they are admitted or gone: only they are
 	// told again when admitted (see admit). lastPrune is when the gone
@@ -243,7 +245,7 @@ func NewAdmitter(ledger *gpu.Ledger, c client.Client, cs kubernetes.Interface, r
 		inflight: map[types.UID]inflightPod{}, reserved: map[types.UID]time.Time{},
 		backoff: map[cycle.WorkloadKey]backoffState{}, timedOut: map[cycle.WorkloadKey]timeout{},
 		refusedPins: map[types.UID]struct{}{}, repinned: map[cycle.WorkloadKey]time.Time{},
-		told: map[cycle.WorkloadKey]toldWait{}, toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
+		told: map[cycle.WorkloadKey]toldWait{}, tellSeed: maphash.MakeSeed(), toldPods: map[types.UID]struct{}{}, conditions: make([]*conditionQueue, conditionWriters),
 		podGroups: map[cycle.WorkloadKey]podGroupWrite{},
 		refused:   map[cycle.WorkloadKey]refusal{}, finishing: map[cycle.WorkloadKey]finishing{},
 		refusedFor: map[cycle.WorkloadKey]time.Time{},
@@ -776,9 +778,10 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 				msg += "; creating the PodGroup failed: " + pw.err
 			}
 		}
-		said := wt.Reason + ": " + msg
-		if t, ok := a.told[key]; ok && (t.said == said || (progressShape(t.said) == progressShape(said) && now.Sub(t.at) < progressRefresh) ||
-			(t.evicting && wt.Terminating && t.reason == wt.Reason && now.Sub(t.at) < progressRefresh)) {
+		said := a.tellHash(wt.Reason, msg, false)
+		t, ok := a.told[key]
+		if ok && (t.said == said || (now.Sub(t.at) < progressRefresh &&
+			(t.shape == a.tellHash(wt.Reason, msg, true) || (t.evicting && wt.Terminating && t.reason == wt.Reason)))) {
 			// The same, the same but for its numbers, or the victims it was
 			// told of still terminating: told again only after a while.
 			continue
@@ -786,7 +789,7 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 		if budget <= 0 || settling(wt, now) {
 			continue
 		}
-		a.told[key] = toldWait{said: said, at: now, reason: wt.Reason, evicting: wt.Evicting}
+		a.told[key] = toldWait{said: said, shape: a.tellHash(wt.Reason, msg, true), at: now, reason: wt.Reason, evicting: wt.Evicting}
 		ann := workloadAnnotations(wt.Workload)
 		for _, m := range wt.Workload.Pending {
 			budget--
@@ -803,10 +806,14 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 }
 
 // toldWait is what a waiting workload was last told, and when.
+// It keeps hashes, not the text: at 50,000 waiting workloads the texts
+// were tens of megabytes.
 type toldWait struct {
-	said   string
-	at     time.Time
-	reason string
+	// said hashes the reason and message told; shape the same with every
+	// run of digits as one '#' (tellHash).
+	said, shape uint64
+	at          time.Time
+	reason      string
 	// evicting: the wait told was for victims evicted for it.
 	evicting bool
 }
@@ -818,23 +825,33 @@ type toldWait struct {
 // its API requests on counts.
 const progressRefresh = 30 * time.Second
 
-// progressShape is a wait's reason and message with its numbers taken
-// out.
-func progressShape(said string) string {
-	var b strings.Builder
+// tellHash hashes a wait's reason and message; with shape, every run of
+// digits counts as one '#', so that messages that differ only in their
+// numbers hash alike. Digits are ASCII, so bytes are read: a multi-byte
+// rune has no byte in '0'..'9'.
+func (a *Admitter) tellHash(reason, msg string, shape bool) uint64 {
+	var h maphash.Hash
+	h.SetSeed(a.tellSeed)
+	_, _ = h.WriteString(reason)
+	_, _ = h.WriteString(": ")
+	if !shape {
+		_, _ = h.WriteString(msg)
+		return h.Sum64()
+	}
 	digits := false
-	for _, r := range said {
-		if r >= '0' && r <= '9' {
+	for i := 0; i < len(msg); i++ {
+		b := msg[i]
+		if b >= '0' && b <= '9' {
 			if !digits {
-				b.WriteByte('#')
+				_ = h.WriteByte('#')
 			}
 			digits = true
 			continue
 		}
 		digits = false
-		b.WriteRune(r)
+		_ = h.WriteByte(b)
 	}
-	return b.String()
+	return h.Sum64()
 }
 
 func (a *Admitter) event(obj client.Object, eventType, reason, action, note string) {

@@ -76,13 +76,18 @@ func resourceList(l corev1.ResourceList, gpuMilli, cpuMilli, memory int64) corev
 // writePodGroupStatus writes each gang's phase, counts and reason where
 // they changed.
 func (a *Admitter) writePodGroupStatus(ctx context.Context, st *cycle.State, res *cycle.Result, now time.Time) error {
+	// Only gangs have a PodGroup: thousands of single pods may wait.
 	waiting := map[cycle.WorkloadKey]cycle.Wait{}
 	for _, w := range res.Waiting {
-		waiting[w.Workload.Key] = w
+		if w.Workload.HasPodGroup {
+			waiting[w.Workload.Key] = w
+		}
 	}
 	admitted := map[cycle.WorkloadKey]int{}
 	for _, ad := range res.Admissions {
-		admitted[ad.Workload.Key] = len(ad.Members)
+		if ad.Workload.HasPodGroup {
+			admitted[ad.Workload.Key] = len(ad.Members)
+		}
 	}
 	var jobs []func() error
 	for _, w := range st.Gangs {

@@ -300,8 +300,8 @@ func TestAdmitterEnforcesCPUAndMemoryQuotas(t *testing.T) {
 		}
 		// The condition is written by a writer goroutine that Start runs;
 		// the cycle's reason is in the told map.
-		if got := a.told[cycle.WorkloadKey{Namespace: "ns", Pod: name}]; got.said != v1alpha1.ReasonWaitingForQuota+": "+want {
-			t.Errorf("pod %s waits with %q, want %q", name, got.said, want)
+		if got := a.told[cycle.WorkloadKey{Namespace: "ns", Pod: name}]; got.said != a.tellHash(v1alpha1.ReasonWaitingForQuota, want, false) {
+			t.Errorf("pod %s was told another wait (reason %q), want %s: %q", name, got.reason, v1alpha1.ReasonWaitingForQuota, want)
 		}
 	}
 	var q v1alpha1.Queue
@@ -440,7 +440,7 @@ func TestAdmitterSeesItsOwnReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got.Spec.SchedulingGates) != 0 {
-		t.Errorf("the late pod is still gated; the loop said: %q", a.told[cycle.WorkloadKey{Namespace: "ns", Pod: "d"}].said)
+		t.Errorf("the late pod is still gated; the loop told it to wait (reason %q)", a.told[cycle.WorkloadKey{Namespace: "ns", Pod: "d"}].reason)
 	}
 	for {
 		select {
@@ -495,14 +495,29 @@ func TestWaitsChangingOnlyInTheirNumbersAreToldLessOften(t *testing.T) {
 	}
 }
 
-func TestProgressShape(t *testing.T) {
-	for in, want := range map[string]string{
-		"WaitingForCapacity: waiting for 12 evicted pods": "WaitingForCapacity: waiting for # evicted pods",
-		"gang needs 10 × 8 GPUs; at most 0 fit now":       "gang needs # × # GPUs; at most # fit now",
-		"no numbers": "no numbers",
-	} {
-		if got := progressShape(in); got != want {
-			t.Errorf("progressShape(%q) = %q, want %q", in, got, want)
-		}
+func TestTellHashShapes(t *testing.T) {
+	a := NewAdmitter(pt.Ledger(nil), nil, nil, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, nil)
+	cases := map[string]struct {
+		a, b      string
+		sameShape bool
+	}{
+		"counts that change":      {a: "waiting for 12 evicted pods", b: "waiting for 9 evicted pods", sameShape: true},
+		"several numbers":         {a: "gang needs 10 × 8 GPUs; at most 0 fit now", b: "gang needs 10 × 8 GPUs; at most 3 fit now", sameShape: true},
+		"a number's length":       {a: "12 of 100 GPUs", b: "3 of 4 GPUs", sameShape: true},
+		"other words":             {a: "waiting for 12 evicted pods", b: "evicting 12 workload(s)"},
+		"a number where none was": {a: "queue a is full", b: "queue 1 is full"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			if got := a.tellHash("WaitingForCapacity", tc.a, true) == a.tellHash("WaitingForCapacity", tc.b, true); got != tc.sameShape {
+				t.Errorf("same shape = %v, want %v", got, tc.sameShape)
+			}
+			if a.tellHash("WaitingForCapacity", tc.a, false) == a.tellHash("WaitingForCapacity", tc.b, false) {
+				t.Error("different messages hash alike")
+			}
+			if a.tellHash("WaitingForCapacity", tc.a, true) == a.tellHash("WaitingForQuota", tc.a, true) {
+				t.Error("different reasons hash alike")
+			}
+		})
 	}
 }

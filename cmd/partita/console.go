@@ -17,6 +17,7 @@ import (
 	"github.com/partita-dev/partita/ctl"
 	"github.com/partita-dev/partita/dra"
 	"github.com/partita-dev/partita/internal/clientscheme"
+	"github.com/partita-dev/partita/internal/gomemlimit"
 )
 
 // consoleFlags are `partita console`'s own flags; the connection flags are
@@ -113,6 +114,8 @@ See docs/guide/console.md.`,
 
 func runConsole(cmd *cobra.Command, conn *ctl.Connection, f *consoleFlags) error {
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	// A container with a memory limit: the garbage collector works harder near it.
+	_, _ = gomemlimit.Set(log, "")
 	klog.SetLogger(log)
 	ctrllog.SetLogger(log)
 	ctx := logr.NewContext(cmd.Context(), log)

@@ -42,6 +42,7 @@ import (
 	"github.com/partita-dev/partita/gpu"
 	"github.com/partita-dev/partita/internal/clientauth"
 	"github.com/partita-dev/partita/internal/clientscheme"
+	"github.com/partita-dev/partita/internal/gomemlimit"
 	"github.com/partita-dev/partita/policy"
 	"github.com/partita-dev/partita/webhook"
 )
@@ -221,6 +222,8 @@ func (f *webhookFlags) modes() ([]v1alpha1.IsolationMode, error) {
 
 func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	// A container with a memory limit: the garbage collector works harder near it.
+	_, _ = gomemlimit.Set(log, "")
 	klog.SetLogger(log)
 	ctrllog.SetLogger(log)
 	gin.SetMode(gin.ReleaseMode)

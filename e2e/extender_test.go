@@ -626,40 +626,52 @@ func cpuSince(dir string, before map[string]float64) string {
 // extenderCounts reads the verb and bind counters from a dev cluster's
 // extender.
 func extenderCounts(ctx context.Context, c *devcluster.Cluster) string {
+	var out []string
+	for _, line := range extenderMetrics(ctx, c, "partita_extender_request_duration_seconds_count", "partita_extender_request_duration_seconds_sum",
+		"partita_extender_binds_total", "partita_extender_bind_conflicts_total", "partita_extender_filter_nodes_total") {
+		out = append(out, strings.TrimPrefix(line, "partita_extender_"))
+	}
+	return strings.Join(out, "; ")
+}
+
+// extenderMetrics are the lines of a dev cluster's extender's /metrics
+// that start with one of prefixes; on an error, one line saying it.
+func extenderMetrics(ctx context.Context, c *devcluster.Cluster, prefixes ...string) []string {
 	port, err := c.Port("extender")
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("https://127.0.0.1:%d/metrics", port), nil)
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	// /metrics needs no client certificate; the CA is the cluster's.
 	ca, err := os.ReadFile(filepath.Join(c.StateDir(), "extender-certs", extender.DevCAFile))
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	roots := x509.NewCertPool()
 	roots.AppendCertsFromPEM(ca)
 	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}}}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return err.Error()
+		return []string{err.Error()}
 	}
 	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "partita_extender_request_duration_seconds_count") || strings.HasPrefix(line, "partita_extender_request_duration_seconds_sum") ||
-			strings.HasPrefix(line, "partita_extender_binds_total") || strings.HasPrefix(line, "partita_extender_bind_conflicts_total") ||
-			strings.HasPrefix(line, "partita_extender_filter_nodes_total") {
-			out = append(out, strings.TrimPrefix(line, "partita_extender_"))
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				out = append(out, line)
+				break
+			}
 		}
 	}
-	return strings.Join(out, "; ")
+	return out
 }
 
 // TestExtenderThroughput is the end-to-end benchmark of docs/benchmarks.md:

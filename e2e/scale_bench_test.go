@@ -38,7 +38,10 @@ import (
 //   - reclaim: queue "owner" (quota half the cluster) takes its share back
 //     from queue "borrower" (quota 0), which fills the cluster;
 //   - big-reclaim: one gang of "owner" of nodes/2 pods × 8 GPUs (KAI's
-//     250 × 8) reclaims its room from a cluster that "borrower" fills.
+//     250 × 8) reclaims its room from a cluster that "borrower" fills;
+//   - pending (not in the default list): the cluster full, then 50,000
+//     more single-GPU pods (PARTITA_E2E_SCALE_PENDING) that wait for room:
+//     the issue's memory target, and the cycle's time at that size.
 //
 // KAI's suite runs Jobs (its pod grouper makes a PodGroup of each); here
 // each single-GPU pod is a bare pod with a queue label, which Partita
@@ -56,7 +59,7 @@ import (
 // (1) and PARTITA_E2E_SCALE_SCENARIOS (fill,gang,reclaim,big-reclaim) size
 // it; PARTITA_E2E_SCALE_KILL=N SIGKILLs the leading extender N times at
 // random points of the fill and reclaim scenarios (the cluster then runs
-// two replicas):
+// two replicas); PARTITA_E2E_SCALE_DEV_UP passes more flags to dev up:
 //
 //	make build && PARTITA_E2E_BENCH=only PARTITA_E2E_SCALE=1 PARTITA_BIN=$PWD/bin/partita \
 //	  go test -count=1 -v -timeout 120m -run TestKAIScaleScenarios ./e2e/
@@ -74,6 +77,9 @@ func TestKAIScaleScenarios(t *testing.T) {
 	if kills > 0 {
 		devUp = append(devUp, "--extender-replicas", "2")
 	}
+	// More flags for dev up, e.g. --extender-flag=--profiling to read the
+	// extender's heap (docs/benchmarks.md).
+	devUp = append(devUp, strings.Fields(os.Getenv("PARTITA_E2E_SCALE_DEV_UP"))...)
 	bc, cs, c := benchCluster(ctx, t, clusterName+"-scale", nodes, gpus, devUp...)
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))
 	ns := createNamespace(ctx, t, cs)
@@ -102,8 +108,10 @@ func TestKAIScaleScenarios(t *testing.T) {
 				s.reclaim(run)
 			case "big-reclaim":
 				s.bigReclaim(run)
+			case "pending":
+				s.pending(run)
 			default:
-				t.Fatalf("PARTITA_E2E_SCALE_SCENARIOS: no scenario %q (fill, gang, reclaim, big-reclaim)", sc)
+				t.Fatalf("PARTITA_E2E_SCALE_SCENARIOS: no scenario %q (fill, gang, reclaim, big-reclaim, pending)", sc)
 			}
 		}
 	}
@@ -395,6 +403,65 @@ func (s *scaleRun) reclaim(run int) {
 	s.clear("borrowed", "reclaim")
 }
 
+// pending fills the cluster with "borrower" and then creates
+// PARTITA_E2E_SCALE_PENDING (50,000) more of its single-GPU pods, which
+// wait for capacity (same queue and priority: nothing to reclaim or
+// preempt). Once the loop counts them all in the queue's status it reports
+// the memory of every process and the admission cycle's mean time over
+// 30 s.
+func (s *scaleRun) pending(run int) {
+	total := s.nodes * s.gpus
+	n := envInt(s.t, "PARTITA_E2E_SCALE_PENDING", 50000)
+	s.create(s.fillPods("full", "borrower", total))
+	s.waitBound("full", total, 30*time.Minute)
+	pods := s.fillPods("pending", "borrower", n)
+	m := s.begin(fmt.Sprintf("%d pending run %d", n, run))
+	s.create(pods)
+	s.t.Logf("RESULT %d pending pods created in %s", n, time.Since(m.begin).Round(100*time.Millisecond))
+	poll(s.t, 20*time.Minute, fmt.Sprintf("queue borrower counting %d pending workloads", n), func() (bool, string) {
+		q := &v1alpha1.Queue{}
+		if err := s.c.Get(s.ctx, client.ObjectKey{Name: "borrower"}, q); err != nil {
+			return false, err.Error()
+		}
+		return q.Status.PendingWorkloads >= int32(n), fmt.Sprintf("status.pendingWorkloads %d", q.Status.PendingWorkloads)
+	})
+	s.t.Logf("RESULT %d pending: the loop counted them all %s after the first create", n, time.Since(m.begin).Round(100*time.Millisecond))
+	// The cycle's histogram has two series: decide and total (with the
+	// API writes).
+	cycles := func(phase string) (sum, count float64) {
+		for _, line := range extenderMetrics(s.ctx, s.bc, "partita_admission_cycle_duration_seconds_sum", "partita_admission_cycle_duration_seconds_count") {
+			if !strings.Contains(line, `phase="`+phase+`"`) {
+				continue
+			}
+			f := strings.Fields(line)
+			v, err := strconv.ParseFloat(f[len(f)-1], 64)
+			if err != nil {
+				continue
+			}
+			if strings.HasPrefix(line, "partita_admission_cycle_duration_seconds_sum") {
+				sum = v
+			} else {
+				count = v
+			}
+		}
+		return sum, count
+	}
+	decide0, n0 := cycles("decide")
+	total0, _ := cycles("total")
+	time.Sleep(30 * time.Second)
+	decide1, n1 := cycles("decide")
+	total1, _ := cycles("total")
+	if n1 > n0 {
+		s.t.Logf("RESULT %d pending: %.0f admission cycles in 30 s; on average %.0f ms to decide, %.0f ms with the API writes", n, n1-n0,
+			1000*(decide1-decide0)/(n1-n0), 1000*(total1-total0)/(n1-n0))
+	}
+	s.t.Logf("RESULT %d pending: memory now (VmRSS): %s", n, memoryOf(s.bc.Dir(), "VmRSS"))
+	s.t.Logf("RESULT %d pending: peak memory so far (VmHWM): %s", n, peakMemory(s.bc.Dir()))
+	s.t.Logf("RESULT %s: CPU seconds: %s", m.name, cpuSince(s.bc.Dir(), m.cpu))
+	s.checkLedger(m.name)
+	s.clear("pending", "full")
+}
+
 func (s *scaleRun) bigReclaim(run int) {
 	total := s.nodes * s.gpus
 	// KAI's job is 250 × 8 GPUs on 500 nodes: half the cluster.
@@ -469,7 +536,11 @@ func ledgerProblems(gns []v1alpha1.GPUNode, pods []corev1.Pod) []string {
 
 // peakMemory reads the peak resident memory (VmHWM) of each process of
 // the cluster.
-func peakMemory(dir string) string {
+func peakMemory(dir string) string { return memoryOf(dir, "VmHWM") }
+
+// memoryOf is field (VmHWM: peak, VmRSS: now) of /proc/PID/status for
+// every process of the dev cluster in dir.
+func memoryOf(dir, field string) string {
 	var parts []string
 	for name, pid := range componentPIDs(dir) {
 		status, err := os.ReadFile(filepath.Join("/proc", pid, "status"))
@@ -477,7 +548,7 @@ func peakMemory(dir string) string {
 			continue
 		}
 		for _, line := range strings.Split(string(status), "\n") {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
 				parts = append(parts, name+" "+strings.TrimSpace(v))
 			}
 		}

@@ -39,9 +39,7 @@ func Transform(obj any) (any, error) {
 // Pod trims pod in place.
 func Pod(pod *corev1.Pod) {
 	pod.ManagedFields = nil
-	if _, ok := pod.Annotations[LastAppliedAnnotation]; ok {
-		delete(pod.Annotations, LastAppliedAnnotation)
-	}
+	delete(pod.Annotations, LastAppliedAnnotation)
 	spec := &pod.Spec
 	for i := range spec.Containers {
 		trimContainer(&spec.Containers[i])

@@ -323,23 +323,29 @@ func TestQuotaByNumbers(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := newTestEngine(t)
-			b := DefaultBundle()
-			if tc.rule != "" {
-				b = b.Overlay(map[string]string{"probe.rego": "package partita.quota\n\n" + tc.rule + "\n"})
-			}
-			if tc.lib != "" {
-				b = b.Overlay(map[string]string{"lib.rego": "package partita.lib\n\n" + tc.lib + "\n"})
-			}
-			p, err := e.prepare(t.Context(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := prepareProbe(t, map[string]string{"partita.quota": tc.rule, "partita.lib": tc.lib})
 			if p.opts.quotaByNumbers != tc.want {
 				t.Errorf("answers by numbers = %v, want %v", p.opts.quotaByNumbers, tc.want)
 			}
 		})
 	}
+}
+
+// prepareProbe prepares the default bundle with, for each package, a
+// module of rules (none for "").
+func prepareProbe(t *testing.T, rules map[string]string) *prepared {
+	t.Helper()
+	b := DefaultBundle()
+	for pkg, rule := range rules {
+		if rule != "" {
+			b = b.Overlay(map[string]string{"probe-" + pkg + ".rego": "package " + pkg + "\n\n" + rule + "\n"})
+		}
+	}
+	p, err := newTestEngine(t).prepare(t.Context(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // TestReadsPodSpec: the spec goes into the input only for policies that
@@ -360,15 +366,7 @@ func TestReadsPodSpec(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			e := newTestEngine(t)
-			b := DefaultBundle()
-			if tc.rule != "" {
-				b = b.Overlay(map[string]string{"probe.rego": "package partita.admission\n\n" + tc.rule + "\n"})
-			}
-			p, err := e.prepare(t.Context(), b)
-			if err != nil {
-				t.Fatal(err)
-			}
+			p := prepareProbe(t, map[string]string{"partita.admission": tc.rule})
 			if p.opts.podSpec != tc.want {
 				t.Errorf("reads the pod spec = %v, want %v", p.opts.podSpec, tc.want)
 			}

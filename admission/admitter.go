@@ -780,16 +780,19 @@ func (a *Admitter) tell(res *cycle.Result, now time.Time) {
 		}
 		said := a.tellHash(wt.Reason, msg, false)
 		t, ok := a.told[key]
-		if ok && (t.said == said || (now.Sub(t.at) < progressRefresh &&
-			(t.shape == a.tellHash(wt.Reason, msg, true) || (t.evicting && wt.Terminating && t.reason == wt.Reason)))) {
-			// The same, the same but for its numbers, or the victims it was
-			// told of still terminating: told again only after a while.
+		if ok && t.said == said {
+			continue
+		}
+		shape := a.tellHash(wt.Reason, msg, true)
+		if ok && now.Sub(t.at) < progressRefresh && (t.shape == shape || (t.evicting && wt.Terminating && t.reason == wt.Reason)) {
+			// The same but for its numbers, or the victims it was told of
+			// still terminating: told again only after a while.
 			continue
 		}
 		if budget <= 0 || settling(wt, now) {
 			continue
 		}
-		a.told[key] = toldWait{said: said, shape: a.tellHash(wt.Reason, msg, true), at: now, reason: wt.Reason, evicting: wt.Evicting}
+		a.told[key] = toldWait{said: said, shape: shape, at: now, reason: wt.Reason, evicting: wt.Evicting}
 		ann := workloadAnnotations(wt.Workload)
 		for _, m := range wt.Workload.Pending {
 			budget--

@@ -1,5 +1,5 @@
 // Package v1alpha1 holds Partita's API types (group partita.dev, version
-// v1alpha1): Queue, PodGroup and GPUNode, plus the annotation, label and
+// v1alpha1): Queue, PodGroup, GPUNode, Topology and Model, plus the annotation, label and
 // resource names that form the contract between the webhook, the extender and
 // the node agent. It imports only Kubernetes API machinery.
 //
@@ -24,6 +24,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&PodGroup{}, &PodGroupList{},
 		&GPUNode{}, &GPUNodeList{},
 		&Topology{}, &TopologyList{},
+		&Model{}, &ModelList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -33,6 +33,6 @@ stock kube-scheduler.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCommand(), newDevCommand(), newFairshareCommand(), newAgentCommand(), newMPSKeeperCommand(), newInterposerCommand(), newWebhookCommand(), newPolicyCommand(), newExtenderCommand(), newCtlCommand("ctl"), newConsoleCommand(nil))
+	root.AddCommand(newVersionCommand(), newDevCommand(), newFairshareCommand(), newAgentCommand(), newMPSKeeperCommand(), newModelCacheCommand(), newInterposerCommand(), newWebhookCommand(), newPolicyCommand(), newExtenderCommand(), newCtlCommand("ctl"), newConsoleCommand(nil))
 	return root
 }

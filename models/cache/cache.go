@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,16 +50,18 @@ type Entry struct {
 	Pinned    bool
 }
 
-// FillFunc writes an entry's files into dir, which it may assume is empty and
-// its own. ctx ends when every caller waiting for the entry has gone.
+// FillFunc writes an entry's files into dir, which is its own and holds
+// nothing but what an earlier, interrupted fill of the same key left there
+// (to resume from, or to overwrite). ctx ends when every caller waiting for the entry has gone.
 type FillFunc func(ctx context.Context, dir string) error
 
 // Cache is safe for concurrent use.
 type Cache struct {
-	dir   string
-	limit int64
-	clock clock.PassiveClock
-	log   logr.Logger
+	dir     string
+	limit   int64
+	clock   clock.PassiveClock
+	log     logr.Logger
+	onEvict func(key string)
 
 	lock    sync.Mutex
 	entries map[string]*record
@@ -88,6 +91,10 @@ type Option func(*Cache)
 // WithClock sets the clock that stamps last use.
 func WithClock(c clock.PassiveClock) Option { return func(k *Cache) { k.clock = c } }
 
+// WithOnEvict calls f with each key evicted to make room, after its entry
+// is gone (outside the cache's lock).
+func WithOnEvict(f func(key string)) Option { return func(k *Cache) { k.onEvict = f } }
+
 // WithLogger sets the logger.
 func WithLogger(l logr.Logger) Option { return func(k *Cache) { k.log = l } }
 
@@ -105,8 +112,8 @@ func New(dir string, limitBytes int64, opts ...Option) (*Cache, error) {
 	if limitBytes <= 0 {
 		return nil, fmt.Errorf("open cache %s: limit must be positive, got %d", dir, limitBytes)
 	}
-	if err := os.RemoveAll(c.tmpDir()); err != nil {
-		return nil, fmt.Errorf("open cache %s: clear unfinished fills: %w", dir, err)
+	if err := c.clearTrash(); err != nil {
+		return nil, fmt.Errorf("open cache %s: %w", dir, err)
 	}
 	for _, d := range []string{c.entriesDir(), c.tmpDir()} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
@@ -208,11 +215,13 @@ func (c *Cache) runFill(ctx context.Context, key string, fl *flight, fill FillFu
 // fill makes the entry under tmp/, then makes room and renames it into place,
 // so that entries/ only ever holds complete entries.
 func (c *Cache) fill(ctx context.Context, key string, fill FillFunc) (string, error) {
-	tmp, err := os.MkdirTemp(c.tmpDir(), key+".fill-")
-	if err != nil {
+	// One fill per key runs at a time (single flight), so its directory
+	// can be named by the key: a fill interrupted by a failure or a
+	// restart leaves what it fetched there for the next to resume.
+	tmp := c.fillDir(key)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", fmt.Errorf("fill cache entry %s: %w", key, err)
 	}
-	defer func() { _ = os.RemoveAll(tmp) }() // a no-op once renamed
 	if err := fill(ctx, tmp); err != nil {
 		return "", fmt.Errorf("fill cache entry %s: %w", key, err)
 	}
@@ -222,7 +231,7 @@ func (c *Cache) fill(ctx context.Context, key string, fill FillFunc) (string, er
 	}
 
 	c.lock.Lock()
-	trash, err := c.commitLocked(key, tmp, size)
+	evicted, trash, err := c.commitLocked(key, tmp, size)
 	c.lock.Unlock()
 	for _, t := range trash {
 		if rerr := os.RemoveAll(t); rerr != nil {
@@ -230,43 +239,51 @@ func (c *Cache) fill(ctx context.Context, key string, fill FillFunc) (string, er
 		}
 	}
 	if err != nil {
+		_ = os.RemoveAll(tmp)
 		return "", fmt.Errorf("fill cache entry %s: %w", key, err)
+	}
+	for _, v := range evicted {
+		if c.onEvict != nil {
+			c.onEvict(v)
+		}
 	}
 	return c.Path(key), nil
 }
 
+// fillDir is where key's entry is made, under tmp/.
+func (c *Cache) fillDir(key string) string { return filepath.Join(c.tmpDir(), key+".fill") }
+
 // commitLocked evicts what must go and renames tmp to key's entry. It returns
-// the evicted entries' directories, moved under tmp/ for deletion outside the
-// lock.
-func (c *Cache) commitLocked(key, tmp string, size int64) ([]string, error) {
+// the evicted keys and their directories, moved under tmp/ for deletion
+// outside the lock.
+func (c *Cache) commitLocked(key, tmp string, size int64) (evicted, trash []string, err error) {
 	if r, ok := c.entries[key]; ok {
 		// A fill that was cancelled but finished anyway lost the race.
 		r.LastUsed = c.clock.Now()
-		return nil, nil
+		return nil, nil, nil
 	}
 	victims, err := c.victimsLocked(key, size)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var trash []string
 	for _, v := range victims {
-		t := filepath.Join(c.tmpDir(), v+".evicted-for-"+filepath.Base(tmp))
+		t := filepath.Join(c.tmpDir(), v+".evicted-for-"+key)
 		if err := os.Rename(c.Path(v), t); err != nil {
-			return trash, errors.Join(fmt.Errorf("evict %s: %w", v, err), c.saveLocked())
+			return evicted, trash, errors.Join(fmt.Errorf("evict %s: %w", v, err), c.saveLocked())
 		}
 		delete(c.entries, v)
-		trash = append(trash, t)
+		evicted, trash = append(evicted, v), append(trash, t)
 		c.log.V(2).Info("Evicted cache entry", "key", v, "for", key)
 	}
 	if err := os.Rename(tmp, c.Path(key)); err != nil {
 		// The evictions happened; the index must say so.
-		return trash, errors.Join(fmt.Errorf("rename into place: %w", err), c.saveLocked())
+		return evicted, trash, errors.Join(fmt.Errorf("rename into place: %w", err), c.saveLocked())
 	}
 	if err := durable.SyncDir(c.entriesDir()); err != nil {
-		return trash, err
+		return evicted, trash, err
 	}
 	c.entries[key] = &record{SizeBytes: size, LastUsed: c.clock.Now()}
-	return trash, c.saveLocked()
+	return evicted, trash, c.saveLocked()
 }
 
 // victimsLocked picks the least recently used unpinned entries whose removal
@@ -323,6 +340,31 @@ func (c *Cache) Unpin(key string) {
 	c.pins[key]--
 }
 
+// Discard deletes what failed fills of key left, when none runs: for a
+// failure that resuming cannot fix (the source changed, a digest lied).
+func (c *Cache) Discard(key string) error {
+	if err := validKey(key); err != nil {
+		return err
+	}
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if _, ok := c.flights[key]; ok {
+		return nil
+	}
+	if err := os.RemoveAll(c.fillDir(key)); err != nil {
+		return fmt.Errorf("discard the fill of %s: %w", key, err)
+	}
+	return nil
+}
+
+// Has reports whether key's entry is complete.
+func (c *Cache) Has(key string) bool {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	_, ok := c.entries[key]
+	return ok
+}
+
 // Entries lists the complete entries, most recently used first.
 func (c *Cache) Entries() []Entry {
 	c.lock.Lock()
@@ -369,4 +411,28 @@ func syncTree(root string) (int64, error) {
 		return 0, fmt.Errorf("sync %s: %w", root, err)
 	}
 	return size, nil
+}
+
+// clearTrash deletes what evictions left under tmp/ and the fills of keys
+// that are complete; unfinished fills stay, to be resumed.
+func (c *Cache) clearTrash() error {
+	ents, err := os.ReadDir(c.tmpDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", c.tmpDir(), err)
+	}
+	for _, e := range ents {
+		key, fill := strings.CutSuffix(e.Name(), ".fill")
+		if fill && e.IsDir() && validKey(key) == nil {
+			if _, err := os.Stat(c.Path(key)); errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+		}
+		if err := os.RemoveAll(filepath.Join(c.tmpDir(), e.Name())); err != nil {
+			return fmt.Errorf("clear %s: %w", e.Name(), err)
+		}
+	}
+	return nil
 }

@@ -214,11 +214,49 @@ func TestGetFillFails(t *testing.T) {
 	if _, err := os.Stat(c.Path("m")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a failed fill left an entry (stat: %v)", err)
 	}
-	if des, _ := os.ReadDir(c.tmpDir()); len(des) != 0 {
-		t.Errorf("a failed fill left %d things in tmp/", len(des))
+	// The next fill of the key resumes from what the failed one left, even
+	// in a cache opened anew (an agent restart).
+	c, err = New(c.dir, 1000)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if _, err := c.Get(t.Context(), "m", fillBytes(10)); err != nil {
+	var left []string
+	if _, err := c.Get(t.Context(), "m", func(ctx context.Context, dir string) error {
+		des, _ := os.ReadDir(dir)
+		for _, d := range des {
+			left = append(left, d.Name())
+		}
+		return fillBytes(10)(ctx, dir)
+	}); err != nil {
 		t.Errorf("retry after a failed fill: %v", err)
+	}
+	if diff := cmp.Diff([]string{"half"}, left); diff != "" {
+		t.Errorf("what the retry found (-want,+got):\n%s", diff)
+	}
+	if des, _ := os.ReadDir(c.tmpDir()); len(des) != 0 {
+		t.Errorf("a completed fill left %d things in tmp/", len(des))
+	}
+}
+
+func TestDiscardDropsAFailedFill(t *testing.T) {
+	c, err := New(t.TempDir(), 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Get(t.Context(), "m", func(_ context.Context, dir string) error {
+		if err := os.WriteFile(filepath.Join(dir, "half"), []byte("x"), 0o644); err != nil {
+			return err
+		}
+		return errors.New("digest mismatch")
+	})
+	if err == nil {
+		t.Fatal("Get() succeeded with a failing fill")
+	}
+	if err := c.Discard("m"); err != nil {
+		t.Fatalf("Discard() = %v", err)
+	}
+	if des, _ := os.ReadDir(c.tmpDir()); len(des) != 0 {
+		t.Errorf("Discard left %d things in tmp/", len(des))
 	}
 }
 

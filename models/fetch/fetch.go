@@ -42,6 +42,9 @@ type Options struct {
 	Pool BufferPool
 	// SHA256 is the expected digest in hex; empty skips the check.
 	SHA256 string
+	// Digest asks for the file's SHA-256 in Result even when none is
+	// expected (one more read of the file, from the page cache mostly).
+	Digest bool
 	// Attempts is how many times one range is tried (DefaultAttempts).
 	Attempts int
 	// Backoff is the wait before retry attempt+1; nil means
@@ -86,6 +89,9 @@ type Result struct {
 	// SingleStream is true when the source ignored ranges and the file came
 	// in one stream.
 	SingleStream bool
+	// SHA256 of the file, in hex, when Options.SHA256 or Options.Digest
+	// asked for it.
+	SHA256 string
 }
 
 // DigestMismatchError says the fetched bytes are not the ones pinned.
@@ -132,7 +138,7 @@ func Fetch(ctx context.Context, src Source, name, dstPath string, opts Options) 
 	if err != nil {
 		return res, fmt.Errorf("fetch %s: %w", name, err)
 	}
-	if err := f.finish(dstPath); err != nil {
+	if res.SHA256, err = f.finish(dstPath); err != nil {
 		return res, fmt.Errorf("fetch %s: %w", name, err)
 	}
 	return res, nil
@@ -358,31 +364,33 @@ func (f *fetcher) record(j *journal, completed <-chan int, done int64) error {
 	return firstErr
 }
 
-// finish checks the digest and renames the partial file into place.
-func (f *fetcher) finish(dstPath string) error {
+// finish checks the digest and renames the partial file into place. It
+// returns the digest when it computed one.
+func (f *fetcher) finish(dstPath string) (string, error) {
 	journalPath := f.partial + ".chunks"
-	if want := strings.ToLower(f.opts.SHA256); want != "" {
-		got, err := fileSHA256(f.partial)
-		if err != nil {
-			return err
+	var got string
+	if want := strings.ToLower(f.opts.SHA256); want != "" || f.opts.Digest {
+		var err error
+		if got, err = fileSHA256(f.partial); err != nil {
+			return "", err
 		}
-		if got != want {
+		if want != "" && got != want {
 			// The bytes are wrong somewhere, and the journal cannot say where.
 			_ = os.Remove(f.partial)
 			_ = os.Remove(journalPath)
-			return &DigestMismatchError{Name: f.name, Expected: want, Got: got}
+			return "", &DigestMismatchError{Name: f.name, Expected: want, Got: got}
 		}
 	}
 	if err := os.Rename(f.partial, dstPath); err != nil {
-		return fmt.Errorf("rename %s: %w", f.partial, err)
+		return "", fmt.Errorf("rename %s: %w", f.partial, err)
 	}
 	if err := durable.SyncDir(filepath.Dir(dstPath)); err != nil {
-		return err
+		return "", err
 	}
 	if err := os.Remove(journalPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove journal: %w", err)
+		return "", fmt.Errorf("remove journal: %w", err)
 	}
-	return nil
+	return got, nil
 }
 
 func fileSHA256(path string) (string, error) {

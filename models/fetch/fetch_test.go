@@ -164,6 +164,7 @@ func TestFetch(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Fetch() error = %v", err)
 			}
+			tc.want.SHA256 = sha // the pinned digest, checked
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Fetch() result (-want,+got):\n%s", diff)
 			}
@@ -385,7 +386,7 @@ func TestFetchIgnoresJournalWithoutData(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Fetch() error = %v", err)
 	}
-	if diff := cmp.Diff(Result{Size: size, ReadBytes: size}, res); diff != "" {
+	if diff := cmp.Diff(Result{Size: size, ReadBytes: size, SHA256: digest(data)}, res); diff != "" {
 		t.Errorf("Fetch() (-want,+got):\n%s", diff)
 	}
 }

@@ -28,7 +28,7 @@ func (File) Stat(_ context.Context, path string) (int64, string, error) {
 	if !fi.Mode().IsRegular() {
 		return 0, "", Permanent(fmt.Errorf("stat %s: not a regular file", path))
 	}
-	return fi.Size(), fmt.Sprintf("%d-%d", fi.ModTime().UnixNano(), fi.Size()), nil
+	return fi.Size(), fileTag(fi), nil
 }
 
 // ReadRange reads len(p) bytes at off.

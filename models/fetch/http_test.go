@@ -105,6 +105,7 @@ func TestFetchHTTP(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Fetch() error = %v", err)
 			}
+			tc.want.SHA256 = digest(data)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("Fetch() (-want,+got):\n%s", diff)
 			}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/klog/v2/textlogger"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/internal/version"
+	"github.com/partita-dev/partita/models/cache"
+	"github.com/partita-dev/partita/models/csi"
+	"github.com/partita-dev/partita/models/fetch"
+	"github.com/partita-dev/partita/models/node"
+	"github.com/partita-dev/partita/nodeagent"
+)
+
+type modelCacheFlags struct {
+	kubeconfig  string
+	nodeName    string
+	kubeletDir  string
+	cacheDir    string
+	cacheSize   string
+	stateDir    string
+	fileRoots   []string
+	chunkSize   string
+	concurrency int
+	buffers     int
+	healthAddr  string
+	verbosity   int
+}
+
+func newModelCacheCommand() *cobra.Command {
+	f := &modelCacheFlags{}
+	cmd := &cobra.Command{
+		Use:   "model-cache",
+		Short: "Run a node's model cache: the CSI node plugin that serves Models to pods at /models/NAME",
+		Long: `model-cache runs on every node (a container of the agent's DaemonSet, privileged
+to mount). The kubelet calls it, as the CSI driver ` + v1alpha1.ModelCSIDriver + `, for each
+model volume the webhook gives a pod that asks for partita.dev/model: it fetches
+the Model's files once into the node's cache (concurrent ranged reads, resumed
+after a restart, every file checksummed, safetensors headers validated), and
+bind-mounts them read-only into the pod, which starts only then. It reports the
+node's copy in the Model's status (status.nodes). See docs/models.md.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runModelCache(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file; empty means $KUBECONFIG, ~/.kube/config or the in-cluster config")
+	fl.StringVar(&f.nodeName, "node-name", os.Getenv("NODE_NAME"), "the node this cache serves (default $NODE_NAME, else the host name)")
+	fl.StringVar(&f.kubeletDir, "kubelet-dir", csi.DefaultKubeletDir, "the kubelet's root directory: the plugin registers in plugins_registry/ and serves in plugins/"+v1alpha1.ModelCSIDriver+"/")
+	fl.StringVar(&f.cacheDir, "cache-dir", "/var/lib/partita/models", "the node's model cache directory")
+	fl.StringVar(&f.cacheSize, "cache-size", "100Gi", "the most bytes the cache holds; the least recently used models no pod uses are evicted to make room")
+	fl.StringVar(&f.stateDir, "state-dir", "/var/lib/partita/model-cache-state", "directory that keeps the published volumes (their pins) across restarts")
+	fl.StringSliceVar(&f.fileRoots, "file-roots", nil, "the node's directories that file:// Models may name (comma-separated); none refuses file:// sources")
+	fl.StringVar(&f.chunkSize, "chunk-size", "8Mi", "the length of one ranged read")
+	fl.IntVar(&f.concurrency, "concurrency", fetch.DefaultConcurrency, "ranged reads in flight per file")
+	fl.IntVar(&f.buffers, "buffers", 16, "chunk buffers shared by every fetch on the node: streaming holds at most buffers × chunk-size bytes in memory")
+	fl.StringVar(&f.healthAddr, "health-addr", ":8083", "address of the /metrics, /healthz and /readyz endpoints")
+	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (1 logs every failed CSI call)")
+	return cmd
+}
+
+func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
+	log := textlogger.NewLogger(textlogger.NewConfig(textlogger.Verbosity(f.verbosity), textlogger.Output(cmd.ErrOrStderr())))
+	klog.SetLogger(log)
+	ctx := logr.NewContext(cmd.Context(), log)
+	size, err := resource.ParseQuantity(f.cacheSize)
+	if err != nil || size.Value() <= 0 {
+		return fmt.Errorf("--cache-size %q: want a positive quantity such as 200Gi", f.cacheSize)
+	}
+	chunk, err := resource.ParseQuantity(f.chunkSize)
+	if err != nil || chunk.Value() < 64<<10 || chunk.Value() > 256<<20 {
+		return fmt.Errorf("--chunk-size %q: want a quantity from 64Ki to 256Mi", f.chunkSize)
+	}
+	if f.concurrency < 1 || f.buffers < 1 {
+		return fmt.Errorf("--concurrency %d, --buffers %d: want at least 1 each", f.concurrency, f.buffers)
+	}
+	for i, r := range f.fileRoots {
+		if r = strings.TrimSpace(r); !strings.HasPrefix(r, "/") {
+			return fmt.Errorf("--file-roots %q: want absolute directories", r)
+		}
+		f.fileRoots[i] = r
+	}
+	if f.nodeName == "" {
+		if f.nodeName, err = os.Hostname(); err != nil {
+			return fmt.Errorf("find the node name (set --node-name): %w", err)
+		}
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = f.kubeconfig
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return fmt.Errorf("load kubeconfig: %w", err)
+	}
+	cfg.UserAgent = "partita-model-cache/" + version.Get()
+	scheme := runtime.NewScheme()
+	if err := v1alpha1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	cl, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("create client: %w", err)
+	}
+
+	reg := prometheus.NewRegistry()
+	metrics := node.NewMetrics(reg)
+	var svc *node.Service
+	c, err := cache.New(f.cacheDir, size.Value(), cache.WithLogger(log.WithName("cache")), cache.WithOnEvict(func(key string) {
+		if svc != nil {
+			svc.Evicted(key)
+		}
+	}))
+	if err != nil {
+		return err
+	}
+	svc, err = node.New(ctx, node.Config{
+		NodeName:  f.nodeName,
+		Cache:     c,
+		Client:    cl,
+		StateDir:  f.stateDir,
+		FileRoots: f.fileRoots,
+		Fetch: fetch.Options{
+			ChunkSize:   chunk.Value(),
+			Concurrency: f.concurrency,
+			Pool:        fetch.NewPool(f.buffers, int(chunk.Value())),
+		},
+		HTTPClient: &http.Client{Timeout: 5 * time.Minute},
+		Log:        log.WithName("models"),
+		Metrics:    metrics,
+	})
+	if err != nil {
+		return err
+	}
+	srv := csi.NewServer(f.nodeName, version.Get(), svc, nil, log.WithName("csi"))
+	log.Info("Model cache", "node", f.nodeName, "dir", f.cacheDir, "size", size.String(), "fileRoots", f.fileRoots)
+
+	g, gctx := errgroup.WithContext(ctx)
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
+	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, mux) })
+	g.Go(func() error { return csi.Serve(gctx, srv, f.kubeletDir, log.WithName("csi")) })
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}

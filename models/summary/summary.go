@@ -1,0 +1,129 @@
+// Package summary keeps a Model's status.phase and its Ready condition true
+// to the nodes' entries (status.nodes), which each node's model cache
+// writes for itself. It runs on the extender's leader.
+package summary
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/partita-dev/partita/api/v1alpha1"
+)
+
+// FieldManager owns status.phase and the Ready condition.
+const FieldManager = "partita-model-summary"
+
+// Summary is what status.phase and the Ready condition say of nodes.
+type Summary struct {
+	Phase   v1alpha1.ModelPhase
+	Status  metav1.ConditionStatus
+	Reason  string
+	Message string
+}
+
+// Summarize reads the nodes' entries.
+func Summarize(nodes []v1alpha1.ModelNodeStatus) Summary {
+	by := map[v1alpha1.ModelPhase][]v1alpha1.ModelNodeStatus{}
+	for _, n := range nodes {
+		by[n.Phase] = append(by[n.Phase], n)
+	}
+	names := func(ns []v1alpha1.ModelNodeStatus) string {
+		out := make([]string, 0, len(ns))
+		for _, n := range ns {
+			out = append(out, n.Name)
+		}
+		sort.Strings(out)
+		if len(out) > 5 {
+			out = append(out[:5], fmt.Sprintf("and %d more", len(out)-5))
+		}
+		return strings.Join(out, ", ")
+	}
+	first := func(ns []v1alpha1.ModelNodeStatus) v1alpha1.ModelNodeStatus {
+		sort.Slice(ns, func(i, j int) bool { return ns[i].Name < ns[j].Name })
+		return ns[0]
+	}
+	switch {
+	case len(by[v1alpha1.ModelReady]) > 0:
+		return Summary{Phase: v1alpha1.ModelReady, Status: metav1.ConditionTrue, Reason: v1alpha1.ModelReasonReady,
+			Message: fmt.Sprintf("held on %d node(s): %s", len(by[v1alpha1.ModelReady]), names(by[v1alpha1.ModelReady]))}
+	case len(by[v1alpha1.ModelFetching]) > 0:
+		f := first(by[v1alpha1.ModelFetching])
+		return Summary{Phase: v1alpha1.ModelFetching, Status: metav1.ConditionFalse, Reason: v1alpha1.ModelReasonFetching,
+			Message: fmt.Sprintf("fetching on %s: %s", names(by[v1alpha1.ModelFetching]), f.Message)}
+	case len(by[v1alpha1.ModelFailed]) > 0:
+		f := first(by[v1alpha1.ModelFailed])
+		return Summary{Phase: v1alpha1.ModelFailed, Status: metav1.ConditionFalse, Reason: v1alpha1.ModelReasonFetchFailed,
+			Message: fmt.Sprintf("failed on %s: %s", names(by[v1alpha1.ModelFailed]), f.Message)}
+	}
+	return Summary{Phase: v1alpha1.ModelPending, Status: metav1.ConditionFalse, Reason: v1alpha1.ModelReasonNotFetched,
+		Message: "no node holds it yet: a node fetches it when a pod that asks for it (partita.dev/model) starts there"}
+}
+
+// Reconciler applies the summary of each Model.
+type Reconciler struct {
+	Client client.Client
+	Clock  clock.PassiveClock
+}
+
+// Reconcile writes status.phase and the Ready condition when they differ
+// from the nodes' summary (server-side apply, its own field manager).
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	m := &v1alpha1.Model{}
+	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	s := Summarize(m.Status.Nodes)
+	cur := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ModelConditionReady)
+	if m.Status.Phase == s.Phase && cur != nil && cur.Status == s.Status && cur.Reason == s.Reason && cur.Message == s.Message && cur.ObservedGeneration == m.Generation {
+		return ctrl.Result{}, nil
+	}
+	ltt := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
+	if cur != nil && cur.Status == s.Status {
+		ltt = cur.LastTransitionTime
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": v1alpha1.GroupVersion.String(),
+		"kind":       "Model",
+		"metadata":   map[string]any{"name": m.Name, "namespace": m.Namespace},
+		"status": map[string]any{
+			"phase": string(s.Phase),
+			"conditions": []any{map[string]any{
+				"type": v1alpha1.ModelConditionReady, "status": string(s.Status), "reason": s.Reason,
+				"message": truncate(s.Message, 32768), "observedGeneration": m.Generation,
+				"lastTransitionTime": ltt.UTC().Format(time.RFC3339),
+			}},
+		},
+	}}
+	//nolint:staticcheck // client.Apply with an unstructured object: Partita's API has no generated apply configurations.
+	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+		return ctrl.Result{}, fmt.Errorf("apply the summary of Model %s: %w", req.NamespacedName, err)
+	}
+	return ctrl.Result{}, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// Setup adds the reconciler to mgr (it runs on the leader only).
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
+	return builder.ControllerManagedBy(mgr).
+		Named("model-summary").
+		For(&v1alpha1.Model{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
+		Complete(&Reconciler{Client: mgr.GetClient(), Clock: clk})
+}

@@ -45,6 +45,10 @@ func TestAdmission(t *testing.T) {
 		"mutate-trusted-identity":    {path: PathMutatePods},
 		"mutate-ephemeral-container": {path: PathMutatePods},
 		"mutate-mirror-pod":          {path: PathMutatePods},
+		"mutate-model":               {path: PathMutatePods},
+		"mutate-model-no-gpu":        {path: PathMutatePods},
+		"deny-model-missing":         {path: PathMutatePods},
+		"deny-model-other-namespace": {path: PathMutatePods},
 
 		"mutate-cluster-default-queue":         {path: PathMutatePods},
 		"mutate-member-takes-podgroup-queue":   {path: PathMutatePods},
@@ -80,6 +84,7 @@ func TestAdmission(t *testing.T) {
 
 		"validate-create-canonical":             {path: PathValidatePods},
 		"validate-create-not-mutated":           {path: PathValidatePods},
+		"deny-model-not-mutated":                {path: PathValidatePods},
 		"validate-update-spoof-devices":         {path: PathValidatePods},
 		"validate-update-remove-node":           {path: PathValidatePods},
 		"validate-update-extender":              {path: PathValidatePods},

@@ -151,7 +151,8 @@ func (m *memTemplates) Ensure(ctx context.Context, t *resourceapi.ResourceClaimT
 // testObjects are the objects pods and PodGroups name: in team-a, PodGroup
 // train-a of queue team-a, PodGroup loose of no queue and PodGroup sharded
 // of queue team-a with sub-groups r0 and r1 (2 each) of Topology dc-1
-// (zone, block, rack, host); PriorityClasses train (1000) and batch (10).
+// (zone, block, rack, host); PriorityClasses train (1000) and batch (10);
+// Models llama (s3, Secret s3-creds) and mistral (https) in team-a.
 func testObjects(t testing.TB) client.Reader {
 	t.Helper()
 	return fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(
@@ -162,6 +163,10 @@ func testObjects(t testing.TB) client.Reader {
 		partitatest.MakeTopology("dc-1", "topology.kubernetes.io/zone", "network.example.com/block", "network.example.com/rack", "kubernetes.io/hostname").Obj(),
 		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "train"}, Value: 1000},
 		&schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "batch"}, Value: 10},
+		&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llama"}, Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{
+			URI: "s3://models/llama-3-8b", Endpoint: "http://s3.example:8333", SecretRef: &corev1.LocalObjectReference{Name: "s3-creds"}}}},
+		&v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "mistral"}, Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{
+			URI: "https://models.example/mistral/model.safetensors"}}},
 	).Build()
 }
 

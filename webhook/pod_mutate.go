@@ -74,6 +74,11 @@ func (a *PodAdmission) mutateCreate(ctx context.Context, ar *admissionv1.Admissi
 		}
 		base, req = patched, preq
 	}
+	// A model's volume and mounts go in before canonical form: the seal
+	// and the device env then cover the pod as it will be.
+	if base, err = a.withModels(ctx, base); err != nil {
+		return Result{Err: err, Dialect: dialectOf(req)}
+	}
 	out, templates, err := a.canonical(base, req)
 	if err != nil {
 		return Result{Err: err, Dialect: dialectOf(req)}

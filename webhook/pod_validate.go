@@ -95,6 +95,9 @@ func (a *PodAdmission) validateCreate(ctx context.Context, ar *admissionv1.Admis
 				patchPaths(ops, 5), pod.Namespace)}}}
 		}
 	}
+	if err := checkModelVolumes(pod); err != nil {
+		return Result{Err: err, Dialect: dialectOf(req)}
+	}
 	return a.validateQueue(ctx, pod, req)
 }
 

@@ -14,8 +14,8 @@ import (
 )
 
 // References reads the objects a pod or a PodGroup names, to check them:
-// a pod's PodGroup (its queue and sub-groups), a PodGroup's PriorityClass
-// and Topology. It reads the
+// a pod's PodGroup (its queue and sub-groups) and Models, a PodGroup's
+// PriorityClass and Topology. It reads the
 // informer cache first and, when the cache does not have the object, the
 // API server: `kubectl apply` of a PodGroup and its pods in one file sends
 // the pods within milliseconds of the PodGroup, before any informer has it,
@@ -52,6 +52,13 @@ func (r *References) Watch(ctx context.Context, informers cache.Informers) error
 		if err != nil {
 			return fmt.Errorf("get %T informer: %w", obj, err)
 		}
+		r.synced = append(r.synced, inf.HasSynced)
+	}
+	// Models, like Topologies, may be missing from an older install: a pod
+	// that asks for one is then refused as naming a Model that is not there.
+	if inf, err := informers.GetInformer(ctx, &v1alpha1.Model{}); err != nil {
+		logr.FromContextOrDiscard(ctx).Info("Models are not read: pods that ask for one (partita.dev/model) are refused; apply the chart's CRDs (crds/)", "error", err.Error())
+	} else {
 		r.synced = append(r.synced, inf.HasSynced)
 	}
 	inf, err := informers.GetInformer(ctx, &v1alpha1.Topology{})

@@ -46,6 +46,10 @@ type Addon struct {
 	// args is its command line; config its configuration file, if any.
 	args   []string
 	config string
+	// readyPath, when set, is the readiness path on its {port:NAME}.
+	readyPath string
+	// noCRDs: it brings no kinds (the S3 store).
+	noCRDs bool
 }
 
 // Addons are the controllers `partita dev up --addons` knows, by name.
@@ -81,8 +85,26 @@ health: {healthProbeBindAddress: "127.0.0.1:{port:lws-health}"}
 			args: []string{"--kubeconfig", "{kubeconfig}", "--metrics-addr", "0", "--health-probe-bind-address", "127.0.0.1:{port:kuberay-health}",
 				"--enable-leader-election=false", "--log-stdout-encoder", "console"},
 		},
+		{
+			// A real S3-compatible server (versitygw's POSIX gateway: a
+			// bucket is a directory of the cluster's state) for Models; its
+			// endpoint and keys are the Secret partita-system/s3.
+			Name: AddonS3, Version: "v1.8.0", Kinds: "an S3-compatible object store (versitygw), its endpoint and keys in Secret " + PartitaNamespace + "/" + S3SecretName,
+			args: []string{"--access", "{s3-access}", "--secret", "{s3-secret}", "--port", "127.0.0.1:{port:s3}", "--port", "{host-ip}:{port:s3}",
+				"--health", "/health", "--quiet", "posix", "{addon}/data"},
+			readyPath: "/health",
+			noCRDs:    true,
+		},
 	}
 }
+
+// AddonS3 is the S3 store's addon name; S3SecretName its Secret in
+// partita-system, with the keys endpoint, AWS_ACCESS_KEY_ID and
+// AWS_SECRET_ACCESS_KEY.
+const (
+	AddonS3      = "s3"
+	S3SecretName = "s3"
+)
 
 // AddonNames are the names --addons takes.
 func AddonNames() []string {
@@ -142,13 +164,17 @@ func (c *Cluster) addonProcesses() []HostProcess {
 		if !ok {
 			continue
 		}
+		vals := c.addonValues(a)
 		args := make([]string, len(a.args))
 		for i, s := range a.args {
-			args[i] = strings.ReplaceAll(s, "{addon}", c.addonState(a))
+			args[i] = vals.Replace(s)
 		}
 		ready := ""
 		if p := healthPort(a); p != "" {
 			ready = "http://127.0.0.1:{port:" + p + "}/readyz"
+		}
+		if a.readyPath != "" {
+			ready = "http://127.0.0.1:{port:" + a.Name + "}" + a.readyPath
 		}
 		out = append(out, HostProcess{Name: "addon-" + a.Name, Binary: filepath.Join(c.AddonDir(a), "bin", a.Name), Args: args, ReadyURL: ready})
 	}
@@ -185,6 +211,11 @@ func (c *Cluster) startAddons(ctx context.Context, cfg *rest.Config) error {
 		if err := c.registerAddonWebhooks(ctx, cfg, a); err != nil {
 			return err
 		}
+		if a.Name == AddonS3 {
+			if err := c.writeS3Secret(ctx, a); err != nil {
+				return err
+			}
+		}
 		c.printf("Addon %s %s runs: %s", a.Name, a.Version, a.Kinds)
 	}
 	return nil
@@ -193,6 +224,9 @@ func (c *Cluster) startAddons(ctx context.Context, cfg *rest.Config) error {
 // installAddonCRDs applies the CRDs of the addon's release and waits until
 // they are served.
 func (c *Cluster) installAddonCRDs(ctx context.Context, cfg *rest.Config, a Addon) error {
+	if a.noCRDs {
+		return nil
+	}
 	files, err := filepath.Glob(filepath.Join(c.AddonDir(a), "crds", "*.yaml"))
 	if err != nil || len(files) == 0 {
 		return fmt.Errorf("addon %s: no CRDs in %s; build it again with 'make addon-bins' (or 'make cluster-bins')", a.Name, filepath.Join(c.AddonDir(a), "crds"))
@@ -250,6 +284,14 @@ func (c *Cluster) prepareAddon(a Addon) error {
 		}
 		if err := os.WriteFile(filepath.Join(dir, "config.yaml"), []byte(content), 0o644); err != nil {
 			return fmt.Errorf("write configuration of addon %s: %w", a.Name, err)
+		}
+	}
+	if a.Name == AddonS3 {
+		if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
+			return fmt.Errorf("create the S3 store's data directory: %w", err)
+		}
+		if _, err := c.s3Credentials(); err != nil {
+			return err
 		}
 	}
 	if !c.addonHasWebhooks(a) {

@@ -54,8 +54,20 @@ func (c *Cluster) ChartValues() map[string]any {
 		// under the node's directory; on: a node that lost NRI fails loudly.
 		agent["nri"] = map[string]any{"enabled": "on", "socket": n.NRISocket()}
 	}
+	// The model cache on the real node, under the node's directory (dev
+	// down removes it), reading file:// Models from ModelFilesDir.
+	modelCache := map[string]any{
+		"nodeSelector": onNode,
+		"kubeletDir":   n.KubeletRootDir(),
+		"cacheDir":     filepath.Join(n.ModelCacheDir(), "cache"),
+		"stateDir":     filepath.Join(n.ModelCacheDir(), "state"),
+		"fileRoots":    []string{n.ModelFilesDir()},
+		"cacheSize":    "2Gi",
+		"logLevel":     2,
+	}
 	return map[string]any{
 		"gpuBackend": string(c.Backend()),
+		"modelCache": modelCache,
 		"image":      map[string]any{"repository": repo, "tag": tag, "pullPolicy": "IfNotPresent"},
 		"webhook": map[string]any{"nodeSelector": onNode, "logLevel": 2,
 			// The API server's client certificate (writeWebhookClientAuth).

@@ -245,7 +245,7 @@ func TestChartValues(t *testing.T) {
 			}
 		}
 	}
-	want := map[string]bool{"partita-webhook": true, "partita-extender": true, "partita-scheduler": true, "partita-agent": true, "partita-interposer": true}
+	want := map[string]bool{"partita-webhook": true, "partita-extender": true, "partita-scheduler": true, "partita-agent": true, "partita-interposer": true, "partita-model-cache": true}
 	if diff := cmp.Diff(want, seen); diff != "" {
 		t.Errorf("workloads (-want,+got):\n%s", diff)
 	}

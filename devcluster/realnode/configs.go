@@ -14,10 +14,12 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	certutil "k8s.io/client-go/util/cert"
@@ -222,9 +224,39 @@ func (n *Node) CDIDir() string { return n.path("cdi") }
 // that dev down removes it with the rest.
 func (n *Node) InterposerDir() string { return n.path("interposer") }
 
-// KubeletRootDir is kubelet's --root-dir, under which DRA kubelet plugins
-// register (plugins_registry/) and keep their sockets (plugins/).
+// KubeletRootDir is kubelet's --root-dir, under which DRA and CSI kubelet
+// plugins register (plugins_registry/) and keep their sockets (plugins/).
 func (n *Node) KubeletRootDir() string { return n.path("kubelet", "root") }
+
+// ModelCacheDir holds the model cache's entries and state on the node.
+func (n *Node) ModelCacheDir() string { return n.path("models") }
+
+// ModelFilesDir is the node's directory that file:// Models may name.
+func (n *Node) ModelFilesDir() string { return n.path("model-files") }
+
+// shareKubeletRoot makes the kubelet's root directory a shared mount, as
+// it is on a systemd host: a CSI plugin's mounts into pods' volumes
+// (Bidirectional propagation) must reach the host, and a container runtime
+// refuses Bidirectional from a private mount. The node's cleanup unmounts
+// it with everything under the node's directory.
+func (n *Node) shareKubeletRoot() error {
+	root := n.KubeletRootDir()
+	if err := os.MkdirAll(root, 0o750); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(n.ModelFilesDir(), 0o755); err != nil {
+		return err
+	}
+	if !slices.Contains(MountsUnder(root), root) {
+		if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", root, err)
+		}
+	}
+	if err := unix.Mount("", root, "", unix.MS_SHARED|unix.MS_REC, ""); err != nil {
+		return fmt.Errorf("make %s a shared mount: %w", root, err)
+	}
+	return nil
+}
 
 // cniConfig is the node's network: a bridge with host-local addresses from
 // PodCIDR, masquerade for traffic that leaves it, hairpin so that a pod
@@ -379,6 +411,9 @@ func (n *Node) loadImages(ctx context.Context) error {
 func (n *Node) startKubelet(ctx context.Context) error {
 	ip, err := nodeIP()
 	if err != nil {
+		return err
+	}
+	if err := n.shareKubeletRoot(); err != nil {
 		return err
 	}
 	args := []string{

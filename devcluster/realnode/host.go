@@ -264,3 +264,7 @@ func firstIPv4(name string) string {
 	}
 	return ""
 }
+
+// HostIP is this host's address that pods on the real node and host
+// processes both reach (the node's address).
+func HostIP() (string, error) { return nodeIP() }

@@ -10,13 +10,14 @@
 #                 RBAC for Partita's host processes); envtest needs the same
 #     real-node   the real node (`partita dev up --real-node`, `make images`):
 #                 kubelet, kube-proxy, containerd, crictl and CoreDNS
-#     addons      the JobSet, LeaderWorkerSet and KubeRay controllers
-#                 (`partita dev up --addons`) and Kubeflow's training CRDs
+#     addons      the JobSet, LeaderWorkerSet and KubeRay controllers and the
+#                 S3 store (`partita dev up --addons`), and Kubeflow's
+#                 training CRDs
 #     all         every group: what `make test` needs
 #
 #   PARTITA_CACHE   cache root (default ~/.cache/partita)
-#   ADDONS          of the addons group, the controllers to build, of: jobset
-#                   lws kuberay (default all three; "none" builds none), into
+#   ADDONS          of the addons group, what to build, of: jobset lws
+#                   kuberay s3 (default all four; "none" builds none), into
 #                   $PARTITA_CACHE/bin/addons/<name>-<version>/ with their CRDs
 #
 # Prints the bin directory on its last line.
@@ -187,12 +188,15 @@ fi # real-node
 JOBSET_VERSION=${JOBSET_VERSION:-v0.12.0}
 LWS_VERSION=${LWS_VERSION:-v0.8.0}
 KUBERAY_VERSION=${KUBERAY_VERSION:-v1.5.0}
-addons=${ADDONS:-jobset lws kuberay}
+# The dev cluster's S3 store for Models (--addons s3): versitygw, a real
+# S3 server over a directory (about 2.5 minutes the first time).
+S3_VERSION=${S3_VERSION:-v1.8.0}
+addons=${ADDONS:-jobset lws kuberay s3}
 [ "$addons" = none ] && addons=""
 [ -n "$want_addons" ] || addons=""
 modcache=$(go env GOMODCACHE)
 
-# addon NAME VERSION MODULE PACKAGE CRD_DIR [WEBHOOK_MANIFEST]
+# addon NAME VERSION MODULE PACKAGE CRD_DIR [WEBHOOK_MANIFEST]; CRD_DIR - for none
 addon() {
   local name=$1 version=$2 module=$3 pkg=$4 crds=$5 webhooks=${6:-}
   local dir=$cache/bin/addons/$name-$version
@@ -209,7 +213,7 @@ addon() {
   (cd "$mod" && GOFLAGS=-mod=mod go mod tidy -e >/dev/null 2>&1 || true
    cd "$mod" && GOFLAGS=-mod=mod CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$dir/bin/$name" "$pkg")
   local src=$modcache/$module@$version
-  cp "$src/$crds"/*.yaml "$dir/crds/"
+  if [ "$crds" != - ]; then cp "$src/$crds"/*.yaml "$dir/crds/"; fi
   if [ -n "$webhooks" ]; then cp "$src/$webhooks" "$dir/webhooks.yaml"; fi
   chmod -R u+w "$dir"
   echo "$version" >"$dir/.done"
@@ -223,7 +227,8 @@ for a in $addons; do
       config/crd/bases config/webhook/manifests.yaml ;;
     kuberay) addon kuberay "$KUBERAY_VERSION" github.com/ray-project/kuberay/ray-operator \
       github.com/ray-project/kuberay/ray-operator config/crd/bases ;;
-    *) echo "cluster-bins: unknown addon $a (want jobset, lws or kuberay)" >&2; exit 2 ;;
+    s3) addon s3 "$S3_VERSION" github.com/versity/versitygw github.com/versity/versitygw/cmd/versitygw - ;;
+    *) echo "cluster-bins: unknown addon $a (want jobset, lws, kuberay or s3)" >&2; exit 2 ;;
   esac
 done
 

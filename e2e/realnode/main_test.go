@@ -99,7 +99,9 @@ func run(m *testing.M) int {
 	start := time.Now()
 	out, err := partita(context.Background(), "dev", "up", "--name", clusterName, "--real-node", "--mode", "chart",
 		"--gpu-backend", string(backend),
-		"--nodes", fmt.Sprint(simulatedNodes), "--gpus-per-node", fmt.Sprint(gpusPerNode), "--images-dir", imagesDir)
+		"--nodes", fmt.Sprint(simulatedNodes), "--gpus-per-node", fmt.Sprint(gpusPerNode), "--images-dir", imagesDir,
+		// The S3 store the Model tests read from (models_test.go).
+		"--addons", devcluster.AddonS3)
 	fmt.Fprintf(os.Stderr, "e2e/realnode: partita dev up --real-node --mode chart took %.1fs\n%s", time.Since(start).Seconds(), out)
 	if os.Getenv("PARTITA_E2E_KEEP") == "" {
 		defer func() {

@@ -13,21 +13,30 @@
 // with --token-file as its bearer token, --ca-file or --insecure for the
 // server's certificate) and prints "get URL: STATUS" and "body: ..." (or
 // "get URL: error: ...").
+//
+// --hash-dir DIR prints "sha256 HEX PATH" for every file under DIR (its
+// path relative to DIR), then "hashed DIR: N files", and tries to write
+// DIR: "write DIR: ok" or "write DIR: error: ..." (a model's directory is
+// read-only).
 package main
 
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -44,6 +53,7 @@ func main() {
 	flag.StringVar(&get.tokenFile, "token-file", "", "a file whose content --get sends as bearer token")
 	flag.StringVar(&get.caFile, "ca-file", "", "the CA that --get verifies the server's certificate with")
 	flag.BoolVar(&get.insecure, "insecure", false, "--get does not verify the server's certificate")
+	hashDir := flag.String("hash-dir", "", "a directory whose files to hash and print, e.g. /models/llama")
 	flag.Parse()
 	env := os.Environ()
 	sort.Strings(env)
@@ -63,6 +73,9 @@ func main() {
 	}
 	if *printFile != "" {
 		printContent(os.Stdout, *printFile)
+	}
+	if *hashDir != "" {
+		hashTree(os.Stdout, *hashDir)
 	}
 	if get.url != "" {
 		status, body, err := get.do()
@@ -100,6 +113,40 @@ func printContent(w io.Writer, path string) {
 		fmt.Fprintf(w, "file %s: error: %v\n", path, err)
 	}
 	fmt.Fprintf(w, "end of file %s\n", path)
+}
+
+// hashTree prints each file's SHA-256 under dir, then whether dir takes a
+// write.
+func hashTree(w io.Writer, dir string) {
+	n := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = f.Close() }()
+		h := sha256.New()
+		if _, err := io.Copy(h, f); err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fmt.Fprintf(w, "sha256 %s %s\n", hex.EncodeToString(h.Sum(nil)), filepath.ToSlash(rel))
+		n++
+		return nil
+	})
+	if err != nil {
+		fmt.Fprintf(w, "hashed %s: error: %v\n", dir, err)
+	} else {
+		fmt.Fprintf(w, "hashed %s: %d files\n", dir, n)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".write-test"), []byte("x"), 0o644); err != nil {
+		fmt.Fprintf(w, "write %s: error: %v\n", dir, err)
+	} else {
+		fmt.Fprintf(w, "write %s: ok\n", dir)
+	}
 }
 
 // request is --get and its options.

@@ -50,6 +50,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "partita.agentName" -}}{{ include "partita.fullname" . }}-agent{{- end -}}
 {{- define "partita.mpsKeeperName" -}}{{ include "partita.fullname" . }}-mps-keeper{{- end -}}
 {{- define "partita.interposerName" -}}{{ include "partita.fullname" . }}-interposer{{- end -}}
+{{- define "partita.modelCacheName" -}}{{ include "partita.fullname" . }}-model-cache{{- end -}}
 {{/*
 "true" where the chart installs HAMi-core for hami-core slices
 (agent.interposer): as agent.interposer.enabled says, and where that is null

@@ -66,6 +66,8 @@ type Extender struct {
 	placement gpu.Placement
 	metrics   *Metrics
 	clock     clock.WithTicker
+	// models, when set, says where pods' models are.
+	models    ModelLocator
 	assumeTTL time.Duration
 	// parallelNodes is the candidate count from which filter and prioritize
 	// check nodes in parallel.
@@ -115,6 +117,15 @@ func WithSynced(synced func() bool) Option { return func(e *Extender) { e.synced
 
 // WithLeader makes bind answer ErrNotLeader while isLeader returns false.
 func WithLeader(isLeader func() bool) Option { return func(e *Extender) { e.isLeader = isLeader } }
+
+// ModelLocator says which nodes hold a pod's models (models/locate).
+type ModelLocator interface {
+	Held(ctx context.Context, namespace string, models []string) map[string]float64
+}
+
+// WithModels makes prioritize prefer nodes that hold a pod's models
+// (partita.dev/model).
+func WithModels(l ModelLocator) Option { return func(e *Extender) { e.models = l } }
 
 // WithPlacement sets the placement for pods that do not choose one
 // (partita.dev/placement); binpack by default.

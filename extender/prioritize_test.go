@@ -1,6 +1,7 @@
 package extender
 
 import (
+	"context"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -24,8 +25,21 @@ func TestPrioritize(t *testing.T) {
 	cases := map[string]struct {
 		placement gpu.Placement
 		pod       *corev1.Pod
+		models    ModelLocator
 		want      extenderv1.HostPriorityList
 	}{
+		// n2 holds the model: it outscores the better packed n1; n3 does
+		// not fit, whatever it holds.
+		"a model's replica goes where its weights are": {
+			pod:    half.Clone().Annotation(v1alpha1.AnnotationModel, "llama").Obj(),
+			models: heldModels{"llama": {"n2": 1, "n3": 1}},
+			want:   extenderv1.HostPriorityList{{Host: "n1", Score: 5}, {Host: "n2", Score: 7}, {Host: "n3"}, {Host: "cpu-only"}},
+		},
+		"a model held nowhere leaves packing to decide": {
+			pod:    half.Clone().Annotation(v1alpha1.AnnotationModel, "llama").Obj(),
+			models: heldModels{},
+			want:   extenderv1.HostPriorityList{{Host: "n1", Score: 5}, {Host: "n2", Score: 2}, {Host: "n3"}, {Host: "cpu-only"}},
+		},
 		"binpack prefers the partly used device": {
 			pod:  half.Obj(),
 			want: extenderv1.HostPriorityList{{Host: "n1", Score: 9}, {Host: "n2", Score: 4}, {Host: "n3"}, {Host: "cpu-only"}},
@@ -59,6 +73,9 @@ func TestPrioritize(t *testing.T) {
 			if tc.placement != "" {
 				opts = append(opts, WithPlacement(tc.placement))
 			}
+			if tc.models != nil {
+				opts = append(opts, WithModels(tc.models))
+			}
 			for _, parallel := range []int{1 << 20, 1} {
 				e := New(l, fakeClient(), &fakeBinder{}, append(opts, WithParallelNodes(parallel))...)
 				got, err := e.Prioritize(pt.Context(t), &extenderv1.ExtenderArgs{Pod: tc.pod, NodeNames: all})
@@ -71,4 +88,17 @@ func TestPrioritize(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldModels is a ModelLocator: model -> node -> share held.
+type heldModels map[string]map[string]float64
+
+func (h heldModels) Held(_ context.Context, _ string, models []string) map[string]float64 {
+	out := map[string]float64{}
+	for _, m := range models {
+		for n, v := range h[m] {
+			out[n] += v / float64(len(models))
+		}
+	}
+	return out
 }

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/kubernetes"
@@ -49,6 +50,8 @@ import (
 	"github.com/partita-dev/partita/internal/clientscheme"
 	"github.com/partita-dev/partita/internal/gomemlimit"
 	"github.com/partita-dev/partita/internal/podtrim"
+	"github.com/partita-dev/partita/models/locate"
+	"github.com/partita-dev/partita/models/summary"
 	"github.com/partita-dev/partita/policy"
 )
 
@@ -313,7 +316,26 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	}
 	// The loop's releases, for bind while the pod informer lags them.
 	released := extender.NewReleasedPods(clock.RealClock{}, time.Minute)
-	ext := extender.New(ledger, mgr.GetClient(), extender.ClientsetBinder{Client: cs},
+	// Models: their phase, summed up from the nodes' caches, and where they
+	// are, for prioritize and the loop. An API server without the Model CRD
+	// (a chart upgraded without its new CRDs) skips both.
+	var models *locate.Locator
+	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Model"}, v1alpha1.GroupVersion.Version); err != nil {
+		log.Info("Models are not read: the API server does not serve them; apply the chart's CRDs (crds/)", "error", err.Error())
+	} else {
+		if err := summary.Setup(mgr, clock.RealClock{}); err != nil {
+			return fmt.Errorf("add the Model summary: %w", err)
+		}
+		if _, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.Model{}); err != nil {
+			return fmt.Errorf("get Model informer: %w", err)
+		}
+		models = locate.New(mgr.GetClient())
+	}
+	extOpts := []extender.Option{}
+	if models != nil {
+		extOpts = append(extOpts, extender.WithModels(models))
+	}
+	extOpts = append(extOpts,
 		extender.WithLiveReader(mgr.GetAPIReader()),
 		extender.WithReleasedPods(released),
 		extender.WithSynced(feed.Synced),
@@ -321,6 +343,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		extender.WithPlacement(placement),
 		extender.WithAssumeTTL(f.assumeTTL),
 		extender.WithMetrics(extender.NewMetrics(metrics.Registry, ledger, isLeader)))
+	ext := extender.New(ledger, mgr.GetClient(), extender.ClientsetBinder{Client: cs}, extOpts...)
 	if err := mgr.Add(ext); err != nil {
 		return fmt.Errorf("add bind expiry: %w", err)
 	}

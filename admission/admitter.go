@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -115,6 +116,12 @@ type AdmitterOptions struct {
 	// ClaimAllocator simulates the allocation of claim gangs' claims
 	// (claims.Cache); nil ungates them unpinned.
 	ClaimAllocator cycle.ClaimAllocator
+	// ModelsHeld says which nodes hold which Models (models/locate): gangs
+	// go where their models are when they fit there.
+	ModelsHeld func(namespace string, models []string) map[string]float64
+	// Prefetch, when set, asks the nodes a workload is admitted onto to
+	// fetch its pods' Models at once (models/prefetch), before they bind.
+	Prefetch func(ctx context.Context, namespace string, models, nodes []string, why string) error
 	// Usage is how queues' past usage is counted and weighed in fair share
 	// (time-based fair share); a zero Weight, the default, leaves it out.
 	// It must be valid (usage.Config.Validate).
@@ -352,6 +359,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 		FairShares:        &a.fairShares,
 		Unevictable:       a.unevictable(now, finished),
 		Claims:            a.opts.ClaimAllocator,
+		ModelsHeld:        a.opts.ModelsHeld,
 		StarvationBound:   a.opts.StarvationBound,
 		Rooms:             &a.rooms,
 		Domains:           &a.domains,
@@ -359,6 +367,7 @@ func (a *Admitter) Cycle(ctx context.Context) error {
 	decided := a.clock.Since(start)
 	var errs []error
 	errs = append(errs, a.admit(ctx, res.Admissions, now))
+	a.prefetch(ctx, res.Admissions)
 	a.logRooms(ctx, res)
 	a.evictAll(ctx, res, now)
 	a.noteRefusals(res, now)
@@ -944,4 +953,51 @@ func (a *Admitter) statusClient() client.Client {
 		return a.opts.StatusClient
 	}
 	return a.client
+}
+
+// prefetch asks the nodes of each admitted member that asks for Models to
+// fetch them now, out of the cycle's way (one apply per model and node the
+// model is not on yet).
+func (a *Admitter) prefetch(ctx context.Context, admissions []cycle.Admission) {
+	if a.opts.Prefetch == nil {
+		return
+	}
+	type ask struct {
+		namespace, why string
+		models         []string
+		nodes          []string
+	}
+	var asks []ask
+	for _, adm := range admissions {
+		byModels := map[string]*ask{}
+		for _, m := range adm.Members {
+			models := v1alpha1.ModelNamesOf(m.Member.Pod.Annotations)
+			if len(models) == 0 || m.Allocation == nil || m.Allocation.Node == "" {
+				continue
+			}
+			k := strings.Join(models, ",")
+			q, ok := byModels[k]
+			if !ok {
+				q = &ask{namespace: m.Member.Pod.Namespace, models: models, why: "admitted " + adm.Workload.Key.String()}
+				byModels[k] = q
+			}
+			if !slices.Contains(q.nodes, m.Allocation.Node) {
+				q.nodes = append(q.nodes, m.Allocation.Node)
+			}
+		}
+		for _, q := range byModels {
+			asks = append(asks, *q)
+		}
+	}
+	if len(asks) == 0 {
+		return
+	}
+	log := logr.FromContextOrDiscard(ctx)
+	go func() {
+		for _, q := range asks {
+			if err := a.opts.Prefetch(ctx, q.namespace, q.models, q.nodes, q.why); err != nil {
+				log.Error(err, "Could not ask nodes to prefetch models", "models", q.models, "nodes", q.nodes)
+			}
+		}
+	}()
 }

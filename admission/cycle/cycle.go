@@ -106,6 +106,10 @@ type Options struct {
 	// admitted, each member pinned to a node, only when all their claims
 	// can be allocated at once. Nil ungates claim gangs unpinned.
 	Claims ClaimAllocator
+	// ModelsHeld, when set, says which nodes hold a pod's models
+	// (partita.dev/model) and how much of them: a gang goes to nodes that
+	// hold its models when it fits there, else anywhere.
+	ModelsHeld func(namespace string, models []string) map[string]float64
 	// firstFit places a gang in the first domain of its required level,
 	// by name, that takes it, instead of the one with the least room: what
 	// the placement-quality benchmark compares best fit with.

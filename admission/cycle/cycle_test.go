@@ -1200,3 +1200,54 @@ func TestUsageWeighsFairShare(t *testing.T) {
 		})
 	}
 }
+
+// TestGangsGoWhereTheirModelIs: a gang whose pods ask for a model goes to
+// the nodes that hold it when it fits there whole, else where it fits.
+func TestGangsGoWhereTheirModelIs(t *testing.T) {
+	nodes, gpus := gpuNodes("n", 4, 8)
+	member := func(i int, model string) *corev1.Pod {
+		p := gated(fmt.Sprintf("serve-%d", i), "a", 4).PodGroup("serve").Obj()
+		if model != "" {
+			p.Annotations[v1alpha1.AnnotationModel] = model
+		}
+		return p
+	}
+	held := func(namespace string, models []string) map[string]float64 {
+		if namespace == "ns" && slices.Equal(models, []string{"llama"}) {
+			return map[string]float64{"n-2": 1}
+		}
+		return nil
+	}
+	cases := map[string]struct {
+		model     string
+		members   int
+		wantNodes []string
+	}{
+		"on the node that holds the model":          {model: "llama", members: 2, wantNodes: []string{"n-2", "n-2"}},
+		"anywhere when it does not fit there whole": {model: "llama", members: 3, wantNodes: []string{"n-0", "n-0", "n-1"}},
+		"a model held nowhere changes nothing":      {model: "mistral", members: 2, wantNodes: []string{"n-0", "n-0"}},
+		"no model, packing alone":                   {members: 2, wantNodes: []string{"n-0", "n-0"}},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var pods []*corev1.Pod
+			for i := range tc.members {
+				pods = append(pods, member(i, tc.model))
+			}
+			w := world{nodes: nodes, gpuNodes: gpus, queues: []*v1alpha1.Queue{MakeQueue("a").Obj()},
+				pods: pods, podGroups: []*v1alpha1.PodGroup{MakePodGroup("serve", "ns").MinMember(int32(tc.members)).Obj()}}
+			_, res := runWorld(t, w, Options{ModelsHeld: held})
+			if len(res.Admissions) != 1 {
+				t.Fatalf("admissions %+v, waiting %+v; want the gang admitted", res.Admissions, res.Waiting)
+			}
+			var got []string
+			for _, m := range res.Admissions[0].Members {
+				got = append(got, m.Allocation.Node)
+			}
+			slices.Sort(got)
+			if diff := cmp.Diff(tc.wantNodes, got); diff != "" {
+				t.Errorf("nodes (-want,+got):\n%s", diff)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
 )
 
@@ -472,6 +473,11 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 	if reqs[0].Placement == "" {
 		placement = c.opts.Placement
 	}
+	if !topo {
+		if allocs, ok := c.placeWhereModelsAre(g, reqs, names, caps, placement); ok {
+			return allocs, nil
+		}
+	}
 	allocs, err := c.snap.PlaceGangCapped(reqs, names, caps, placement)
 	var ge *gpu.GangError
 	if err == nil || !capped || topo || !errors.As(err, &ge) {
@@ -487,6 +493,38 @@ func (c *cycle) placeGroupOn(w *Workload, g constraintGroup, nodes []string, top
 			Cause: c.roomShortNodes(cands, g.members[0], true, ge.Member, len(g.members), len(g.members))}
 	}
 	return nil, err
+}
+
+// placeWhereModelsAre places the group on the nodes that hold its models
+// (partita.dev/model of its first member; the group shares its pod spec),
+// if it fits there whole: replicas start where their weights are. ok is
+// false when the members ask for no model, no candidate holds any, or they
+// do not fit there; the caller then places them anywhere.
+func (c *cycle) placeWhereModelsAre(g constraintGroup, reqs []*gpu.PodRequest, names []string, caps []int, placement gpu.Placement) ([]*gpu.PodAllocation, bool) {
+	if c.opts.ModelsHeld == nil {
+		return nil, false
+	}
+	pod := g.members[0].Pod
+	models := v1alpha1.ModelNamesOf(pod.Annotations)
+	if len(models) == 0 {
+		return nil, false
+	}
+	held := c.opts.ModelsHeld(pod.Namespace, models)
+	if len(held) == 0 {
+		return nil, false
+	}
+	var hn []string
+	var hc []int
+	for i, n := range names {
+		if held[n] > 0 {
+			hn, hc = append(hn, n), append(hc, caps[i])
+		}
+	}
+	if len(hn) == 0 {
+		return nil, false
+	}
+	allocs, err := c.snap.PlaceGangCapped(reqs, hn, hc, placement)
+	return allocs, err == nil
 }
 
 // staticCandidates are the GPU nodes, in name order, whose selector,

@@ -51,6 +51,7 @@ import (
 	"github.com/partita-dev/partita/internal/gomemlimit"
 	"github.com/partita-dev/partita/internal/podtrim"
 	"github.com/partita-dev/partita/models/locate"
+	"github.com/partita-dev/partita/models/prefetch"
 	"github.com/partita-dev/partita/models/summary"
 	"github.com/partita-dev/partita/policy"
 )
@@ -362,7 +363,7 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		return fmt.Errorf("add agent heartbeat monitor: %w", err)
 	}
 	if f.admission {
-		adm, err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement, released)
+		adm, err := addAdmitter(ctx, mgr, cs, ledger, feed, f, placement, released, models)
 		if err != nil {
 			return err
 		}
@@ -510,7 +511,7 @@ func (allReplicas) NeedLeaderElection() bool          { return false }
 // addAdmitter adds the queue and gang admission loop to mgr, with the quota
 // policy (the default bundle, overridden by the policy ConfigMaps of
 // --policy-namespace).
-func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *ledgerfeed.Feed, f *extenderFlags, placement gpu.Placement, released *extender.ReleasedPods) (*admission.Admitter, error) {
+func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interface, ledger *gpu.Ledger, feed *ledgerfeed.Feed, f *extenderFlags, placement gpu.Placement, released *extender.ReleasedPods, models *locate.Locator) (*admission.Admitter, error) {
 	engine, err := policy.NewEngine(ctx, policy.WithMetrics(policy.NewMetrics(metrics.Registry)))
 	if err != nil {
 		return nil, err
@@ -566,6 +567,10 @@ func addAdmitter(ctx context.Context, mgr manager.Manager, cs kubernetes.Interfa
 		opts.Claims = claimCache.Demand
 		opts.ClaimAllocator = claimCache
 		claimsSynced = claimCache.Synced
+	}
+	if models != nil {
+		opts.ModelsHeld = func(namespace string, names []string) map[string]float64 { return models.Held(ctx, namespace, names) }
+		opts.Prefetch = (&prefetch.Requester{Reader: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{}}).Request
 	}
 	synced := func() bool { return feed.Synced() && mapper.Synced() && claimsSynced() }
 	adm = admission.NewAdmitter(ledger, mgr.GetClient(), cs, mgr.GetEventRecorder(admission.AdmitterName),

@@ -65,6 +65,8 @@ type Service struct {
 	lock    sync.Mutex
 	fills   map[string]*fill
 	volumes map[string]volume
+	// prefetching are the Models whose prefetch is being resolved.
+	prefetching map[types.NamespacedName]bool
 }
 
 // fill is one model version being fetched into the cache.
@@ -98,7 +100,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 5 * time.Second
 	}
-	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}}
+	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}, prefetching: map[types.NamespacedName]bool{}}
 	vols, err := s.loadVolumes()
 	if err != nil {
 		return nil, err

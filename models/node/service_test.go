@@ -248,3 +248,54 @@ func TestEvictionLeavesTheModelStatus(t *testing.T) {
 		t.Errorf("evicted a still listed on node-1: %+v", n)
 	}
 }
+
+// TestPrefetchTakesUpARequest: a Pending entry for the node (the admission
+// loop's request) starts the fill without a pod; a Model with a Secret
+// waits for a pod's, and says so.
+func TestPrefetchTakesUpARequest(t *testing.T) {
+	e := newEnv(t, 10<<20)
+	m := e.model(t, "warm", map[string][]byte{"w.bin": bytes.Repeat([]byte{3}, 50_000)})
+	request := func(m *v1alpha1.Model) *v1alpha1.Model {
+		t.Helper()
+		m.Status.Nodes = []v1alpha1.ModelNodeStatus{{Name: "node-1", Phase: v1alpha1.ModelPending, Message: "prefetch requested: admitted team-a/serve"}}
+		return m
+	}
+	if !e.svc.WantsPrefetch(request(m.DeepCopy())) {
+		t.Fatal("WantsPrefetch() = false for a Pending entry of this node")
+	}
+	e.svc.Prefetch(t.Context(), request(m.DeepCopy()))
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := e.status(t, "warm")
+		if n := st.ModelNode("node-1"); n != nil && n.Phase == v1alpha1.ModelReady {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the prefetch did not make the model Ready: %+v", st.Nodes)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := testutil.ToFloat64(e.met.Misses); got != 1 {
+		t.Errorf("misses = %v, want 1", got)
+	}
+	// The pod that comes next starts from the cache.
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "v", Namespace: "team-a", Model: "warm"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(e.met.Misses); got != 1 {
+		t.Errorf("misses after the pod = %v, want still 1", got)
+	}
+
+	secret := m.DeepCopy()
+	secret.Name = "private"
+	secret.ResourceVersion = ""
+	secret.Spec.Source.SecretRef = &corev1.LocalObjectReference{Name: "creds"}
+	if err := e.c.Create(t.Context(), secret); err != nil {
+		t.Fatal(err)
+	}
+	e.svc.Prefetch(t.Context(), request(secret.DeepCopy()))
+	st := e.status(t, "private")
+	if n := st.ModelNode("node-1"); n == nil || n.Phase != v1alpha1.ModelPending || !strings.Contains(n.Message, "waits for a pod") {
+		t.Errorf("status.nodes[node-1] = %+v, want Pending saying it waits for a pod's Secret", n)
+	}
+}

@@ -43,6 +43,8 @@ func newCtlCommand(use string) *cobra.Command {
              (--topology NAME: grouped by the levels of a Topology)
   queues     the queue tree with quota, limit, allocation, fair share and pods
   why POD    why a pod waits: gates, gang, queue limit, fair share, events, fit
+  models     the Models of a namespace: where each is held or fetched, who uses
+             it (models NAME: each node's copy and progress)
   console    the web console (map, queues, workloads) on 127.0.0.1, as you
 
 The same binary is the kubectl plugin: installed (or linked) as kubectl-partita
@@ -98,7 +100,31 @@ on your PATH, 'kubectl partita nodes' runs 'partita ctl nodes'. See docs/ctl.md.
 	}
 	why.Flags().StringSliceVar((*[]string)(&whyOpts.GPUClasses), "gpu-device-classes", dra.DefaultGPUClasses, "DeviceClasses whose devices are GPUs, for pods that ask through ResourceClaims (set it to the extender's --gpu-device-classes, chart value gpuDeviceClasses)")
 	why.Flags().DurationVar(&whyOpts.AgentHeartbeatTimeout, "agent-heartbeat-timeout", gpu.DefaultAgentHeartbeatTimeout, "call a node's agent silent once its GPUNode heartbeat is this old (set it to the extender's --agent-heartbeat-timeout)")
-	cmd.AddCommand(nodes, queues, why, newConsoleCommand(conn))
+	var allNamespaces bool
+	models := &cobra.Command{
+		Use:   "models [NAME]",
+		Short: "Models: where each is held or fetched, and the pods that use it (namespace from -n)",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o, c, err := ctlSetup(conn, output)
+			if err != nil {
+				return err
+			}
+			ns := ""
+			if !allNamespaces {
+				if ns, err = conn.Namespace(); err != nil {
+					return err
+				}
+			}
+			name := ""
+			if len(args) == 1 {
+				name = strings.TrimPrefix(args[0], "model/")
+			}
+			return ctl.RunModels(cmd.Context(), c, cmd.OutOrStdout(), ns, name, o)
+		},
+	}
+	models.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "the Models of every namespace")
+	cmd.AddCommand(nodes, queues, why, models, newConsoleCommand(conn))
 	return cmd
 }
 

@@ -16,9 +16,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -147,6 +149,27 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	if err != nil {
 		return err
 	}
+	// Prefetch requests (a Pending entry for this node in a Model's status,
+	// written when a workload is admitted here) start a fill at once.
+	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme, DefaultTransform: crcache.TransformStripManagedFields()})
+	if err != nil {
+		return fmt.Errorf("create Model informer: %w", err)
+	}
+	inf, err := informers.GetInformer(ctx, &v1alpha1.Model{})
+	if err != nil {
+		return fmt.Errorf("get Model informer: %w", err)
+	}
+	onModel := func(obj any) {
+		if m, ok := obj.(*v1alpha1.Model); ok && svc.WantsPrefetch(m) {
+			go svc.Prefetch(ctx, m.DeepCopy())
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onModel,
+		UpdateFunc: func(_, obj any) { onModel(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch Models: %w", err)
+	}
 	srv := csi.NewServer(f.nodeName, version.Get(), svc, nil, log.WithName("csi"))
 	log.Info("Model cache", "node", f.nodeName, "dir", f.cacheDir, "size", size.String(), "fileRoots", f.fileRoots)
 
@@ -158,6 +181,7 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	mux.HandleFunc("/readyz", ok)
 	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, mux) })
 	g.Go(func() error { return csi.Serve(gctx, srv, f.kubeletDir, log.WithName("csi")) })
+	g.Go(func() error { return informers.Start(gctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

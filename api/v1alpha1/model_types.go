@@ -92,6 +92,25 @@ type ModelSpec struct {
 	// +kubebuilder:validation:MaxProperties=1000
 	// +optional
 	SHA256 map[string]string `json:"sha256,omitempty"`
+	// Prefetch warms nodes ahead of demand: that many of the nodes the
+	// selector matches fetch the model before any pod asks for it there.
+	// A Model with a secretRef is fetched only with a pod (its Secret
+	// reaches a node only then): its requests wait, and say so.
+	// +optional
+	Prefetch *ModelPrefetch `json:"prefetch,omitempty"`
+}
+
+// ModelPrefetch says which nodes to warm, and how many.
+type ModelPrefetch struct {
+	// NodeSelector selects the nodes (by their labels); empty selects every
+	// node.
+	// +optional
+	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// Count is how many of them should hold the model.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10000
+	// +required
+	Count int32 `json:"count"`
 }
 
 // ModelPhase is where a model, or its copy on one node, stands.
@@ -150,6 +169,25 @@ type ModelNodeStatus struct {
 	// LastTransitionTime is when Phase last changed.
 	// +optional
 	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// Peer is where the other nodes' caches fetch this copy from, while it
+	// is Ready: they read a model from a peer before its source.
+	// +optional
+	Peer *ModelPeer `json:"peer,omitempty"`
+}
+
+// ModelPeer is a node cache's endpoint for its peers.
+type ModelPeer struct {
+	// URL of the cache's peer server, e.g. https://10.0.3.7:8484.
+	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:Pattern=`^https://[^\s/]+$`
+	// +required
+	URL string `json:"url"`
+	// CertSHA256 is the SHA-256 of the server's certificate (DER, lower-case
+	// hex), which peers pin: the certificate is the cache's own, made at
+	// its start.
+	// +kubebuilder:validation:Pattern=`^[0-9a-f]{64}$`
+	// +required
+	CertSHA256 string `json:"certSHA256"`
 }
 
 // ModelStatus is what the node caches report, and its summary.

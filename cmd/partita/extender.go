@@ -324,7 +324,8 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	if _, err := mgr.GetRESTMapper().RESTMapping(schema.GroupKind{Group: v1alpha1.GroupVersion.Group, Kind: "Model"}, v1alpha1.GroupVersion.Version); err != nil {
 		log.Info("Models are not read: the API server does not serve them; apply the chart's CRDs (crds/)", "error", err.Error())
 	} else {
-		if err := summary.Setup(mgr, clock.RealClock{}); err != nil {
+		requests := &prefetch.Requester{Reader: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{}}
+		if err := summary.Setup(mgr, clock.RealClock{}, requests.Request); err != nil {
 			return fmt.Errorf("add the Model summary: %w", err)
 		}
 		if _, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.Model{}); err != nil {

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -16,10 +18,12 @@ import (
 	"golang.org/x/sync/errgroup"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/klog/v2/textlogger"
+	"k8s.io/utils/clock"
 	crcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,6 +33,7 @@ import (
 	"github.com/partita-dev/partita/models/csi"
 	"github.com/partita-dev/partita/models/fetch"
 	"github.com/partita-dev/partita/models/node"
+	"github.com/partita-dev/partita/models/peer"
 	"github.com/partita-dev/partita/nodeagent"
 )
 
@@ -45,6 +50,10 @@ type modelCacheFlags struct {
 	buffers     int
 	healthAddr  string
 	verbosity   int
+	peerAddr    string
+	podIP       string
+	peerToken   string
+	peerAccount string
 }
 
 func newModelCacheCommand() *cobra.Command {
@@ -74,6 +83,10 @@ node's copy in the Model's status (status.nodes). See docs/models.md.`,
 	fl.IntVar(&f.concurrency, "concurrency", fetch.DefaultConcurrency, "ranged reads in flight per file")
 	fl.IntVar(&f.buffers, "buffers", 16, "chunk buffers shared by every fetch on the node: streaming holds at most buffers × chunk-size bytes in memory")
 	fl.StringVar(&f.healthAddr, "health-addr", ":8083", "address of the /metrics, /healthz and /readyz endpoints")
+	fl.StringVar(&f.peerAddr, "peer-addr", ":8484", "address of the HTTPS server other nodes' caches fetch this node's models from; empty serves no peer")
+	fl.StringVar(&f.podIP, "pod-ip", os.Getenv("POD_IP"), "the address peers reach --peer-addr at (default $POD_IP)")
+	fl.StringVar(&f.peerToken, "peer-token-file", "", "a ServiceAccount token of audience "+peer.Audience+" (a projected volume) presented to other nodes' caches, to fetch models from them before their source; empty fetches from sources only")
+	fl.StringVar(&f.peerAccount, "peer-service-account", "", "the username peers' tokens must have, system:serviceaccount:NAMESPACE:NAME of the model caches; required with --peer-addr")
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (1 logs every failed CSI call)")
 	return cmd
 }
@@ -120,6 +133,9 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 		return fmt.Errorf("create client: %w", err)
 	}
 
+	if f.peerAddr != "" && (f.peerAccount == "" || f.podIP == "") {
+		return errors.New("--peer-addr serves peers: set --peer-service-account (the model caches' ServiceAccount, system:serviceaccount:NS:NAME) and --pod-ip (or $POD_IP), or --peer-addr= to serve none")
+	}
 	reg := prometheus.NewRegistry()
 	metrics := node.NewMetrics(reg)
 	var svc *node.Service
@@ -131,7 +147,30 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	if err != nil {
 		return err
 	}
+	var self *v1alpha1.ModelPeer
+	var peerCert tls.Certificate
+	if f.peerAddr != "" {
+		_, port, err := net.SplitHostPort(f.peerAddr)
+		if err != nil {
+			return fmt.Errorf("--peer-addr %q: %w", f.peerAddr, err)
+		}
+		cert, sum, err := peer.Certificate(f.podIP)
+		if err != nil {
+			return fmt.Errorf("make the peer server's certificate: %w", err)
+		}
+		peerCert = cert
+		self = &v1alpha1.ModelPeer{URL: "https://" + net.JoinHostPort(f.podIP, port), CertSHA256: sum}
+	}
+	var peerToken func() (string, error)
+	if f.peerToken != "" {
+		peerToken = func() (string, error) {
+			b, err := os.ReadFile(f.peerToken)
+			return strings.TrimSpace(string(b)), err
+		}
+	}
 	svc, err = node.New(ctx, node.Config{
+		Peer:      self,
+		PeerToken: peerToken,
 		NodeName:  f.nodeName,
 		Cache:     c,
 		Client:    cl,
@@ -182,8 +221,36 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, mux) })
 	g.Go(func() error { return csi.Serve(gctx, srv, f.kubeletDir, log.WithName("csi")) })
 	g.Go(func() error { return informers.Start(gctx) })
+	if self != nil {
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return fmt.Errorf("create client: %w", err)
+		}
+		ps := &peer.Server{Cache: c, Log: log.WithName("peers"),
+			Auth:   &peer.TokenReviewer{Client: cs.AuthenticationV1(), Allowed: f.peerAccount, Clock: clock.RealClock{}},
+			Served: func(n int64) { metrics.ServedBytes.Add(float64(n)) }}
+		log.Info("Serving peers", "url", self.URL, "certSHA256", self.CertSHA256)
+		g.Go(func() error { return servePeers(gctx, f.peerAddr, peerCert, ps) })
+	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
+	}
+	return nil
+}
+
+// servePeers serves ps over TLS on addr until ctx ends.
+func servePeers(ctx context.Context, addr string, cert tls.Certificate, ps *peer.Server) error {
+	l, err := tls.Listen("tcp", addr, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13})
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	srv := &http.Server{Handler: ps, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve peers on %s: %w", addr, err)
 	}
 	return nil
 }

@@ -9,6 +9,8 @@ type Metrics struct {
 	Failures     prometheus.Counter
 	Evictions    prometheus.Counter
 	OriginBytes  prometheus.Counter
+	PeerBytes    prometheus.Counter
+	ServedBytes  prometheus.Counter
 	FetchSeconds prometheus.Histogram
 }
 
@@ -20,11 +22,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Failures:    prometheus.NewCounter(prometheus.CounterOpts{Name: "partita_model_fetch_failures_total", Help: "Model fills that failed."}),
 		Evictions:   prometheus.NewCounter(prometheus.CounterOpts{Name: "partita_model_cache_evictions_total", Help: "Model versions evicted to make room."}),
 		OriginBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "partita_model_origin_bytes_total", Help: "Bytes read from models' sources (S3, HTTP, files)."}),
+		PeerBytes:   prometheus.NewCounter(prometheus.CounterOpts{Name: "partita_model_peer_bytes_total", Help: "Bytes of models read from other nodes' caches."}),
+		ServedBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: "partita_model_served_bytes_total", Help: "Bytes of models this cache sent to other nodes' caches."}),
 		FetchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "partita_model_fetch_seconds", Help: "Time to fetch and verify one model version.",
 			Buckets: prometheus.ExponentialBuckets(0.5, 2, 12)}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Hits, m.Misses, m.Failures, m.Evictions, m.OriginBytes, m.FetchSeconds)
+		reg.MustRegister(m.Hits, m.Misses, m.Failures, m.Evictions, m.OriginBytes, m.PeerBytes, m.ServedBytes, m.FetchSeconds)
 	}
 	return m
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/partita-dev/partita/models/cache"
 	"github.com/partita-dev/partita/models/fetch"
 	"github.com/partita-dev/partita/models/origin"
+	"github.com/partita-dev/partita/models/peer"
 	"github.com/partita-dev/partita/models/safetensors"
 )
 
@@ -48,6 +49,12 @@ type Config struct {
 	HTTPClient *http.Client
 	// FileRoots are the directories file:// sources may name.
 	FileRoots []string
+	// Peer is this cache's peer server, published with each Ready copy so
+	// that other nodes fetch from it (nil: it serves no peer).
+	Peer *v1alpha1.ModelPeer
+	// PeerToken returns the token presented to other nodes' caches (nil:
+	// models are fetched from their source only).
+	PeerToken func() (string, error)
 	Clock     clock.WithTicker
 	Log       logr.Logger
 	Metrics   *Metrics
@@ -67,6 +74,8 @@ type Service struct {
 	volumes map[string]volume
 	// prefetching are the Models whose prefetch is being resolved.
 	prefetching map[types.NamespacedName]bool
+	// checked are the versions Models resolved to, and when.
+	checked map[types.NamespacedName]checked
 }
 
 // fill is one model version being fetched into the cache.
@@ -100,7 +109,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 5 * time.Second
 	}
-	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}, prefetching: map[types.NamespacedName]bool{}}
+	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}, prefetching: map[types.NamespacedName]bool{}, checked: map[types.NamespacedName]checked{}}
 	vols, err := s.loadVolumes()
 	if err != nil {
 		return nil, err
@@ -154,6 +163,13 @@ func (s *Service) Publish(ctx context.Context, req PublishRequest) (string, erro
 		}
 		return "", fmt.Errorf("read Model %s/%s: %w", req.Namespace, req.Model, err)
 	}
+	if version, ok := s.recentVersion(m); ok {
+		// Listed and fetched a moment ago: no request to the source at all.
+		if dir, err := s.pinVolume(req, version); err == nil {
+			s.cfg.Metrics.Hits.Inc()
+			return dir, nil
+		}
+	}
 	res, err := origin.Resolve(ctx, m.Spec, origin.Options{Secret: req.Secret, HTTPClient: s.cfg.HTTPClient, FileRoots: s.cfg.FileRoots, Namespace: req.Namespace})
 	if err != nil {
 		err = fmt.Errorf("model %s/%s: %w", req.Namespace, req.Model, err)
@@ -174,26 +190,66 @@ func (s *Service) Publish(ctx context.Context, req PublishRequest) (string, erro
 	if f.err != nil {
 		return "", f.err
 	}
-	// Pin, then check the entry is still there: another fill may have
-	// evicted it between this one finishing and the pin.
+	s.rememberVersion(m, res.Version)
+	dir, err := s.pinVolume(req, res.Version)
+	if err != nil {
+		log.Info("Model evicted as it completed; fetching again")
+	}
+	return dir, err
+}
+
+// pinVolume pins version for the volume, then checks the entry is still
+// there: another fill may have evicted it before the pin.
+func (s *Service) pinVolume(req PublishRequest, version string) (string, error) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	if old, ok := s.volumes[req.VolumeID]; ok && old.Key != res.Version {
+	if old, ok := s.volumes[req.VolumeID]; ok && old.Key != version {
 		s.cfg.Cache.Unpin(old.Key)
 		delete(s.volumes, req.VolumeID)
 	}
 	if _, ok := s.volumes[req.VolumeID]; !ok {
-		s.cfg.Cache.Pin(res.Version)
+		s.cfg.Cache.Pin(version)
 	}
-	if !s.cfg.Cache.Has(res.Version) {
-		s.cfg.Cache.Unpin(res.Version)
+	if !s.cfg.Cache.Has(version) {
+		s.cfg.Cache.Unpin(version)
+		delete(s.volumes, req.VolumeID)
 		return "", &StillFetchingError{Message: fmt.Sprintf("model %s/%s on node %s: evicted as it completed; fetching again", req.Namespace, req.Model, s.cfg.NodeName)}
 	}
-	s.volumes[req.VolumeID] = volume{Key: res.Version, Namespace: req.Namespace, Model: req.Model}
+	s.volumes[req.VolumeID] = volume{Key: version, Namespace: req.Namespace, Model: req.Model}
 	if err := s.saveVolumesLocked(); err != nil {
-		log.Error(err, "Could not record the volume: its pin is lost if the cache restarts")
+		s.cfg.Log.Error(err, "Could not record the volume: its pin is lost if the cache restarts", "volume", req.VolumeID)
 	}
-	return s.cfg.Cache.Path(res.Version), nil
+	return s.cfg.Cache.Path(version), nil
+}
+
+// RevalidateAfter is how long a model's listing at its source is trusted:
+// within it, another pod of the same Model (unchanged) is served from the
+// cache without a request to the source; after it, the source is listed
+// again and a changed file makes a new version.
+const RevalidateAfter = 10 * time.Minute
+
+type checked struct {
+	version    string
+	generation int64
+	at         time.Time
+}
+
+// recentVersion is the version m resolved to within RevalidateAfter, when
+// the cache holds it and m's spec has not changed since.
+func (s *Service) recentVersion(m *v1alpha1.Model) (string, bool) {
+	s.lock.Lock()
+	c, ok := s.checked[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}]
+	s.lock.Unlock()
+	if !ok || c.generation != m.Generation || s.cfg.Clock.Since(c.at) > RevalidateAfter || !s.cfg.Cache.Has(c.version) {
+		return "", false
+	}
+	return c.version, true
+}
+
+func (s *Service) rememberVersion(m *v1alpha1.Model, version string) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	s.checked[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}] = checked{version: version, generation: m.Generation, at: s.cfg.Clock.Now()}
 }
 
 // waitBudget is how long Publish waits for a fill: until ctx's deadline less
@@ -252,7 +308,7 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 	go s.reportProgress(m, f, stop)
 	dir, err := s.cfg.Cache.Get(s.ctx, f.key, func(ctx context.Context, dir string) error {
 		var err error
-		files, err = s.fetchFiles(ctx, res, dir, f)
+		files, err = s.fetchFiles(ctx, res, dir, f, s.peersOf(m, res.Version))
 		return err
 	})
 	close(stop)
@@ -291,8 +347,24 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 	}
 }
 
-// fetchFiles writes res's files under dir, each verified.
-func (s *Service) fetchFiles(ctx context.Context, res *origin.Resolved, dir string, f *fill) ([]v1alpha1.ModelFile, error) {
+// peersOf are the other nodes that hold version of m, with their peer
+// servers.
+func (s *Service) peersOf(m *v1alpha1.Model, version string) []v1alpha1.ModelPeer {
+	if s.cfg.PeerToken == nil {
+		return nil
+	}
+	var out []v1alpha1.ModelPeer
+	for _, n := range m.Status.Nodes {
+		if n.Name != s.cfg.NodeName && n.Phase == v1alpha1.ModelReady && n.Version == version && n.Peer != nil {
+			out = append(out, *n.Peer)
+		}
+	}
+	return out
+}
+
+// fetchFiles writes res's files under dir, each verified: from a peer that
+// holds the same version when one answers, else from the source.
+func (s *Service) fetchFiles(ctx context.Context, res *origin.Resolved, dir string, f *fill, peers []v1alpha1.ModelPeer) ([]v1alpha1.ModelFile, error) {
 	out := make([]v1alpha1.ModelFile, 0, len(res.Files))
 	var base int64
 	for _, file := range res.Files {
@@ -305,11 +377,15 @@ func (s *Service) fetchFiles(ctx context.Context, res *origin.Resolved, dir stri
 		opts.Log = s.cfg.Log
 		start := base
 		opts.Progress = func(done, _ int64) { f.done.Store(start + done) }
-		r, err := fetch.Fetch(ctx, res.Source, file.Name, dst, opts)
+		r, fromPeer, err := s.fetchFile(ctx, res, file, dst, opts, &peers)
 		if err != nil {
 			return nil, err
 		}
-		s.cfg.Metrics.OriginBytes.Add(float64(r.ReadBytes))
+		if fromPeer {
+			s.cfg.Metrics.PeerBytes.Add(float64(r.ReadBytes))
+		} else {
+			s.cfg.Metrics.OriginBytes.Add(float64(r.ReadBytes))
+		}
 		if r.Size != file.Size {
 			return nil, fmt.Errorf("%s: the source holds %d bytes, listed as %d: it changed while fetched", file.Path, r.Size, file.Size)
 		}
@@ -324,6 +400,42 @@ func (s *Service) fetchFiles(ctx context.Context, res *origin.Resolved, dir stri
 		out = append(out, v1alpha1.ModelFile{Path: file.Path, Size: file.Size, SHA256: r.SHA256})
 	}
 	return out, nil
+}
+
+// fetchFile fetches one file from the first peer that serves it, else from
+// the source. A peer that fails is not asked again for this model.
+func (s *Service) fetchFile(ctx context.Context, res *origin.Resolved, file origin.File, dst string, opts fetch.Options, peers *[]v1alpha1.ModelPeer) (fetch.Result, bool, error) {
+	for len(*peers) > 0 {
+		p := (*peers)[0]
+		r, err := s.fromPeer(ctx, p, res.Version, file, dst, opts)
+		if err == nil {
+			return r, true, nil
+		}
+		var mismatch *fetch.DigestMismatchError
+		if errors.As(err, &mismatch) && file.SHA256 != "" {
+			// The pinned digest failed: the peer's copy is wrong, the
+			// source may not be.
+			s.cfg.Log.Error(err, "A peer's copy differs from the pinned digest", "peer", p.URL, "file", file.Path)
+		} else {
+			s.cfg.Log.Info("Could not fetch from a peer; trying the next, then the source", "peer", p.URL, "file", file.Path, "error", err.Error())
+		}
+		*peers = (*peers)[1:]
+	}
+	r, err := fetch.Fetch(ctx, res.Source, file.Name, dst, opts)
+	return r, false, err
+}
+
+func (s *Service) fromPeer(ctx context.Context, p v1alpha1.ModelPeer, version string, file origin.File, dst string, opts fetch.Options) (fetch.Result, error) {
+	token, err := s.cfg.PeerToken()
+	if err != nil {
+		return fetch.Result{}, fmt.Errorf("read the peer token: %w", err)
+	}
+	src, err := peer.NewSource(p, version, token)
+	if err != nil {
+		return fetch.Result{}, err
+	}
+	opts.Attempts = 2
+	return fetch.Fetch(ctx, src, src.Name(file.Path), dst, opts)
 }
 
 func validateSafetensors(p string) error {

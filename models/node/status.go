@@ -46,6 +46,9 @@ func (s *Service) report(m *v1alpha1.Model, e nodeEntry) {
 		"name": s.cfg.NodeName, "phase": string(e.phase), "bytes": e.bytes, "total": e.total,
 		"version": e.version, "message": truncate(e.message, 1024), "lastTransitionTime": ltt.UTC().Format(time.RFC3339),
 	}
+	if e.phase == v1alpha1.ModelReady && s.cfg.Peer != nil {
+		entry["peer"] = map[string]any{"url": s.cfg.Peer.URL, "certSHA256": s.cfg.Peer.CertSHA256}
+	}
 	if err := s.apply(ctx, key, s.nodeManager(), map[string]any{"nodes": []any{entry}}); err != nil {
 		s.cfg.Log.Error(err, "Could not report the node's copy of a model", "model", key.String(), "phase", e.phase)
 		return

@@ -1,8 +1,11 @@
 package summary
 
 import (
+	"context"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -60,4 +63,64 @@ func TestReconcileKeepsTheNodesEntries(t *testing.T) {
 	check(v1alpha1.ModelFetching, metav1.ConditionFalse)
 	applyNode(v1alpha1.ModelReady)
 	check(v1alpha1.ModelReady, metav1.ConditionTrue)
+}
+
+// TestPrefetchWarmsTheCount: spec.prefetch asks as many selected, Ready
+// nodes as the count lacks, by name, and not a node where it failed.
+func TestPrefetchWarmsTheCount(t *testing.T) {
+	_, c := envtestutil.Start(t)
+	ctx := t.Context()
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []struct {
+		name  string
+		gpu   bool
+		ready bool
+	}{{"n1", true, true}, {"n2", true, true}, {"n3", true, true}, {"n4", false, true}, {"n0", true, false}, {"nf", true, true}} {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{}}}
+		if n.gpu {
+			node.Labels["gpu"] = "true"
+		}
+		if err := c.Create(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+		st := corev1.ConditionFalse
+		if n.ready {
+			st = corev1.ConditionTrue
+		}
+		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: st}}
+		if err := c.Status().Update(ctx, node); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "llama"},
+		Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "s3://models/llama"},
+			Prefetch: &v1alpha1.ModelPrefetch{Count: 3, NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"gpu": "true"}}}}}
+	if err := c.Create(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	m.Status.Nodes = []v1alpha1.ModelNodeStatus{{Name: "n1", Phase: v1alpha1.ModelReady}, {Name: "nf", Phase: v1alpha1.ModelFailed}}
+	if err := c.Status().Update(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	r := &Reconciler{Client: c, Clock: clocktesting.NewFakePassiveClock(time.Now()),
+		Prefetch: func(_ context.Context, ns string, models, nodes []string, why string) error {
+			if ns != "team-a" || len(models) != 1 || models[0] != "llama" || why != "spec.prefetch" {
+				t.Errorf("Prefetch(%s, %v, %v, %q)", ns, models, nodes, why)
+			}
+			asked = append(asked, nodes...)
+			return nil
+		}}
+	res, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(m)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"n2", "n3"}, asked); diff != "" {
+		t.Errorf("nodes asked (-want,+got):\n%s", diff)
+	}
+	if res.RequeueAfter != 0 {
+		t.Errorf("RequeueAfter = %s, want none: the count is met", res.RequeueAfter)
+	}
 }

@@ -10,9 +10,11 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -71,11 +73,19 @@ func Summarize(nodes []v1alpha1.ModelNodeStatus) Summary {
 		Message: "no node holds it yet: a node fetches it when a pod that asks for it (partita.dev/model) starts there"}
 }
 
-// Reconciler applies the summary of each Model.
+// Reconciler applies the summary of each Model, and asks nodes to warm it
+// as its spec.prefetch says.
 type Reconciler struct {
 	Client client.Client
 	Clock  clock.PassiveClock
+	// Prefetch writes prefetch requests (models/prefetch); nil ignores
+	// spec.prefetch.
+	Prefetch func(ctx context.Context, namespace string, models, nodes []string, why string) error
 }
+
+// prefetchRecheck is how often a Model short of its prefetch count looks
+// for nodes again (new nodes, nodes that became Ready).
+const prefetchRecheck = 5 * time.Minute
 
 // Reconcile writes status.phase and the Ready condition when they differ
 // from the nodes' summary (server-side apply, its own field manager).
@@ -84,10 +94,20 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Get(ctx, req.NamespacedName, m); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
+	var res ctrl.Result
+	if m.Spec.Prefetch != nil && r.Prefetch != nil {
+		short, err := r.warm(ctx, m)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		if short {
+			res.RequeueAfter = prefetchRecheck
+		}
+	}
 	s := Summarize(m.Status.Nodes)
 	cur := meta.FindStatusCondition(m.Status.Conditions, v1alpha1.ModelConditionReady)
 	if m.Status.Phase == s.Phase && cur != nil && cur.Status == s.Status && cur.Reason == s.Reason && cur.Message == s.Message && cur.ObservedGeneration == m.Generation {
-		return ctrl.Result{}, nil
+		return res, nil
 	}
 	ltt := metav1.NewTime(r.Clock.Now().Truncate(time.Second))
 	if cur != nil && cur.Status == s.Status {
@@ -110,7 +130,55 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
 		return ctrl.Result{}, fmt.Errorf("apply the summary of Model %s: %w", req.NamespacedName, err)
 	}
-	return ctrl.Result{}, nil
+	return res, nil
+}
+
+// warm asks as many Ready, schedulable nodes that spec.prefetch selects
+// as it is short of its count (by name; nodes that failed the model are
+// not asked again). short says it found too few.
+func (r *Reconciler) warm(ctx context.Context, m *v1alpha1.Model) (short bool, err error) {
+	sel := labels.Everything()
+	if m.Spec.Prefetch.NodeSelector != nil {
+		if sel, err = metav1.LabelSelectorAsSelector(m.Spec.Prefetch.NodeSelector); err != nil {
+			return false, nil //nolint:nilerr // a bad selector cannot be fixed by a retry; the CRD's schema admits it
+		}
+	}
+	var nodes corev1.NodeList
+	if err := r.Client.List(ctx, &nodes, client.MatchingLabelsSelector{Selector: sel}); err != nil {
+		return false, fmt.Errorf("list nodes for the prefetch of Model %s/%s: %w", m.Namespace, m.Name, err)
+	}
+	have := 0
+	var free []string
+	for _, n := range nodes.Items {
+		e := m.Status.ModelNode(n.Name)
+		switch {
+		case e != nil && e.Phase != v1alpha1.ModelFailed:
+			have++
+		case e == nil && !n.Spec.Unschedulable && nodeReady(&n):
+			free = append(free, n.Name)
+		}
+	}
+	need := int(m.Spec.Prefetch.Count) - have
+	if need <= 0 {
+		return false, nil
+	}
+	sort.Strings(free)
+	ask := free[:min(need, len(free))]
+	if len(ask) > 0 {
+		if err := r.Prefetch(ctx, m.Namespace, []string{m.Name}, ask, "spec.prefetch"); err != nil {
+			return true, err
+		}
+	}
+	return len(ask) < need, nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
 }
 
 func truncate(s string, n int) string {
@@ -120,10 +188,11 @@ func truncate(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-// Setup adds the reconciler to mgr (it runs on the leader only).
-func Setup(mgr ctrl.Manager, clk clock.PassiveClock) error {
+// Setup adds the reconciler to mgr (it runs on the leader only); prefetch
+// writes spec.prefetch's requests.
+func Setup(mgr ctrl.Manager, clk clock.PassiveClock, prefetch func(ctx context.Context, namespace string, models, nodes []string, why string) error) error {
 	return builder.ControllerManagedBy(mgr).
 		Named("model-summary").
 		For(&v1alpha1.Model{}, builder.WithPredicates(predicate.ResourceVersionChangedPredicate{})).
-		Complete(&Reconciler{Client: mgr.GetClient(), Clock: clk})
+		Complete(&Reconciler{Client: mgr.GetClient(), Clock: clk, Prefetch: prefetch})
 }

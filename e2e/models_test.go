@@ -96,5 +96,27 @@ func TestModelReplicasGoWhereTheirModelIs(t *testing.T) {
 		}
 		return got == len(want), fmt.Sprintf("want %v; status.nodes %+v", want, m.Status.Nodes)
 	})
+
+	// spec.prefetch: two of the test's nodes warm a third model ahead of
+	// any pod (the first two by name).
+	warm := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gemma"},
+		Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "https://models.example/gemma/model.safetensors"},
+			Prefetch: &v1alpha1.ModelPrefetch{Count: 2, NodeSelector: &metav1.LabelSelector{MatchLabels: sel}}}}
+	if err := c.Create(ctx, warm); err != nil {
+		t.Fatalf("create Model gemma: %v", err)
+	}
+	poll(t, 30*time.Second, "gemma requested on two of the test's nodes", func() (bool, string) {
+		m := &v1alpha1.Model{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(warm), m); err != nil {
+			return false, err.Error()
+		}
+		var got []string
+		for _, n := range m.Status.Nodes {
+			if n.Phase == v1alpha1.ModelPending && strings.Contains(n.Message, "spec.prefetch") {
+				got = append(got, n.Name)
+			}
+		}
+		return strings.Join(got, ",") == ns+"-model-0,"+ns+"-model-1", fmt.Sprintf("status.nodes %+v", m.Status.Nodes)
+	})
 	checkClusterLedger(ctx, t)
 }

@@ -61,6 +61,9 @@ func (s *Server) apiRoutes() []route {
 			in:          new(utilizationRequest), out: new(Utilization), handle: handleUtilization},
 		{method: http.MethodGet, path: "/api/v1/policy", id: "policy", tag: "policy", summary: "The Rego policy in force, its last reload and the webhook's denials by reason",
 			out: new(PolicyView), handle: handlePolicy},
+		{method: http.MethodGet, path: "/api/v1/models", id: "listModels", tag: "models", summary: "Models: where each is held or fetched, and the pods that ask for it",
+			description: "The Models of the namespaces where the caller may list Models: `kubectl partita models -o json`, from the same code. Pods are named only where the caller may list pods.",
+			out:         new(report.ModelsReport), handle: handleModels},
 	}
 }
 
@@ -800,3 +803,33 @@ func hasAdmissionGate(p *corev1.Pod) bool {
 
 // policyReasons are the events the webhook writes on policy ConfigMaps.
 func policyReasons() []string { return []string{policy.ReasonPolicyLoaded, policy.ReasonPolicyRefused} }
+
+// handleModels lists the Models the caller may list, with the pods that
+// ask for them where the caller may list pods.
+func handleModels(c *call) (any, error) {
+	v, err := c.viewer()
+	if err != nil {
+		return nil, err
+	}
+	var models []v1alpha1.Model
+	may := map[string]bool{}
+	for _, m := range c.snap.models {
+		ok, seen := may[m.Namespace]
+		if !seen {
+			if ok, err = c.allowed(Attributes{Verb: "list", Group: groupPartita, Resource: "models", Namespace: m.Namespace}); err != nil {
+				return nil, err
+			}
+			may[m.Namespace] = ok
+		}
+		if ok {
+			models = append(models, m)
+		}
+	}
+	var pods []corev1.Pod
+	for _, p := range c.snap.modelPods {
+		if may[p.Namespace] && v.Pods.Has(p.Namespace) {
+			pods = append(pods, p)
+		}
+	}
+	return report.Models(models, pods), nil
+}

@@ -74,6 +74,7 @@ func setup(t *testing.T) *cluster {
 	c.create(t, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "worker"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "create", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"events"}, Verbs: []string{"list"}},
+		{APIGroups: []string{"partita.dev"}, Resources: []string{"models"}, Verbs: []string{"get", "list", "watch"}},
 	}})
 	for _, b := range []struct {
 		role, ns, name string
@@ -96,6 +97,10 @@ func setup(t *testing.T) *cluster {
 	c.bound(t, "team-a", "nb", "0.25", 0)
 	c.bound(t, "team-b", "train", "1", 1)
 	c.create(t, pt.MakePod("waiting", "team-a").GPUCount(8).Queue("team-a").SchedulingGates(v1alpha1.SchedulingGateAdmission).Obj())
+	for _, ns := range []string{"team-a", "team-b"} {
+		c.create(t, &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llama"},
+			Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "s3://models/" + ns + "/llama"}}})
+	}
 	return c
 }
 
@@ -277,6 +282,25 @@ func TestAPIShared(t *testing.T) {
 		}
 		if strings.Contains(string(call(t, base, "GET", "/api/v1/map", alice, nil).body), "train") {
 			t.Errorf("alice's map names team-b's pod")
+		}
+	})
+
+	t.Run("each sees the Models of the namespaces where they may list them", func(t *testing.T) {
+		for _, tc := range []struct {
+			who, token string
+			want       []string
+		}{{"alice", alice, []string{"team-a/llama"}}, {"bob", bob, nil}, {"admin", admin, []string{"team-a/llama", "team-b/llama"}}} {
+			var r report.ModelsReport
+			a := call(t, base, "GET", "/api/v1/models", tc.token, nil)
+			wantStatus(t, a, http.StatusOK, tc.who+"'s models")
+			a.decode(t, &r)
+			var got []string
+			for _, m := range r.Models {
+				got = append(got, m.Namespace+"/"+m.Name)
+			}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("%s's models (-want,+got):\n%s", tc.who, diff)
+			}
 		}
 	})
 

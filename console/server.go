@@ -251,7 +251,7 @@ func (s *Server) buildLocked(ctx context.Context) error {
 // pagePaths are the pages' paths: each serves index.html, whose script
 // draws the page the path names.
 func pagePaths() []string {
-	return []string{"/{$}", "/queues", "/workloads", "/workloads/{kind}/{namespace}/{name}", "/pods/{namespace}/{name}", "/utilization", "/policy"}
+	return []string{"/{$}", "/queues", "/workloads", "/workloads/{kind}/{namespace}/{name}", "/pods/{namespace}/{name}", "/utilization", "/policy", "/models"}
 }
 
 // Handler serves the pages, the static files and the API. In local mode

@@ -61,6 +61,8 @@ type Coverage struct {
 	Pods      NamespaceSet `json:"-"`
 	PodGroups NamespaceSet `json:"-"`
 	Jobs      NamespaceSet `json:"-"`
+	// Models are the namespaces whose Models were listed.
+	Models NamespaceSet `json:"-"`
 	// ResourceClaims and ResourceClaimTemplates are the namespaces whose
 	// claims and templates were listed, DeviceClasses whether the classes
 	// were: what pods that ask for GPUs through claims ask (why). None on
@@ -81,6 +83,7 @@ type Lists struct {
 	Topologies []v1alpha1.Topology
 	PodGroups  []v1alpha1.PodGroup
 	Jobs       []batchv1.Job
+	Models     []v1alpha1.Model
 	// PolicyConfigMaps are the ConfigMaps labelled partita.dev/policy=rego
 	// in Partita's namespace.
 	PolicyConfigMaps       []corev1.ConfigMap
@@ -145,6 +148,12 @@ type Snapshot struct {
 	queueHeldMilli map[string]int64
 
 	policy PolicyView
+
+	// models are the Models listed, with the pods that ask for them (of
+	// every listed namespace: the handler keeps what the caller may see).
+	models []v1alpha1.Model
+	// modelPods are the pods that ask for a model.
+	modelPods []corev1.Pod
 
 	// verdicts memoises the workload list's why summaries for this
 	// snapshot, by pod and by whether events were read: why runs a fit
@@ -303,6 +312,12 @@ func Build(l Lists, o BuildOptions, version uint64, now, changedAt time.Time) *S
 	s := &Snapshot{Version: version, Built: now, ChangedAt: changedAt, coverage: l.Coverage, kinds: o.Kinds}
 	s.cluster = report.Cluster{GPUNodes: l.GPUNodes, Nodes: l.Nodes, Pods: l.Pods, Queues: l.Queues, PodGroups: l.PodGroups,
 		ResourceClaims: l.ResourceClaims, ResourceClaimTemplates: l.ResourceClaimTemplates, DeviceClasses: l.DeviceClasses, GPUClasses: o.GPUClasses}
+	s.models = l.Models
+	for i := range l.Pods {
+		if _, ok := l.Pods[i].Annotations[v1alpha1.AnnotationModel]; ok {
+			s.modelPods = append(s.modelPods, l.Pods[i])
+		}
+	}
 	ledger := gpu.BuildLedger(l.GPUNodes, l.Pods)
 	s.cluster.Ledger = ledger
 

@@ -88,6 +88,12 @@ func DiscoverCoverage(ctx context.Context, authz Authorizer, r client.Reader, pa
 		{groupPartita, "podgroups", &cov.PodGroups},
 		{batchv1.GroupName, "jobs", &cov.Jobs},
 	}
+	if served.Models {
+		namespaced = append(namespaced, struct {
+			group, res string
+			dst        *NamespaceSet
+		}{groupPartita, "models", &cov.Models})
+	}
 	if served.DRA {
 		namespaced = append(namespaced, []struct {
 			group, res string
@@ -135,6 +141,8 @@ type ServedAPIs struct {
 	// Topologies: partita.dev's Topology, which Partita's CRDs of before
 	// it lack.
 	Topologies bool
+	// Models: partita.dev's Model, likewise.
+	Models bool
 }
 
 // ServesAPIs asks the API server's discovery which of ServedAPIs it serves.
@@ -156,6 +164,7 @@ func ServesAPIs(cfg *rest.Config) (ServedAPIs, error) {
 		return ServedAPIs{}, fmt.Errorf("discover %s: %w", v1alpha1.GroupVersion, err)
 	default:
 		s.Topologies = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "topologies" })
+		s.Models = slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == "models" })
 	}
 	return s, nil
 }
@@ -248,6 +257,7 @@ func NewSource(opts SourceOptions) (*Source, error) {
 	}
 	byObject[&corev1.Pod{}] = cache.ByObject{Namespaces: scoped(cov.Pods), Transform: slimPod}
 	byObject[&v1alpha1.PodGroup{}] = cache.ByObject{Namespaces: scoped(cov.PodGroups)}
+	byObject[&v1alpha1.Model{}] = cache.ByObject{Namespaces: scoped(cov.Models)}
 	byObject[&batchv1.Job{}] = cache.ByObject{Namespaces: scoped(cov.Jobs), Transform: slimJob}
 	byObject[&corev1.Node{}] = cache.ByObject{Transform: slimNode}
 	byObject[&resourceapi.ResourceClaim{}] = cache.ByObject{Namespaces: scoped(cov.ResourceClaims)}
@@ -284,6 +294,7 @@ func (s *Source) watched() []client.Object {
 	add(cov.Pods.All || len(cov.Pods.Names) > 0, &corev1.Pod{})
 	add(cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &v1alpha1.PodGroup{})
 	add(cov.Jobs.All || len(cov.Jobs.Names) > 0, &batchv1.Job{})
+	add(cov.Models.All || len(cov.Models.Names) > 0, &v1alpha1.Model{})
 	add(cov.ResourceClaims.All || len(cov.ResourceClaims.Names) > 0, &resourceapi.ResourceClaim{})
 	add(cov.ResourceClaimTemplates.All || len(cov.ResourceClaimTemplates.Names) > 0, &resourceapi.ResourceClaimTemplate{})
 	add(cov.DeviceClasses, &resourceapi.DeviceClass{})
@@ -415,6 +426,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		pods corev1.PodList
 		pgs  v1alpha1.PodGroupList
 		jobs batchv1.JobList
+		mds  v1alpha1.ModelList
 		rcs  resourceapi.ResourceClaimList
 		rcts resourceapi.ResourceClaimTemplateList
 		dcs  resourceapi.DeviceClassList
@@ -427,6 +439,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 		{cov.Pods.All || len(cov.Pods.Names) > 0, &pods},
 		{cov.PodGroups.All || len(cov.PodGroups.Names) > 0, &pgs},
 		{cov.Jobs.All || len(cov.Jobs.Names) > 0, &jobs},
+		{cov.Models.All || len(cov.Models.Names) > 0, &mds},
 		{cov.ResourceClaims.All || len(cov.ResourceClaims.Names) > 0, &rcs},
 		{cov.ResourceClaimTemplates.All || len(cov.ResourceClaimTemplates.Names) > 0, &rcts},
 		{cov.DeviceClasses, &dcs},
@@ -438,6 +451,7 @@ func (s *Source) Lists(ctx context.Context) (Lists, error) {
 	l.GPUNodes, l.Nodes, l.Queues, l.PolicyConfigMaps = gns.Items, ns.Items, qs.Items, cms.Items
 	l.Topologies = ts.Items
 	l.Pods, l.PodGroups, l.Jobs = pods.Items, pgs.Items, jobs.Items
+	l.Models = mds.Items
 	l.ResourceClaims, l.ResourceClaimTemplates, l.DeviceClasses = rcs.Items, rcts.Items, dcs.Items
 	// Informer order is a map's: sort so that equal clusters give equal
 	// snapshots.

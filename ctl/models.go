@@ -12,77 +12,33 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/report"
 )
-
-// ModelReport is one Model as `partita ctl models` shows it.
-type ModelReport struct {
-	Namespace string                     `json:"namespace"`
-	Name      string                     `json:"name"`
-	Source    string                     `json:"source"`
-	Phase     v1alpha1.ModelPhase        `json:"phase"`
-	Size      int64                      `json:"size"`
-	Message   string                     `json:"message,omitempty"`
-	Nodes     []v1alpha1.ModelNodeStatus `json:"nodes"`
-	// Pods that ask for it (partita.dev/model), by phase.
-	Pods map[corev1.PodPhase][]string `json:"pods"`
-}
-
-// ModelsReport is the models of a namespace (or of all).
-type ModelsReport struct {
-	Models []ModelReport `json:"models"`
-}
 
 // BuildModels reads the Models of namespace ("" for all) and the pods that
 // use them; name, when set, keeps that Model alone.
-func BuildModels(ctx context.Context, c client.Reader, namespace, name string) (ModelsReport, error) {
+func BuildModels(ctx context.Context, c client.Reader, namespace, name string) (report.ModelsReport, error) {
 	var list v1alpha1.ModelList
 	if err := c.List(ctx, &list, client.InNamespace(namespace)); err != nil {
-		return ModelsReport{}, fmt.Errorf("list Models: %w", err)
+		return report.ModelsReport{}, fmt.Errorf("list Models: %w", err)
 	}
 	var pods corev1.PodList
 	if err := c.List(ctx, &pods, client.InNamespace(namespace)); err != nil {
-		return ModelsReport{}, fmt.Errorf("list pods: %w", err)
+		return report.ModelsReport{}, fmt.Errorf("list pods: %w", err)
 	}
-	users := map[string]map[corev1.PodPhase][]string{}
-	for _, p := range pods.Items {
-		for _, m := range v1alpha1.ModelNamesOf(p.Annotations) {
-			k := p.Namespace + "/" + m
-			if users[k] == nil {
-				users[k] = map[corev1.PodPhase][]string{}
-			}
-			users[k][p.Status.Phase] = append(users[k][p.Status.Phase], p.Name)
+	models := list.Items
+	if name != "" {
+		models = slices.DeleteFunc(models, func(m v1alpha1.Model) bool { return m.Name != name })
+		if len(models) == 0 {
+			return report.ModelsReport{}, fmt.Errorf("no Model %q in namespace %q", name, namespace)
 		}
 	}
-	var out ModelsReport
-	for _, m := range list.Items {
-		if name != "" && m.Name != name {
-			continue
-		}
-		r := ModelReport{Namespace: m.Namespace, Name: m.Name, Source: m.Spec.Source.URI, Phase: m.Status.Phase, Size: m.Status.Size,
-			Nodes: m.Status.Nodes, Pods: users[m.Namespace+"/"+m.Name]}
-		for _, c := range m.Status.Conditions {
-			if c.Type == v1alpha1.ModelConditionReady {
-				r.Message = c.Message
-			}
-		}
-		if r.Phase == "" {
-			r.Phase = v1alpha1.ModelPending
-		}
-		slices.SortFunc(r.Nodes, func(a, b v1alpha1.ModelNodeStatus) int { return strings.Compare(a.Name, b.Name) })
-		out.Models = append(out.Models, r)
-	}
-	if name != "" && len(out.Models) == 0 {
-		return out, fmt.Errorf("no Model %q in namespace %q", name, namespace)
-	}
-	slices.SortFunc(out.Models, func(a, b ModelReport) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
-	return out, nil
+	return report.Models(models, pods.Items), nil
 }
 
 // WriteModels writes r: one row per model, and with detail one row per
 // node that holds or fetches it.
-func WriteModels(w io.Writer, r ModelsReport, o Output, detail bool) error {
+func WriteModels(w io.Writer, r report.ModelsReport, o Output, detail bool) error {
 	if o == OutputJSON {
 		return writeJSON(w, "models", r)
 	}
@@ -126,7 +82,6 @@ func WriteModels(w io.Writer, r ModelsReport, o Output, detail bool) error {
 		}
 		for _, ph := range []corev1.PodPhase{corev1.PodRunning, corev1.PodPending} {
 			if ps := m.Pods[ph]; len(ps) > 0 {
-				slices.Sort(ps)
 				if _, err := fmt.Fprintf(w, "pods %s: %s\n", strings.ToLower(string(ph)), strings.Join(ps, ", ")); err != nil {
 					return err
 				}

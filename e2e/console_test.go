@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
@@ -404,6 +405,30 @@ func TestConsole(t *testing.T) {
 			t.Errorf("policy version %q, want the 12-digit digest", v)
 		}
 		shot(t, b, dir, "policy")
+	})
+
+	t.Run("models: where each is held, and its progress", func(t *testing.T) {
+		m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "llama"},
+			Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "s3://models/llama-3-8b"}}}
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatal(err)
+		}
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Model",
+			"metadata": map[string]any{"name": "llama", "namespace": ns},
+			"status": map[string]any{"nodes": []any{map[string]any{"name": "node-x", "phase": "Fetching", "bytes": int64(4 << 30), "total": int64(16 << 30),
+				"message": "waiting for model llama on node-x: 25%"}}},
+		}}
+		//nolint:staticcheck // as the node's model cache applies it
+		if err := c.Status().Patch(ctx, u, client.Apply, client.FieldOwner("partita-model-cache/node-x"), client.ForceOwnership); err != nil {
+			t.Fatal(err)
+		}
+		row := fmt.Sprintf(`tr[data-model="%s/llama"]`, ns)
+		page(t, b, time.Minute, "open models", chromedp.Navigate(base+"models"), chromedp.WaitVisible(chromedp.ID("models")))
+		waitFor(t, b, 30*time.Second, "the model's row and its node's progress", fmt.Sprintf(
+			`!!document.querySelector(%s) && (document.getElementById(%s) || {textContent: ""}).textContent.includes("4Gi of 16Gi (25%%)")`,
+			jsString(row), jsString("model-"+ns+"-llama")))
+		shot(t, b, dir, "models")
 	})
 
 	t.Run("a user without rights to a namespace sees none of its workloads and gets no edit buttons", func(t *testing.T) {

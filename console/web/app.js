@@ -845,6 +845,45 @@
           h("td", {}, h("div", { class: "bar" }, h("div", { class: "fill", style: { width: (d.count / maxCount * 100) + "%", background: "#c62f3a" } }))))))) : h("p", { class: "muted" }, "No denials."));
   }
 
+  // ---- Models: where each is held or fetched, who uses it ----------------------
+  async function viewModels() {
+    stopStream();
+    let r;
+    try { r = await api("/api/v1/models"); } catch (e) { setMain(h("h1", {}, "Models"), errorBox(e)); return; }
+    const models = r.models || [];
+    if (!models.length) {
+      setMain(h("h1", {}, "Models"), h("p", { class: "muted" }, "No models you may list. A pod asks for one with the annotation partita.dev/model (docs/models.md)."));
+      return;
+    }
+    const count = (m, phases) => m.nodes.filter((n) => phases.includes(n.phase)).length;
+    const pods = (m, phase) => ((m.pods || {})[phase] || []);
+    const held = (n) => n.total > 0 ? bytes(n.bytes) + " of " + bytes(n.total) + " (" + Math.round(100 * n.bytes / n.total) + "%)" : (n.bytes ? bytes(n.bytes) : "–");
+    setMain(h("h1", {}, "Models"),
+      h("table", { class: "list", id: "models" },
+        h("thead", {}, h("tr", {}, h("th", {}, "Namespace"), h("th", {}, "Model"), h("th", {}, "Phase"), h("th", { class: "num" }, "Size"),
+          h("th", { class: "num" }, "Nodes ready"), h("th", { class: "num" }, "Fetching"), h("th", { class: "num" }, "Failed"),
+          h("th", { class: "num" }, "Pods running"), h("th", { class: "num" }, "Waiting"), h("th", {}, "Source"))),
+        h("tbody", {}, models.map((m) => h("tr", { "data-model": m.namespace + "/" + m.name },
+          h("td", {}, m.namespace), h("td", {}, m.name),
+          h("td", { class: m.phase === "Ready" ? "ok" : m.phase === "Failed" ? "bad" : "" }, m.phase),
+          h("td", { class: "num" }, m.size ? bytes(m.size) : "–"),
+          h("td", { class: "num" }, count(m, ["Ready"])), h("td", { class: "num" }, count(m, ["Fetching", "Pending"])), h("td", { class: "num" }, count(m, ["Failed"])),
+          h("td", { class: "num" }, pods(m, "Running").length), h("td", { class: "num" }, pods(m, "Pending").length),
+          h("td", { class: "mono" }, m.source))))),
+      models.map((m) => h("section", { class: "card", id: "model-" + m.namespace + "-" + m.name },
+        h("h2", {}, m.namespace + "/" + m.name), m.message ? h("p", {}, m.message) : null,
+        m.nodes.length ? h("table", { class: "list" },
+          h("thead", {}, h("tr", {}, h("th", {}, "Node"), h("th", {}, "Phase"), h("th", {}, "Held"), h("th", {}, "Progress"), h("th", {}, "Message"))),
+          h("tbody", {}, m.nodes.map((n) => h("tr", {},
+            h("td", {}, n.name), h("td", { class: n.phase === "Ready" ? "ok" : n.phase === "Failed" ? "bad" : "" }, n.phase), h("td", {}, held(n)),
+            h("td", {}, h("div", { class: "bar" }, h("div", { class: "fill", style: { width: (n.total > 0 ? 100 * n.bytes / n.total : 0) + "%", background: n.phase === "Failed" ? "#c62f3a" : "#2f7d4f" } }))),
+            h("td", {}, n.message || ""))))) : h("p", { class: "muted" }, "No node holds or fetches it yet."),
+        pods(m, "Running").length || pods(m, "Pending").length ? h("p", {},
+          pods(m, "Running").length ? ["Running: ", pods(m, "Running").map((p) => link("/pods/" + encodeURIComponent(m.namespace) + "/" + encodeURIComponent(p), p)).reduce((a, b) => [a, ", ", b])] : null,
+          pods(m, "Running").length && pods(m, "Pending").length ? " · " : null,
+          pods(m, "Pending").length ? ["Waiting: ", pods(m, "Pending").map((p) => link("/pods/" + encodeURIComponent(m.namespace) + "/" + encodeURIComponent(p), p)).reduce((a, b) => [a, ", ", b])] : null) : null)));
+  }
+
   // ---- Routing ------------------------------------------------------------------
   function navigate(path) {
     history.pushState(null, "", path);
@@ -874,6 +913,7 @@
     if ((m = /^\/pods\/([^/]+)\/([^/]+)$/.exec(p))) return viewPod(...m.slice(1).map(decodeURIComponent));
     if (p === "/utilization") return viewUtilization();
     if (p === "/policy") return viewPolicy();
+    if (p === "/models") return viewModels();
     setMain(h("h1", {}, "Not found"), h("p", {}, link("/", "The workload map")));
   }
 

@@ -27,6 +27,10 @@ const (
 	// EnvModelDir is set in every container of a pod that asks for models:
 	// the model's directory when it asks for one, else ModelMountRoot.
 	EnvModelDir = "PARTITA_MODEL_DIR"
+	// PodConditionModelsReady is the pod condition the extender's leader
+	// keeps on a bound pod that asks for models: False with what it waits
+	// for, True once its node holds every model.
+	PodConditionModelsReady = "partita.dev/ModelsReady"
 	// ModelVolumePrefix starts the names of the volumes the webhook adds.
 	ModelVolumePrefix = "partita-model-"
 	// ModelSecretAccessKeyID and ModelSecretSecretAccessKey are the keys of

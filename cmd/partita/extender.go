@@ -51,6 +51,7 @@ import (
 	"github.com/partita-dev/partita/internal/gomemlimit"
 	"github.com/partita-dev/partita/internal/podtrim"
 	"github.com/partita-dev/partita/models/locate"
+	"github.com/partita-dev/partita/models/podcondition"
 	"github.com/partita-dev/partita/models/prefetch"
 	"github.com/partita-dev/partita/models/summary"
 	"github.com/partita-dev/partita/policy"
@@ -327,6 +328,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		requests := &prefetch.Requester{Reader: mgr.GetClient(), Client: mgr.GetClient(), Clock: clock.RealClock{}}
 		if err := summary.Setup(mgr, clock.RealClock{}, requests.Request); err != nil {
 			return fmt.Errorf("add the Model summary: %w", err)
+		}
+		if err := podcondition.Setup(mgr, clock.RealClock{}); err != nil {
+			return fmt.Errorf("add the models' pod condition: %w", err)
 		}
 		if _, err := mgr.GetCache().GetInformer(ctx, &v1alpha1.Model{}); err != nil {
 			return fmt.Errorf("get Model informer: %w", err)

@@ -485,6 +485,15 @@ func (c *call) why(namespace, name string, fresh bool) (report.WhyReport, error)
 		cl.Events = evs
 	}
 	cl.PodGroups = podGroupsIn(cl.PodGroups, namespace)
+	if ok, err := c.allowed(Attributes{Verb: "list", Group: groupPartita, Resource: "models", Namespace: namespace}); err != nil {
+		return report.WhyReport{}, err
+	} else if ok {
+		for _, m := range c.snap.models {
+			if m.Namespace == namespace {
+				cl.Models = append(cl.Models, m)
+			}
+		}
+	}
 	return report.Why(&cl, namespace, name, c.s.opts.Clock.Now())
 }
 

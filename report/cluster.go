@@ -37,6 +37,10 @@ type Cluster struct {
 	PodGroups []v1alpha1.PodGroup
 	// Events are the events of the namespaces read.
 	Events []corev1.Event
+	// Models are the Models of the namespaces read (with PodGroups and
+	// events): where a pod's models are, for why. Empty when the reader may
+	// not list them.
+	Models []v1alpha1.Model
 	// ResourceClaims are every ResourceClaim (read with GPUNodes): with the
 	// dra GPU backend, what pods hold and why kube-scheduler cannot place
 	// one. Empty when the reader may not list them.
@@ -153,6 +157,11 @@ func Load(ctx context.Context, r client.Reader, what What) (*Cluster, error) {
 			return nil, listError("Events", err)
 		}
 		c.Events = evs.Items
+		var models v1alpha1.ModelList
+		if err := r.List(ctx, &models, client.InNamespace(what.Namespace)); err != nil && !apierrors.IsForbidden(err) && !meta.IsNoMatchError(err) {
+			return nil, listError("Models", err)
+		}
+		c.Models = models.Items
 	}
 	var pods corev1.PodList
 	if err := r.List(ctx, &pods); err != nil {

@@ -1,6 +1,7 @@
 package report
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,6 +55,9 @@ const (
 	CheckFairShare = "fair-share"
 	CheckEvents    = "events"
 	CheckFit       = "fit"
+	// CheckModels: a bound pod that asks for models waits for its node's
+	// cache to hold them (partita.dev/model).
+	CheckModels = "models"
 )
 
 // Finding is what one check found, in words and in numbers.
@@ -130,6 +134,9 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 	}
 	pod := &c.Pods[i]
 	req, claims, errs := readPod(c, pod)
+	if req == nil && len(errs) == 0 && len(v1alpha1.ModelNamesOf(pod.Annotations)) > 0 {
+		return whyModelsOnly(c, pod), nil
+	}
 	if req == nil && len(errs) == 0 {
 		return WhyReport{}, fmt.Errorf("pod %s/%s: %w (no partita.dev/gpu-* annotation, Run:ai, HAMi or nvidia.com/gpu request, no ResourceClaim of a GPU DeviceClass): Partita does not schedule it; 'kubectl describe pod' shows why it waits", namespace, name, ErrNotGPUPod)
 	}
@@ -154,6 +161,11 @@ func WhyWithOptions(c *Cluster, namespace, name string, now time.Time, opts WhyO
 		w.add(CheckRequest, StatusOK, map[string]float64{"gpus": gpus(w.demand(pod, req))}, "asks for %s", what)
 	}
 	if done := w.bound(); done != "" {
+		if f, waiting := w.models(); waiting {
+			r.Summary = fmt.Sprintf("%s waits: %s", subject, f)
+			r.Findings = w.findings
+			return r, nil
+		}
 		r.Waiting = false
 		r.Summary = fmt.Sprintf("%s is not waiting: %s", subject, done)
 		r.Findings = w.findings
@@ -961,4 +973,80 @@ func hasAdmissionGate(p *corev1.Pod) bool {
 		}
 	}
 	return false
+}
+
+// models checks, for a pod bound but not started, each model it asks for on
+// its node: the node's cache must hold it before the kubelet starts the
+// pod's containers. It returns the first thing it waits for.
+func (w *why) models() (string, bool) {
+	p := w.pod
+	names := v1alpha1.ModelNamesOf(p.Annotations)
+	if len(names) == 0 || p.Spec.NodeName == "" || orPending(p.Status.Phase) != corev1.PodPending {
+		return "", false
+	}
+	first := ""
+	for _, name := range names {
+		i := slices.IndexFunc(w.c.Models, func(m v1alpha1.Model) bool { return m.Namespace == p.Namespace && m.Name == name })
+		if i < 0 {
+			if len(w.c.Models) == 0 {
+				w.add(CheckModels, StatusInfo, nil, "model %s: the Models of %s could not be read", name, p.Namespace)
+				continue
+			}
+			msg := fmt.Sprintf("model %s does not exist in %s: the pod's volume cannot be mounted", name, p.Namespace)
+			w.add(CheckModels, StatusBlocking, nil, "%s", msg)
+			first = cmp.Or(first, msg)
+			continue
+		}
+		m := &w.c.Models[i]
+		e := m.Status.ModelNode(p.Spec.NodeName)
+		var msg string
+		switch {
+		case e == nil:
+			msg = fmt.Sprintf("waiting for model %s on %s: its cache has not started fetching it (it does when the kubelet mounts the pod's volume)", name, p.Spec.NodeName)
+		case e.Phase == v1alpha1.ModelReady:
+			w.add(CheckModels, StatusOK, nil, "model %s is on %s", name, p.Spec.NodeName)
+			continue
+		case e.Phase == v1alpha1.ModelFailed:
+			msg = fmt.Sprintf("model %s failed on %s: %s", name, p.Spec.NodeName, e.Message)
+		default:
+			msg = e.Message
+			if msg == "" || !strings.HasPrefix(msg, "waiting for model") {
+				msg = fmt.Sprintf("waiting for model %s on %s: %s", name, p.Spec.NodeName, cmp.Or(e.Message, string(e.Phase)))
+			}
+		}
+		var nums map[string]float64
+		if e != nil && e.Total > 0 {
+			nums = map[string]float64{"bytes": float64(e.Bytes), "total": float64(e.Total)}
+		}
+		w.add(CheckModels, StatusBlocking, nums, "%s", msg)
+		first = cmp.Or(first, msg)
+	}
+	return first, first != ""
+}
+
+// whyModelsOnly is why for a pod that asks for no GPU but for models: only
+// where it is and its models can hold it.
+func whyModelsOnly(c *Cluster, pod *corev1.Pod) WhyReport {
+	w := &why{c: c, pod: pod}
+	subject := fmt.Sprintf("pod %s/%s", pod.Namespace, pod.Name)
+	r := WhyReport{Namespace: pod.Namespace, Pod: pod.Name}
+	switch {
+	case finished(pod):
+		w.add(CheckBound, StatusOK, nil, "the pod has finished (%s)", pod.Status.Phase)
+		r.Summary = fmt.Sprintf("%s is not waiting: it has finished (%s)", subject, pod.Status.Phase)
+	case pod.Spec.NodeName == "":
+		r.Waiting = true
+		w.add(CheckBound, StatusInfo, nil, "not bound yet: it asks for no GPU, so kube-scheduler alone places it")
+		r.Summary = fmt.Sprintf("%s waits for kube-scheduler ('kubectl describe pod' shows its reasons); its models are fetched on the node it goes to", subject)
+	default:
+		w.add(CheckBound, StatusOK, nil, "bound to %s (phase %s)", pod.Spec.NodeName, orPending(pod.Status.Phase))
+		if f, waiting := w.models(); waiting {
+			r.Waiting = true
+			r.Summary = fmt.Sprintf("%s waits: %s", subject, f)
+		} else {
+			r.Summary = fmt.Sprintf("%s is not waiting: it is bound to %s (phase %s)", subject, pod.Spec.NodeName, orPending(pod.Status.Phase))
+		}
+	}
+	r.Findings = w.findings
+	return r
 }

@@ -218,6 +218,19 @@ func TestRealNodePodReadsItsModel(t *testing.T) {
 	if p.Status.Phase != corev1.PodPending {
 		t.Errorf("the liar's pod is %s, want Pending (never started)", p.Status.Phase)
 	}
+	// The extender's leader says the same on the pod.
+	poll(t, time.Minute, "the liar's pod condition "+v1alpha1.PodConditionModelsReady, func() (bool, string) {
+		p, err := clientset.CoreV1().Pods(modelsNamespace).Get(ctx, bad.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == v1alpha1.PodConditionModelsReady {
+				return c.Status == corev1.ConditionFalse && strings.Contains(c.Message, "invalid safetensors"), fmt.Sprintf("%+v", c)
+			}
+		}
+		return false, fmt.Sprintf("conditions %+v", p.Status.Conditions)
+	})
 	lm := &v1alpha1.Model{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: modelsNamespace, Name: "liar"}, lm); err != nil {
 		t.Fatal(err)

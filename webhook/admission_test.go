@@ -49,6 +49,7 @@ func TestAdmission(t *testing.T) {
 		"mutate-model-no-gpu":        {path: PathMutatePods},
 		"deny-model-missing":         {path: PathMutatePods},
 		"deny-model-other-namespace": {path: PathMutatePods},
+		"deny-model-no-cache":        {path: PathMutatePods, input: "mutate-model", opts: testOptions{noModels: true}},
 
 		"mutate-cluster-default-queue":         {path: PathMutatePods},
 		"mutate-member-takes-podgroup-queue":   {path: PathMutatePods},

@@ -97,6 +97,8 @@ type testOptions struct {
 	templates *memTemplates
 	// claims reads pods' ResourceClaims from testClaims (WithClaims).
 	claims bool
+	// noModels: the cluster runs no model cache (WithModels(false)).
+	noModels bool
 }
 
 // testClaims are the claims and templates the cases' pods name: two and one
@@ -197,7 +199,7 @@ func newTestServer(t testing.TB, opts testOptions, serverOpts ...ServerOption) h
 		defaultQueue = ""
 	}
 	popts := []PodOption{WithAdmissionGate(opts.gate), WithSchedulerName(opts.schedulerName), WithTrusted(trusted),
-		WithReferences(refs), WithDefaultQueue(defaultQueue)}
+		WithReferences(refs), WithDefaultQueue(defaultQueue), WithModels(!opts.noModels)}
 	if opts.templates != nil {
 		popts = append(popts, WithGPUBackend(dra.BackendDRA, opts.templates))
 	}

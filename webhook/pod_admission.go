@@ -58,7 +58,14 @@ type PodAdmission struct {
 	// claims reads what pods ask for through ResourceClaims; see
 	// WithClaims.
 	claims ClaimDemand
+	// noModels refuses pods that ask for models; see WithModels.
+	noModels bool
 }
+
+// WithModels says whether the cluster runs the node's model cache (the
+// chart's modelCache.enabled). Without it a pod that asks for a model is
+// refused, rather than left waiting for a volume no node can mount.
+func WithModels(on bool) PodOption { return func(a *PodAdmission) { a.noModels = !on } }
 
 // PodOption configures a PodAdmission.
 type PodOption func(*PodAdmission)

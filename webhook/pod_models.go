@@ -88,6 +88,10 @@ func (a *PodAdmission) withModels(ctx context.Context, pod *corev1.Pod) (*corev1
 	if len(names) == 0 {
 		return pod, nil
 	}
+	if a.noModels {
+		return nil, &DenialError{Reason: ReasonInvalidRequest, Errs: field.ErrorList{field.Forbidden(modelAnnotationPath,
+			"this cluster runs no model cache (Partita's chart with modelCache.enabled=false): no node could mount the pod's models")}}
+	}
 	if a.refs == nil {
 		return nil, &DenialError{Reason: ReasonNotFound, Errs: field.ErrorList{field.InternalError(modelAnnotationPath, fmt.Errorf("this webhook does not read Models"))}}
 	}

@@ -64,6 +64,7 @@ type webhookFlags struct {
 	configName       string
 	devRegister      bool
 	admissionGate    bool
+	models           bool
 	preemptNever     bool
 	schedulerName    string
 	mpsDir           string
@@ -126,6 +127,7 @@ webhook outside the cluster (partita dev up), generates certificates in
 	fl.StringVar(&f.serviceName, "service-name", "partita-webhook", "Service in front of the webhook; the certificate names <service>.<namespace>.svc")
 	fl.StringVar(&f.configName, "configuration-name", webhook.DefaultConfigurationName, "name of the Mutating- and ValidatingWebhookConfiguration")
 	fl.BoolVar(&f.devRegister, "dev-register", false, "run outside the cluster: generate certificates in --cert-dir and register both webhook configurations with url https://<addr> (partita dev up)")
+	fl.BoolVar(&f.models, "models", true, "the cluster runs the node's model cache (chart modelCache.enabled): pods that ask for models (partita.dev/model) get their volumes; false refuses them")
 	fl.BoolVar(&f.admissionGate, "admission-gate", true, "add the scheduling gate "+v1alpha1.SchedulingGateAdmission+" to GPU pods for the queue and gang admission loop")
 	fl.BoolVar(&f.preemptNever, "preemption-never", false, "write preemptionPolicy: Never into GPU pods; the API server refuses it unless the pod's PriorityClass says Never too (see docs/operations.md)")
 	fl.StringVar(&f.mpsDir, "mps-dir", webhook.DefaultMPSDir, "the agent's --mps-dir on the nodes: GPU containers of one-device slices mount it and find their device's MPS daemon there (when any GPUNode runs mps)")
@@ -390,6 +392,7 @@ func runWebhook(cmd *cobra.Command, f *webhookFlags) error {
 		webhook.WithAdmissionGate(f.admissionGate), webhook.WithPreemptionNever(f.preemptNever),
 		webhook.WithSchedulerName(f.schedulerName), webhook.WithMPSDir(f.mpsDir), webhook.WithTrusted(f.trusted()),
 		webhook.WithReferences(refs), webhook.WithDefaultQueue(defaultQueue), webhook.WithGPUBackend(backend, templates),
+		webhook.WithModels(f.models),
 	}
 	served, err := claims.ServesDRA(cfg)
 	if err != nil {

@@ -204,13 +204,14 @@ func decode(t *testing.T, manifest []byte) objects {
 			}
 			o.validating = append(o.validating, v)
 		case "ValidatingAdmissionPolicy":
-			// The agent's own-node policy has a test of its own
-			// (TestChartAgentPolicy); these are the pod admission policies.
-			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicy](t, doc); v.Name != agentPolicyName {
+			// The agent's and the model cache's own-node policies have tests
+			// of their own (TestChartAgentPolicy, the real node's); these are
+			// the pod admission policies.
+			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicy](t, doc); !ownNodePolicy(v.Name) {
 				o.vaps = append(o.vaps, v)
 			}
 		case "ValidatingAdmissionPolicyBinding":
-			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, doc); v.Name != agentPolicyName {
+			if v := decodeStrict[admissionregistrationv1.ValidatingAdmissionPolicyBinding](t, doc); !ownNodePolicy(v.Name) {
 				o.vapBindings = append(o.vapBindings, v)
 			}
 		case "MutatingAdmissionPolicy":
@@ -655,7 +656,12 @@ func TestChartExtenderTrust(t *testing.T) {
 // names no node through only with agent.simulatedFleet (partita dev up).
 // agentPolicyName is the ValidatingAdmissionPolicy (and binding) that ties
 // each agent to its node in the default release.
-const agentPolicyName = "partita-agent-own-node"
+const (
+	agentPolicyName      = "partita-agent-own-node"
+	modelCachePolicyName = "partita-model-cache-own-node"
+)
+
+func ownNodePolicy(name string) bool { return name == agentPolicyName || name == modelCachePolicyName }
 
 func TestChartAgentPolicy(t *testing.T) {
 	cases := map[string]struct {

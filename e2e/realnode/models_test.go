@@ -23,6 +23,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
@@ -237,6 +238,30 @@ func TestRealNodePodReadsItsModel(t *testing.T) {
 	}
 	if ln := lm.Status.ModelNode(realnode.NodeName); ln == nil || ln.Phase != v1alpha1.ModelFailed || !strings.Contains(ln.Message, "invalid safetensors") {
 		t.Errorf("the liar's status on %s = %+v, want Failed saying invalid safetensors", realnode.NodeName, ln)
+	}
+
+	// The cache's own token may write its node's entry, not another's.
+	cachePod := waitComponent(ctx, t, "model-cache", 1)[0]
+	_, tokenCfg := clientsetWithToken(t, podToken(t, &cachePod))
+	ctrllog.SetLogger(logr.Discard())
+	asCache, err := client.New(tokenCfg, client.Options{Scheme: envtestutil.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	entry := func(node string) error {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": v1alpha1.GroupVersion.String(), "kind": "Model",
+			"metadata": map[string]any{"name": "tiny-llama", "namespace": modelsNamespace},
+			"status":   map[string]any{"nodes": []any{map[string]any{"name": node, "phase": "Ready"}}},
+		}}
+		//nolint:staticcheck // as the cache applies its entry
+		return asCache.Status().Patch(ctx, u, client.Apply, client.FieldOwner("partita-model-cache/"+node), client.ForceOwnership, client.DryRunAll)
+	}
+	if err := entry(realnode.NodeName); err != nil {
+		t.Errorf("the cache's token wrote its own node's entry: %v, want allowed", err)
+	}
+	if err := entry("someone-else"); err == nil || !strings.Contains(err.Error(), "may write only its own entry") {
+		t.Errorf("the cache's token wrote another node's entry: %v, want refused by the own-node policy", err)
 	}
 
 	// Another namespace's model is refused at admission.

@@ -171,7 +171,28 @@ func TestQuartersShareOneDevice(t *testing.T) {
 				t.Errorf("whole GPU %v holds %d milli-GPUs, want 1000", id, milli)
 			}
 		}
-		waitUnschedulable(ctx, t, ns, fmt.Sprintf("w%d", gpusPerNode))
+		// The pods are created at once: whichever comes last to the
+		// scheduler is the one that finds no free GPU.
+		poll(t, time.Minute, "one pod unschedulable, the others on a GPU each", func() (bool, string) {
+			l, err := clientset.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			bound, unschedulable := 0, 0
+			var seen []string
+			for i := range l.Items {
+				p := &l.Items[i]
+				c := scheduled(p)
+				switch {
+				case p.Spec.NodeName != "":
+					bound++
+				case c != nil && c.Reason == corev1.PodReasonUnschedulable:
+					unschedulable++
+				}
+				seen = append(seen, fmt.Sprintf("%s on %q (%+v)", p.Name, p.Spec.NodeName, c))
+			}
+			return bound == gpusPerNode && unschedulable == 1, strings.Join(seen, "; ")
+		})
 	})
 }
 

@@ -11,6 +11,7 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -225,7 +226,7 @@ func NewSource(p v1alpha1.ModelPeer, key, token string) (*Source, error) {
 				return errors.New("the peer sent no certificate")
 			}
 			got := sha256.Sum256(raw[0])
-			if !bytesEqual(got[:], want) {
+			if !bytes.Equal(got[:], want) {
 				return fmt.Errorf("the peer's certificate is not the one its Model status names (sha256 %x)", got)
 			}
 			return nil
@@ -245,15 +246,4 @@ func (s *Source) Name(path string) string {
 		segs[i] = url.PathEscape(p)
 	}
 	return s.base + strings.Join(segs, "/")
-}
-
-func bytesEqual(a, b []byte) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var d byte
-	for i := range a {
-		d |= a[i] ^ b[i]
-	}
-	return d == 0
 }

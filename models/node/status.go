@@ -5,11 +5,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/models"
 )
 
 // Field managers of the Model status this node writes: its own entry of
@@ -78,14 +77,7 @@ func (s *Service) forget(key types.NamespacedName) {
 }
 
 func (s *Service) apply(ctx context.Context, key types.NamespacedName, manager string, status map[string]any) error {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "Model",
-		"metadata":   map[string]any{"name": key.Name, "namespace": key.Namespace},
-		"status":     status,
-	}}
-	//nolint:staticcheck // client.Apply with an unstructured object: the typed apply configurations are not generated for Partita's API.
-	return s.cfg.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(manager), client.ForceOwnership)
+	return models.ApplyStatus(ctx, s.cfg.Client, key, manager, status, true)
 }
 
 func upsertNode(nodes []v1alpha1.ModelNodeStatus, n v1alpha1.ModelNodeStatus) []v1alpha1.ModelNodeStatus {

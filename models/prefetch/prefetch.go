@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/models"
 )
 
 // ManagerPrefix + node is the field manager of a request for that node: one
@@ -57,18 +57,13 @@ func (r *Requester) Request(ctx context.Context, namespace string, models, nodes
 }
 
 func (r *Requester) apply(ctx context.Context, m *v1alpha1.Model, node, why string) error {
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "Model",
-		"metadata":   map[string]any{"name": m.Name, "namespace": m.Namespace},
-		"status": map[string]any{"nodes": []any{map[string]any{
-			"name": node, "phase": string(v1alpha1.ModelPending),
-			"message":            "prefetch requested: " + why,
-			"lastTransitionTime": r.Clock.Now().UTC().Truncate(time.Second).Format(time.RFC3339),
-		}}},
-	}}
-	//nolint:staticcheck // client.Apply with an unstructured object: Partita's API has no generated apply configurations.
-	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(ManagerPrefix+node)); err != nil {
+	status := map[string]any{"nodes": []any{map[string]any{
+		"name": node, "phase": string(v1alpha1.ModelPending),
+		"message":            "prefetch requested: " + why,
+		"lastTransitionTime": r.Clock.Now().UTC().Truncate(time.Second).Format(time.RFC3339),
+	}}}
+	// Not forced: a node's cache that already wrote this entry keeps it.
+	if err := models.ApplyStatus(ctx, r.Client, types.NamespacedName{Namespace: m.Namespace, Name: m.Name}, ManagerPrefix+node, status, false); err != nil {
 		return fmt.Errorf("request prefetch of Model %s/%s on %s: %w", m.Namespace, m.Name, node, err)
 	}
 	return nil

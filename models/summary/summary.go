@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -22,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/models"
 )
 
 // FieldManager owns status.phase and the Ready condition.
@@ -113,21 +113,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Resu
 	if cur != nil && cur.Status == s.Status {
 		ltt = cur.LastTransitionTime
 	}
-	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": v1alpha1.GroupVersion.String(),
-		"kind":       "Model",
-		"metadata":   map[string]any{"name": m.Name, "namespace": m.Namespace},
-		"status": map[string]any{
-			"phase": string(s.Phase),
-			"conditions": []any{map[string]any{
-				"type": v1alpha1.ModelConditionReady, "status": string(s.Status), "reason": s.Reason,
-				"message": truncate(s.Message, 32768), "observedGeneration": m.Generation,
-				"lastTransitionTime": ltt.UTC().Format(time.RFC3339),
-			}},
-		},
-	}}
-	//nolint:staticcheck // client.Apply with an unstructured object: Partita's API has no generated apply configurations.
-	if err := r.Client.Status().Patch(ctx, u, client.Apply, client.FieldOwner(FieldManager), client.ForceOwnership); err != nil {
+	status := map[string]any{
+		"phase": string(s.Phase),
+		"conditions": []any{map[string]any{
+			"type": v1alpha1.ModelConditionReady, "status": string(s.Status), "reason": s.Reason,
+			"message": truncate(s.Message, 32768), "observedGeneration": m.Generation,
+			"lastTransitionTime": ltt.UTC().Format(time.RFC3339),
+		}},
+	}
+	if err := models.ApplyStatus(ctx, r.Client, req.NamespacedName, FieldManager, status, true); err != nil {
 		return ctrl.Result{}, fmt.Errorf("apply the summary of Model %s: %w", req.NamespacedName, err)
 	}
 	return res, nil

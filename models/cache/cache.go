@@ -365,6 +365,16 @@ func (c *Cache) Has(key string) bool {
 	return ok
 }
 
+// Size is the bytes of key's complete entry; 0 when there is none.
+func (c *Cache) Size(key string) int64 {
+	c.lock.Lock()
+	defer c.lock.Unlock()
+	if r, ok := c.entries[key]; ok {
+		return r.SizeBytes
+	}
+	return 0
+}
+
 // Entries lists the complete entries, most recently used first.
 func (c *Cache) Entries() []Entry {
 	c.lock.Lock()

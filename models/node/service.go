@@ -167,6 +167,9 @@ func (s *Service) Publish(ctx context.Context, req PublishRequest) (string, erro
 		// Listed and fetched a moment ago: no request to the source at all.
 		if dir, err := s.pinVolume(req, version); err == nil {
 			s.cfg.Metrics.Hits.Inc()
+			if e := m.Status.ModelNode(s.cfg.NodeName); e == nil || e.Phase != v1alpha1.ModelReady || e.Version != version {
+				s.reportCached(m, version)
+			}
 			return dir, nil
 		}
 	}
@@ -229,7 +232,10 @@ func (s *Service) pinVolume(req PublishRequest, version string) (string, error) 
 const RevalidateAfter = 10 * time.Minute
 
 type checked struct {
-	version    string
+	version string
+	// uid and generation say it is the same Model with the same spec: one
+	// deleted and made again under its name starts at generation 1 again.
+	uid        types.UID
 	generation int64
 	at         time.Time
 }
@@ -240,7 +246,7 @@ func (s *Service) recentVersion(m *v1alpha1.Model) (string, bool) {
 	s.lock.Lock()
 	c, ok := s.checked[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}]
 	s.lock.Unlock()
-	if !ok || c.generation != m.Generation || s.cfg.Clock.Since(c.at) > RevalidateAfter || !s.cfg.Cache.Has(c.version) {
+	if !ok || c.uid != m.UID || c.generation != m.Generation || s.cfg.Clock.Since(c.at) > RevalidateAfter || !s.cfg.Cache.Has(c.version) {
 		return "", false
 	}
 	return c.version, true
@@ -249,7 +255,7 @@ func (s *Service) recentVersion(m *v1alpha1.Model) (string, bool) {
 func (s *Service) rememberVersion(m *v1alpha1.Model, version string) {
 	s.lock.Lock()
 	defer s.lock.Unlock()
-	s.checked[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}] = checked{version: version, generation: m.Generation, at: s.cfg.Clock.Now()}
+	s.checked[types.NamespacedName{Namespace: m.Namespace, Name: m.Name}] = checked{version: version, uid: m.UID, generation: m.Generation, at: s.cfg.Clock.Now()}
 }
 
 // waitBudget is how long Publish waits for a fill: until ctx's deadline less
@@ -298,7 +304,7 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 	if !hit {
 		s.cfg.Metrics.Misses.Inc()
 		s.report(m, nodeEntry{phase: v1alpha1.ModelFetching, bytes: 0, total: f.total, version: f.key, message: "fetching"})
-		if err := s.rememberKey(f.key, f.model); err != nil {
+		if err := s.rememberKey(f.key, f.model, nil); err != nil {
 			log.Error(err, "Could not record which model a cache entry holds")
 		}
 	} else {
@@ -337,14 +343,40 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 		log.Error(err, "Model fill failed")
 		s.report(m, nodeEntry{phase: v1alpha1.ModelFailed, bytes: f.done.Load(), total: f.total, version: f.key, message: msg})
 	case hit:
-		s.report(m, nodeEntry{phase: v1alpha1.ModelReady, bytes: f.total, total: f.total, version: f.key, message: "cached"})
+		s.reportCached(m, f.key)
 	default:
+		if err := s.rememberKey(f.key, f.model, files); err != nil {
+			log.Error(err, "Could not record the files of a cache entry")
+		}
 		secs := now.Sub(f.started).Seconds()
 		log.Info("Model cached", "bytes", f.total, "seconds", secs)
 		s.cfg.Metrics.FetchSeconds.Observe(secs)
 		s.report(m, nodeEntry{phase: v1alpha1.ModelReady, bytes: f.total, total: f.total, version: f.key,
 			message: fmt.Sprintf("fetched %s in %.1fs", humanBytes(f.total), secs), files: files})
 	}
+}
+
+// reportCached reports the node's copy of version, already in the cache,
+// as Ready. A Model whose status lists no files (one made again under the
+// name of a deleted one, which finds the node's copy from before) gets
+// those verified when the copy was fetched.
+func (s *Service) reportCached(m *v1alpha1.Model, version string) {
+	total := int64(-1)
+	e := nodeEntry{phase: v1alpha1.ModelReady, version: version, message: "cached"}
+	if rec, err := s.keyRecord(version); err == nil && len(rec.Files) > 0 {
+		total = 0
+		for _, f := range rec.Files {
+			total += f.Size
+		}
+		if len(m.Status.Files) == 0 {
+			e.files = rec.Files
+		}
+	}
+	if total < 0 {
+		total = s.cfg.Cache.Size(version)
+	}
+	e.bytes, e.total = total, total
+	s.report(m, e)
 }
 
 // peersOf are the other nodes that hold version of m, with their peer

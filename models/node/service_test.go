@@ -299,3 +299,69 @@ func TestPrefetchTakesUpARequest(t *testing.T) {
 		t.Errorf("status.nodes[node-1] = %+v, want Pending saying it waits for a pod's Secret", n)
 	}
 }
+
+// TestRecreatedModelFindsItsFiles: a Model deleted and made again under the
+// same name (its namespace recreated, say) is served from the node's copy,
+// and its status still lists the files and size verified when it was
+// fetched.
+func TestRecreatedModelFindsItsFiles(t *testing.T) {
+	e := newEnv(t, 10<<20)
+	files := map[string][]byte{"model.safetensors": safetensorsFile(1000, false)}
+	m := e.model(t, "again", files)
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "v1", Namespace: "team-a", Model: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	want := e.status(t, "again")
+	if len(want.Files) != 1 || want.Size == 0 {
+		t.Fatalf("status after the fetch: files %+v, size %d; want the file and its size", want.Files, want.Size)
+	}
+	if err := e.c.Delete(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	again := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name}, Spec: m.Spec}
+	if err := e.c.Create(t.Context(), again); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "v2", Namespace: "team-a", Model: "again"}); err != nil {
+		t.Fatal(err)
+	}
+	got := e.status(t, "again")
+	if diff := cmp.Diff(want.Files, got.Files); diff != "" || got.Size != want.Size {
+		t.Errorf("status of the recreated Model: size %d, want %d; files (-want +got):\n%s", got.Size, want.Size, diff)
+	}
+	if n := got.ModelNode("node-1"); n == nil || n.Message != "cached" {
+		t.Errorf("status.nodes[node-1] = %+v, want Ready from the cache", n)
+	}
+	if got := testutil.ToFloat64(e.met.Misses); got != 1 {
+		t.Errorf("misses = %v, want 1", got)
+	}
+}
+
+// TestRecreatedModelWithAnotherSource: a Model made again under a deleted
+// one's name, with another source, gets its own files, never the copy the
+// deleted one resolved to a moment ago (both are at generation 1).
+func TestRecreatedModelWithAnotherSource(t *testing.T) {
+	e := newEnv(t, 10<<20)
+	m := e.model(t, "swap", map[string][]byte{"w.bin": bytes.Repeat([]byte{1}, 5000)})
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "v1", Namespace: "team-a", Model: "swap"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.c.Delete(t.Context(), m); err != nil {
+		t.Fatal(err)
+	}
+	other := e.model(t, "other", map[string][]byte{"w.bin": bytes.Repeat([]byte{2}, 5000)})
+	if err := e.c.Delete(t.Context(), other); err != nil {
+		t.Fatal(err)
+	}
+	swapped := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "swap"}, Spec: other.Spec}
+	if err := e.c.Create(t.Context(), swapped); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "v2", Namespace: "team-a", Model: "swap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "w.bin")); err != nil || !bytes.Equal(got, bytes.Repeat([]byte{2}, 5000)) {
+		t.Errorf("the recreated Model serves %d bytes starting %v (err %v), want its own source's", len(got), got[:min(len(got), 4)], err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/internal/durable"
 )
 
@@ -53,11 +54,20 @@ func (s *Service) saveVolumesLocked() error {
 	return durable.WriteFile(s.volumesPath(), b, 0o600)
 }
 
-func (s *Service) rememberKey(key string, model types.NamespacedName) error {
+// keyRecord is keys/KEY.json: the model a cache entry holds and, once the
+// entry is complete, its verified files, which a later hit reports to a
+// Model whose status has none (one recreated under the same name).
+type keyRecord struct {
+	Namespace string               `json:"namespace"`
+	Name      string               `json:"name"`
+	Files     []v1alpha1.ModelFile `json:"files,omitempty"`
+}
+
+func (s *Service) rememberKey(key string, model types.NamespacedName, files []v1alpha1.ModelFile) error {
 	if s.cfg.StateDir == "" {
 		return nil
 	}
-	b, err := json.Marshal(map[string]string{"namespace": model.Namespace, "name": model.Name})
+	b, err := json.Marshal(keyRecord{Namespace: model.Namespace, Name: model.Name, Files: files})
 	if err != nil {
 		return err
 	}
@@ -67,22 +77,33 @@ func (s *Service) rememberKey(key string, model types.NamespacedName) error {
 	return durable.WriteFile(s.keyPath(key), b, 0o600)
 }
 
+// keyRecord reads what rememberKey wrote for key.
+func (s *Service) keyRecord(key string) (keyRecord, error) {
+	var rec keyRecord
+	if s.cfg.StateDir == "" {
+		return rec, errors.New("no state directory")
+	}
+	b, err := os.ReadFile(s.keyPath(key))
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("read %s: %w", s.keyPath(key), err)
+	}
+	return rec, nil
+}
+
 // Evicted is the cache's eviction callback: the node no longer holds key.
 func (s *Service) Evicted(key string) {
 	s.cfg.Metrics.Evictions.Inc()
 	if s.cfg.StateDir == "" {
 		return
 	}
-	b, err := os.ReadFile(s.keyPath(key))
+	rec, err := s.keyRecord(key)
 	if err != nil {
 		s.cfg.Log.Error(err, "Evicted a cache entry of an unknown model", "key", key)
 		return
 	}
-	var m map[string]string
-	if err := json.Unmarshal(b, &m); err != nil {
-		s.cfg.Log.Error(err, "Evicted a cache entry of an unknown model", "key", key)
-		return
-	}
-	s.forget(types.NamespacedName{Namespace: m["namespace"], Name: m["name"]})
+	s.forget(types.NamespacedName{Namespace: rec.Namespace, Name: rec.Name})
 	_ = os.Remove(s.keyPath(key))
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -95,6 +96,27 @@ subjects:
 - {kind: ServiceAccount, name: partita-webhook, namespace: partita-system}
 `
 
+// devModelCacheNodes is what the model caches of the simulated nodes (one
+// host process, `partita model-cache --simulate-nodes`) need beyond the
+// chart's model-cache RBAC: to list the nodes they serve.
+const devModelCacheNodes = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: partita-dev-model-cache-nodes
+rules:
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: partita-dev-model-cache-nodes
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: partita-dev-model-cache-nodes}
+subjects:
+- {kind: ServiceAccount, name: partita-model-cache, namespace: partita-system}
+`
+
 // ServiceAccountKubeconfig is the kubeconfig that authenticates as the
 // named ServiceAccount of PartitaNamespace with a token (see
 // ensureIdentities).
@@ -113,13 +135,59 @@ func (c *Cluster) tokenFile(sa string) string {
 // agent serves every simulated node with a token bound to no node, which
 // the policy allows only with agent.simulatedFleet (a token bound to a
 // node, such as a real node's agent pod has, still writes only its own).
+//
+// The model cache's identity (ServiceAccount, ClusterRole and binding) is
+// taken from its template, without its DaemonSet, CSIDriver and the
+// policy that ties a cache's writes to the node its pod's token names: the
+// one host process serving every simulated node has a token bound to no
+// node.
 func (c *Cluster) RBACManifest(ctx context.Context) ([]byte, error) {
-	return helm.Template(ctx, helm.TemplateOptions{
-		Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
-		KubeVersion: K8sVersion, Args: []string{"--show-only", "templates/rbac.yaml", "--show-only", "templates/agent-policy.yaml",
-			"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true", "--set", "gpuBackend=" + string(c.Backend()),
-			"--set", ShowOnlyClientAuth},
-	})
+	render := func(args ...string) ([]byte, error) {
+		return helm.Template(ctx, helm.TemplateOptions{
+			Helm: filepath.Join(c.opts.BinDir, "helm"), Release: ChartRelease, Namespace: PartitaNamespace,
+			KubeVersion: K8sVersion, Args: append(args,
+				"--set", "scheduler.mode=default", "--set", "agent.simulatedFleet=true", "--set", "gpuBackend="+string(c.Backend()),
+				"--set", ShowOnlyClientAuth),
+		})
+	}
+	rbac, err := render("--show-only", "templates/rbac.yaml", "--show-only", "templates/agent-policy.yaml")
+	if err != nil {
+		return nil, err
+	}
+	mc, err := render("--show-only", "templates/model-cache.yaml", "--set", "modelCache.peers.enabled=false")
+	if err != nil {
+		return nil, err
+	}
+	ids, err := keepKinds(mc, "ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+	if err != nil {
+		return nil, fmt.Errorf("the chart's model cache: %w", err)
+	}
+	return append(append(rbac, "\n---\n"...), ids...), nil
+}
+
+// keepKinds returns the documents of a YAML stream whose kind is one of
+// kinds.
+func keepKinds(stream []byte, kinds ...string) ([]byte, error) {
+	var out []byte
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(stream)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read YAML: %w", err)
+		}
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal(doc, &meta); err != nil {
+			return nil, fmt.Errorf("read YAML: %w", err)
+		}
+		if slices.Contains(kinds, meta.Kind) {
+			out = append(append(out, "\n---\n"...), doc...)
+		}
+	}
 }
 
 // ensureIdentities gives each host process that names a ServiceAccount the
@@ -152,7 +220,8 @@ func (c *Cluster) ensureIdentities(ctx context.Context, cfg *rest.Config, procs 
 		if err != nil {
 			return fmt.Errorf("render the chart's RBAC: %w", err)
 		}
-		if err := Apply(ctx, cfg, append(append(manifest, "\n---\n"...), devWebhookRegistration...)); err != nil {
+		manifest = append(append(manifest, "\n---\n"...), devWebhookRegistration...)
+		if err := Apply(ctx, cfg, append(append(manifest, "\n---\n"...), devModelCacheNodes...)); err != nil {
 			return fmt.Errorf("apply the chart's RBAC: %w", err)
 		}
 	}

@@ -19,6 +19,14 @@ func (c *Cluster) stateDir() string {
 	return filepath.Join(c.opts.WorkDir, "partita", c.opts.Name)
 }
 
+// ModelFilesDirName is the directory under StateDir that file:// Models
+// may name on the simulated nodes: their model caches' --file-roots.
+const ModelFilesDirName = "model-files"
+
+// ModelFilesDir is where file:// Models of the simulated nodes live (a
+// stand-in for a share every node mounts).
+func (c *Cluster) ModelFilesDir() string { return filepath.Join(c.stateDir(), ModelFilesDirName) }
+
 // StateDir is Partita's state directory for the cluster, the {state}
 // placeholder of HostProcess.Args (the extender's dev certificates live
 // there).

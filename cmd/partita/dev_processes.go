@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -112,11 +113,29 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 		return []devcluster.HostProcess{agent, devConsole}, nil
 	}
 	exts := devExtenderReplicas(ext, replicas, extra.extender)
-	procs := append(append([]devcluster.HostProcess{agent, wh}, exts...), devExtenderProxy(exts), devConsole)
+	procs := append(append([]devcluster.HostProcess{agent, wh}, exts...), devExtenderProxy(exts), devConsole, devModelCaches)
 	if realNodeAgent {
 		procs = append(procs, devRealNodeAgent)
 	}
 	return procs, nil
+}
+
+// devModelCaches are the model caches of the simulated nodes (mode host):
+// one process takes up the prefetch requests of every simulated GPU node
+// (the admission loop's, at admission, and spec.prefetch's), fetching and
+// verifying each model into a cache per node and reporting it in the
+// Model's status as a real node's cache does; kwok runs no kubelet, so
+// nothing is mounted. file:// Models may name the cluster's model-files
+// directory (devcluster.Cluster.ModelFilesDir), which the demo uses.
+var devModelCaches = devcluster.HostProcess{
+	Name: "model-cache",
+	Args: []string{"model-cache", "--kubeconfig", "{kubeconfig}",
+		"--simulate-nodes=" + v1alpha1.LabelGPUNode + "=true," + devcluster.SimulatedNodeSelector,
+		"--cache-dir", "{state}/model-cache/cache", "--state-dir", "{state}/model-cache/state", "--cache-size", "2Gi",
+		"--file-roots", "{state}/" + devcluster.ModelFilesDirName,
+		"--health-addr", "127.0.0.1:{port:model-cache}", "--v", "1"},
+	ReadyURL:       "http://127.0.0.1:{port:model-cache}/readyz",
+	ServiceAccount: devcluster.ChartRelease + "-model-cache",
 }
 
 // devLeaderElectionFlags are the extender replicas' Lease timings: a
@@ -233,8 +252,12 @@ func devConsoleURL(c *devcluster.Cluster) (string, error) {
 // writes the extender's serving certificate, kube-scheduler's client
 // certificate and their CA into the cluster's state directory (kept while
 // valid, renewed a month before they end), where kube-scheduler, started by
-// kwokctl, and the extender read them.
+// kwokctl, and the extender read them. It also makes the directory of the
+// simulated nodes' file:// Models (devModelCaches).
 func devPrepare(stateDir string) error {
+	if err := os.MkdirAll(filepath.Join(stateDir, devcluster.ModelFilesDirName), 0o755); err != nil {
+		return fmt.Errorf("create the model files directory: %w", err)
+	}
 	return extender.EnsureDevCertificates(extender.DevCertificateOptions{
 		Dir: strings.ReplaceAll(devExtenderCertDir, "{state}", stateDir),
 		IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Now: time.Now(),

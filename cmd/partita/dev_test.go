@@ -60,7 +60,7 @@ func TestDevExtenderReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := processNames(one), []string{"agent", "webhook", "extender", "extender-proxy", "console"}; !slices.Equal(got, want) {
+	if got, want := processNames(one), []string{"agent", "webhook", "extender", "extender-proxy", "console", "model-cache"}; !slices.Equal(got, want) {
 		t.Errorf("processes %v, want %v", got, want)
 	}
 	ext := byName(t, one, "extender")
@@ -80,7 +80,7 @@ func TestDevExtenderReplicas(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := processNames(three), []string{"agent", "webhook", "extender", "extender-2", "extender-3", "extender-proxy", "console"}; !slices.Equal(got, want) {
+	if got, want := processNames(three), []string{"agent", "webhook", "extender", "extender-2", "extender-3", "extender-proxy", "console", "model-cache"}; !slices.Equal(got, want) {
 		t.Errorf("processes %v, want %v", got, want)
 	}
 	for _, name := range []string{"extender", "extender-2", "extender-3"} {

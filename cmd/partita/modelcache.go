@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -16,9 +17,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -54,6 +58,8 @@ type modelCacheFlags struct {
 	podIP       string
 	peerToken   string
 	peerAccount string
+	// simulateNodes is fleet mode's node selector.
+	simulateNodes string
 }
 
 func newModelCacheCommand() *cobra.Command {
@@ -67,7 +73,12 @@ model volume the webhook gives a pod that asks for partita.dev/model: it fetches
 the Model's files once into the node's cache (concurrent ranged reads, resumed
 after a restart, every file checksummed, safetensors headers validated), and
 bind-mounts them read-only into the pod, which starts only then. It reports the
-node's copy in the Model's status (status.nodes). See docs/models.md.`,
+node's copy in the Model's status (status.nodes). See docs/models.md.
+
+--simulate-nodes is for a dev cluster's simulated nodes, which run no kubelet:
+one process fetches, verifies and reports the models that the admission loop
+or spec.prefetch asks of each node the selector matches, as a real node's
+cache would, without mounting anything.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runModelCache(cmd, f) },
 	}
@@ -87,6 +98,8 @@ node's copy in the Model's status (status.nodes). See docs/models.md.`,
 	fl.StringVar(&f.podIP, "pod-ip", os.Getenv("POD_IP"), "the address peers reach --peer-addr at (default $POD_IP)")
 	fl.StringVar(&f.peerToken, "peer-token-file", "", "a ServiceAccount token of audience "+peer.Audience+" (a projected volume) presented to other nodes' caches, to fetch models from them before their source; empty fetches from sources only")
 	fl.StringVar(&f.peerAccount, "peer-service-account", "", "the username peers' tokens must have, system:serviceaccount:NAMESPACE:NAME of the model caches; required with --peer-addr")
+	fl.StringVar(&f.simulateNodes, "simulate-nodes", "", "fleet mode, for simulated nodes (kwok's), which run no kubelet: one process takes up the prefetch requests of every node this label selector matches, each node with a cache of its own under --cache-dir/NODE (and state under --state-dir/NODE); it serves no CSI and no peers (default selector "+v1alpha1.LabelGPUNode+"=true; give a value with --simulate-nodes=SELECTOR)")
+	fl.Lookup("simulate-nodes").NoOptDefVal = v1alpha1.LabelGPUNode + "=true"
 	fl.IntVarP(&f.verbosity, "v", "v", 0, "log verbosity (1 logs every failed CSI call)")
 	return cmd
 }
@@ -112,7 +125,22 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 		}
 		f.fileRoots[i] = r
 	}
-	if f.nodeName == "" {
+	var fleet labels.Selector
+	if f.simulateNodes != "" {
+		if fleet, err = labels.Parse(f.simulateNodes); err != nil {
+			return fmt.Errorf("--simulate-nodes %q: %w", f.simulateNodes, err)
+		}
+		for _, name := range []string{"node-name", "kubelet-dir", "peer-token-file", "peer-service-account", "pod-ip"} {
+			if cmd.Flags().Changed(name) {
+				return fmt.Errorf("--%s: the fleet of simulated nodes (--simulate-nodes) has no kubelet and serves no peers; leave it out", name)
+			}
+		}
+		if cmd.Flags().Changed("peer-addr") && f.peerAddr != "" {
+			return errors.New("--peer-addr: the fleet of simulated nodes (--simulate-nodes) serves no peers; leave it out")
+		}
+		f.peerAddr = ""
+	}
+	if f.nodeName == "" && fleet == nil {
 		if f.nodeName, err = os.Hostname(); err != nil {
 			return fmt.Errorf("find the node name (set --node-name): %w", err)
 		}
@@ -138,6 +166,14 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	}
 	reg := prometheus.NewRegistry()
 	metrics := node.NewMetrics(reg)
+	fetchOpts := fetch.Options{
+		ChunkSize:   chunk.Value(),
+		Concurrency: f.concurrency,
+		Pool:        fetch.NewPool(f.buffers, int(chunk.Value())),
+	}
+	if fleet != nil {
+		return runModelCacheFleet(ctx, f, cfg, scheme, cl, fleet, size.Value(), fetchOpts, reg, metrics)
+	}
 	var svc *node.Service
 	c, err := cache.New(f.cacheDir, size.Value(), cache.WithLogger(log.WithName("cache")), cache.WithOnEvict(func(key string) {
 		if svc != nil {
@@ -169,18 +205,14 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 		}
 	}
 	svc, err = node.New(ctx, node.Config{
-		Peer:      self,
-		PeerToken: peerToken,
-		NodeName:  f.nodeName,
-		Cache:     c,
-		Client:    cl,
-		StateDir:  f.stateDir,
-		FileRoots: f.fileRoots,
-		Fetch: fetch.Options{
-			ChunkSize:   chunk.Value(),
-			Concurrency: f.concurrency,
-			Pool:        fetch.NewPool(f.buffers, int(chunk.Value())),
-		},
+		Peer:       self,
+		PeerToken:  peerToken,
+		NodeName:   f.nodeName,
+		Cache:      c,
+		Client:     cl,
+		StateDir:   f.stateDir,
+		FileRoots:  f.fileRoots,
+		Fetch:      fetchOpts,
 		HTTPClient: &http.Client{Timeout: 5 * time.Minute},
 		Log:        log.WithName("models"),
 		Metrics:    metrics,
@@ -213,12 +245,7 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	log.Info("Model cache", "node", f.nodeName, "dir", f.cacheDir, "size", size.String(), "fileRoots", f.fileRoots)
 
 	g, gctx := errgroup.WithContext(ctx)
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
-	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") }
-	mux.HandleFunc("/healthz", ok)
-	mux.HandleFunc("/readyz", ok)
-	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, mux) })
+	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, modelCacheMux(reg)) })
 	g.Go(func() error { return csi.Serve(gctx, srv, f.kubeletDir, log.WithName("csi")) })
 	g.Go(func() error { return informers.Start(gctx) })
 	if self != nil {
@@ -232,6 +259,80 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 		log.Info("Serving peers", "url", self.URL, "certSHA256", self.CertSHA256)
 		g.Go(func() error { return servePeers(gctx, f.peerAddr, peerCert, ps) })
 	}
+	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// modelCacheMux serves the cache's metrics and health.
+func modelCacheMux(reg *prometheus.Registry) *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	ok := func(w http.ResponseWriter, _ *http.Request) { _, _ = fmt.Fprintln(w, "ok") }
+	mux.HandleFunc("/healthz", ok)
+	mux.HandleFunc("/readyz", ok)
+	return mux
+}
+
+// runModelCacheFleet serves the prefetch requests of the simulated nodes
+// that sel matches (node.Fleet), each node with a cache of its own under
+// --cache-dir/NODE, until ctx ends. The size limit is each node's.
+func runModelCacheFleet(ctx context.Context, f *modelCacheFlags, cfg *rest.Config, scheme *runtime.Scheme, cl client.Client,
+	sel labels.Selector, size int64, fetchOpts fetch.Options, reg *prometheus.Registry, metrics *node.Metrics) error {
+	log := logr.FromContextOrDiscard(ctx)
+	if err := corev1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	informers, err := crcache.New(cfg, crcache.Options{Scheme: scheme, DefaultTransform: crcache.TransformStripManagedFields(),
+		ByObject: map[client.Object]crcache.ByObject{&corev1.Node{}: {Label: sel}}})
+	if err != nil {
+		return fmt.Errorf("create informers: %w", err)
+	}
+	if _, err := informers.GetInformer(ctx, &corev1.Node{}); err != nil {
+		return fmt.Errorf("watch Nodes: %w", err)
+	}
+	httpClient := &http.Client{Timeout: 5 * time.Minute}
+	fl := &node.Fleet{
+		Log: log.WithName("fleet"),
+		Serves: func(ctx context.Context, name string) bool {
+			return informers.Get(ctx, client.ObjectKey{Name: name}, &corev1.Node{}) == nil
+		},
+		NewService: func(ctx context.Context, name string) (*node.Service, error) {
+			var svc *node.Service
+			c, err := cache.New(filepath.Join(f.cacheDir, name), size, cache.WithLogger(log.WithName("cache").WithValues("node", name)),
+				cache.WithOnEvict(func(key string) {
+					if svc != nil {
+						svc.Evicted(key)
+					}
+				}))
+			if err != nil {
+				return nil, err
+			}
+			svc, err = node.New(ctx, node.Config{NodeName: name, Cache: c, Client: cl, StateDir: filepath.Join(f.stateDir, name),
+				FileRoots: f.fileRoots, Fetch: fetchOpts, HTTPClient: httpClient, Log: log.WithName("models").WithValues("node", name), Metrics: metrics})
+			return svc, err
+		},
+	}
+	inf, err := informers.GetInformer(ctx, &v1alpha1.Model{})
+	if err != nil {
+		return fmt.Errorf("get Model informer: %w", err)
+	}
+	onModel := func(obj any) {
+		if m, ok := obj.(*v1alpha1.Model); ok {
+			fl.Prefetch(ctx, m)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    onModel,
+		UpdateFunc: func(_, obj any) { onModel(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch Models: %w", err)
+	}
+	log.Info("Model caches of simulated nodes", "selector", sel.String(), "dir", f.cacheDir, "sizePerNode", size, "fileRoots", f.fileRoots)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return nodeagent.Serve(gctx, f.healthAddr, modelCacheMux(reg)) })
+	g.Go(func() error { return informers.Start(gctx) })
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

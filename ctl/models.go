@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -91,11 +90,23 @@ func WriteModels(w io.Writer, r report.ModelsReport, o Output, detail bool) erro
 	return nil
 }
 
+// bytesOf writes n in the largest binary unit it reaches: whole ("16Gi")
+// when it is a multiple, else with one decimal ("256.3Mi"), never the raw
+// byte count of a model that is no round size.
 func bytesOf(n int64) string {
 	if n <= 0 {
 		return "-"
 	}
-	return resource.NewQuantity(n, resource.BinarySI).String()
+	units := []string{"", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"}
+	u, div := 0, int64(1)
+	for u < len(units)-1 && n/div >= 1024 {
+		u++
+		div *= 1024
+	}
+	if n%div == 0 {
+		return fmt.Sprintf("%d%s", n/div, units[u])
+	}
+	return fmt.Sprintf("%.1f%s", float64(n)/float64(div), units[u])
 }
 
 // RunModels is `partita ctl models [NAME]`.

@@ -68,3 +68,23 @@ pods pending: serve-1
 		t.Errorf("an unknown model: %v", err)
 	}
 }
+
+func TestBytesOf(t *testing.T) {
+	for name, tc := range map[string]struct {
+		n    int64
+		want string
+	}{
+		"none":               {0, "-"},
+		"bytes":              {1000, "1000"},
+		"whole GiB":          {16 << 30, "16Gi"},
+		"a model's odd size": {268_437_915, "256.0Mi"},
+		"just under a unit":  {1023 << 10, "1023Ki"},
+		"a huge one":         {3 << 60, "3Ei"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if got := bytesOf(tc.n); got != tc.want {
+				t.Errorf("bytesOf(%d) = %q, want %q", tc.n, got, tc.want)
+			}
+		})
+	}
+}

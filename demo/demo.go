@@ -1,9 +1,10 @@
 // Package demo tells Partita's story on a dev cluster, step by step, in words
 // a newcomer understands: two teams with queues, notebooks that share GPUs,
-// a gang that starts all at once, limits, reclaim, and what it all adds up
-// to. Every claim it prints is read back from the cluster: each step creates
-// objects, then polls the API server until what it is about to say is true,
-// and fails with what it last saw when that does not happen in time.
+// replicas placed where their model is cached, a gang that starts all at
+// once, limits, reclaim, and what it all adds up to. Every claim it prints
+// is read back from the cluster: each step creates objects, then polls the
+// API server until what it is about to say is true, and fails with what it
+// last saw when that does not happen in time.
 //
 // It imports the dev cluster (package devcluster) and the reports that
 // `kubectl partita` and the console show (package report), which it reuses
@@ -112,6 +113,7 @@ func Run(ctx context.Context, c *devcluster.Cluster, opts Options) error {
 		{"A local Kubernetes cluster with simulated GPU nodes", s.cluster},
 		{"Two teams share the cluster through queues", s.teams},
 		{"Notebooks share GPUs: team-a's notebooks ask for a quarter or half of a GPU", s.notebooksShare},
+		{"Models: a replica starts where its weights already are", s.models},
 		{"A training gang of 8 starts all at once, or not at all", s.gangStartsTogether},
 		{"Limits: team-a borrows idle GPUs up to its limit, and no further", s.limits},
 		{"Reclaim: team-b wants its share back", s.reclaim},

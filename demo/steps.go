@@ -77,7 +77,7 @@ func (s *story) cluster(ctx context.Context) error {
 	}
 	s.gpus = gpuNodes.Total.Healthy
 	s.say("  %d GPUs in all. kwok simulates the nodes and their pods; everything else is real:", s.gpus)
-	s.say("  kube-apiserver, kube-scheduler, and Partita's webhook, scheduler extender and node agent.")
+	s.say("  kube-apiserver, kube-scheduler, and Partita's webhook, scheduler extender, node agent and model caches.")
 	if s.gpus < minGPUs {
 		return fmt.Errorf("the demo needs at least %d healthy GPUs and the cluster has %d: run 'partita dev up --name %s --nodes 4 --gpus-per-node 8'", minGPUs, s.gpus, s.c.Name())
 	}

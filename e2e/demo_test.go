@@ -42,6 +42,10 @@ func TestDemoTellsTheStory(t *testing.T) {
 		`(?m)^  32 GPUs in all\.`,
 		`(?m)^    team-a  8 +24 +team-a$`,
 		`6 notebooks asking for 2 GPUs in all use [23] GPUs\.`,
+		`Replica llm-0 \(half a GPU, annotation partita.dev/model: demo-llm\) is admitted to gpu-node-\d,`,
+		`gpu-node-\d's cache (fetched 268\.4 MB in \d+\.\ds|already held demo-llm)`,
+		`A second replica, llm-1, goes to gpu-node-\d too, where demo-llm already is`,
+		`(?m)^  team-a +demo-llm +Ready +256\.0Mi +1 +0 +0 +2 +0 +file://`,
 		`gang team-b/train needs 8 pods before any starts; 7 exist`,
 		`All 8 bound within \d+\.\d\ds of each other, \d+\.\ds after the 8th pod was created; none before it existed\.`,
 		`PodGroup train: phase Running, 8 running\.`,
@@ -75,6 +79,11 @@ func TestDemoTellsTheStory(t *testing.T) {
 			if !regexp.MustCompile(w).MatchString(out) {
 				t.Errorf("demo run %d: the output does not match %s", run, w)
 			}
+		}
+		// The first run's model comes from its source, through the node
+		// cache that the admission asked for it.
+		if fetched := regexp.MustCompile(`gpu-node-\d's cache fetched 268\.4 MB in`); run == 1 && !fetched.MatchString(out) {
+			t.Errorf("demo run 1: the output does not match %s", fetched)
 		}
 		// The demo returns by itself and names the cluster's console,
 		// which keeps running with the cluster, at the same URL each run.

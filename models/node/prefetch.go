@@ -11,8 +11,10 @@ import (
 )
 
 // Prefetch takes up a request (a Pending entry for this node in the Model's
-// status, models/prefetch): it starts the model's fill without waiting for
-// it. A Model with a secretRef cannot be fetched before a pod brings its
+// status, models/prefetch): it fills the cache with the model and returns
+// when the fill ends (callers run it in a goroutine), leaving the complete
+// entry pinned for AdmittedHold, so that no other model evicts it before the
+// admitted pods mount it. A Model with a secretRef cannot be fetched before a pod brings its
 // Secret (the cache reads no Secrets): its entry says so, and the fetch
 // starts when the kubelet mounts it into a pod.
 func (s *Service) Prefetch(ctx context.Context, m *v1alpha1.Model) {
@@ -51,7 +53,16 @@ func (s *Service) Prefetch(ctx context.Context, m *v1alpha1.Model) {
 		return
 	}
 	s.cfg.Log.Info("Prefetching model", "model", m.Namespace+"/"+m.Name, "version", res.Version, "why", e.Message)
-	s.startFill(m, res)
+	f := s.startFill(m, res)
+	select {
+	case <-f.finish:
+	case <-ctx.Done():
+		return
+	}
+	if f.err == nil {
+		// Admitted pods will mount it: no other fill may evict it first.
+		s.hold(res.Version)
+	}
 }
 
 // WantsPrefetch says, cheaply, whether m asks this node for a prefetch.

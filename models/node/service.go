@@ -76,6 +76,9 @@ type Service struct {
 	prefetching map[types.NamespacedName]bool
 	// checked are the versions Models resolved to, and when.
 	checked map[types.NamespacedName]checked
+	// held are the entries prefetched for admitted pods, pinned until the
+	// time given (AdmittedHold after the prefetch).
+	held map[string]time.Time
 }
 
 // fill is one model version being fetched into the cache.
@@ -109,7 +112,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.ProgressInterval <= 0 {
 		cfg.ProgressInterval = 5 * time.Second
 	}
-	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}, prefetching: map[types.NamespacedName]bool{}, checked: map[types.NamespacedName]checked{}}
+	s := &Service{cfg: cfg, ctx: ctx, fills: map[string]*fill{}, volumes: map[string]volume{}, prefetching: map[types.NamespacedName]bool{}, checked: map[types.NamespacedName]checked{}, held: map[string]time.Time{}}
 	vols, err := s.loadVolumes()
 	if err != nil {
 		return nil, err
@@ -312,6 +315,8 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 	}
 	stop := make(chan struct{})
 	go s.reportProgress(m, f, stop)
+	// A fill may evict: holds that ran out give their entries up first.
+	s.releaseExpiredHolds()
 	dir, err := s.cfg.Cache.Get(s.ctx, f.key, func(ctx context.Context, dir string) error {
 		var err error
 		files, err = s.fetchFiles(ctx, res, dir, f, s.peersOf(m, res.Version))
@@ -353,6 +358,37 @@ func (s *Service) runFill(m *v1alpha1.Model, res *origin.Resolved, f *fill) {
 		s.cfg.Metrics.FetchSeconds.Observe(secs)
 		s.report(m, nodeEntry{phase: v1alpha1.ModelReady, bytes: f.total, total: f.total, version: f.key,
 			message: fmt.Sprintf("fetched %s in %.1fs", humanBytes(f.total), secs), files: files})
+	}
+}
+
+// AdmittedHold is how long a model prefetched for admitted pods stays
+// pinned without a pod using it: the pods bind within seconds and the
+// kubelet mounts their volumes before it pulls their images, so this
+// covers the time from admission to the mount with room to spare. The
+// volume's own pin takes over from the mount on.
+const AdmittedHold = 10 * time.Minute
+
+// hold pins key for admitted pods until AdmittedHold from now (once per
+// key; a later prefetch extends it).
+func (s *Service) hold(key string) {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	if _, ok := s.held[key]; !ok {
+		s.cfg.Cache.Pin(key)
+	}
+	s.held[key] = s.cfg.Clock.Now().Add(AdmittedHold)
+}
+
+// releaseExpiredHolds unpins the holds that ran out.
+func (s *Service) releaseExpiredHolds() {
+	s.lock.Lock()
+	defer s.lock.Unlock()
+	now := s.cfg.Clock.Now()
+	for key, until := range s.held {
+		if !now.Before(until) {
+			s.cfg.Cache.Unpin(key)
+			delete(s.held, key)
+		}
 	}
 }
 

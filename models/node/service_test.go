@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
@@ -50,7 +51,7 @@ type env struct {
 	met   *Metrics
 }
 
-func newEnv(t *testing.T, limit int64) *env {
+func newEnv(t *testing.T, limit int64, opts ...func(*Config)) *env {
 	t.Helper()
 	_, c := envtestutil.Start(t)
 	if err := c.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "team-a"}}); err != nil {
@@ -63,11 +64,15 @@ func newEnv(t *testing.T, limit int64) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.svc, err = New(t.Context(), Config{
+	cfg := Config{
 		NodeName: "node-1", Cache: e.cache, Client: c, StateDir: t.TempDir(), FileRoots: []string{roots},
 		Fetch: fetch.Options{ChunkSize: 64 << 10, Concurrency: 2, Pool: fetch.NewPool(2, 64<<10)},
 		Log:   testr.New(t), Metrics: e.met,
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	e.svc, err = New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,6 +251,31 @@ func TestEvictionLeavesTheModelStatus(t *testing.T) {
 	if st := e.status(t, "a"); st.ModelNode("node-1") != nil {
 		n := st.ModelNode("node-1")
 		t.Errorf("evicted a still listed on node-1: %+v", n)
+	}
+}
+
+// TestPrefetchedModelIsHeldForItsPods: a model prefetched for admitted pods
+// is not evicted for another model before they mount it, for AdmittedHold;
+// after that, with no pod using it, it may be.
+func TestPrefetchedModelIsHeldForItsPods(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	e := newEnv(t, 150_000, func(c *Config) { c.Clock = clk })
+	a := e.model(t, "a", map[string][]byte{"w.bin": bytes.Repeat([]byte{1}, 100_000)})
+	e.model(t, "b", map[string][]byte{"w.bin": bytes.Repeat([]byte{2}, 100_000)})
+	a.Status.Nodes = []v1alpha1.ModelNodeStatus{{Name: "node-1", Phase: v1alpha1.ModelPending, Message: "prefetch requested: admitted team-a/serve"}}
+	e.svc.Prefetch(t.Context(), a)
+	if st := e.status(t, "a"); st.ModelNode("node-1") == nil || st.ModelNode("node-1").Phase != v1alpha1.ModelReady {
+		t.Fatalf("status.nodes of a = %+v, want node-1 Ready after the prefetch", st.Nodes)
+	}
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "vb", Namespace: "team-a", Model: "b"}); err == nil || !strings.Contains(err.Error(), "do not fit the node's model cache") {
+		t.Fatalf("Publish(b) while a is held for its admitted pods = %v, want a no-room error", err)
+	}
+	clk.Step(AdmittedHold)
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "vb", Namespace: "team-a", Model: "b"}); err != nil {
+		t.Fatalf("Publish(b) once a's hold ran out: %v", err)
+	}
+	if st := e.status(t, "a"); st.ModelNode("node-1") != nil {
+		t.Errorf("evicted a still listed on node-1: %+v", st.Nodes)
 	}
 }
 

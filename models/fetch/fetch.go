@@ -156,6 +156,10 @@ type fetcher struct {
 	file *os.File
 	done []bool
 	read atomic.Int64
+	// hasher takes the digest as chunks complete (nil when none is
+	// wanted); digest is its result once every chunk is written.
+	hasher *prefixHasher
+	digest string
 }
 
 func (f *fetcher) chunkRange(i int) (off, n int64) {
@@ -210,6 +214,9 @@ func (f *fetcher) run(ctx context.Context, etag string) (Result, error) {
 		f.log.V(2).Info("Resumed fetch", "resumedBytes", res.ResumedBytes, "size", f.size)
 	}
 
+	if strings.ToLower(f.opts.SHA256) != "" || f.opts.Digest {
+		f.hasher = newPrefixHasher(f)
+	}
 	completed := make(chan int, f.chunks)
 	journalErr := make(chan error, 1)
 	go func() { journalErr <- f.record(j, completed, res.ResumedBytes) }()
@@ -225,6 +232,14 @@ func (f *fetcher) run(ctx context.Context, etag string) (Result, error) {
 	close(completed)
 	if jerr := <-journalErr; err == nil {
 		err = jerr
+	}
+	if f.hasher != nil {
+		// record has sent every completed chunk to the hasher by now.
+		digest, herr := f.hasher.sum(err == nil)
+		if err == nil {
+			err = herr
+		}
+		f.digest = digest
 	}
 	res.ReadBytes = f.read.Load()
 	return res, err
@@ -367,6 +382,9 @@ func (f *fetcher) record(j *journal, completed <-chan int, done int64) error {
 			}
 			_, n := f.chunkRange(k)
 			done += n
+			if f.hasher != nil {
+				f.hasher.completed(k)
+			}
 			batch = append(batch, k)
 			pending += n
 			if pending >= journalBatchBytes {
@@ -388,9 +406,12 @@ func (f *fetcher) finish(dstPath string) (string, error) {
 	journalPath := f.partial + ".chunks"
 	var got string
 	if want := strings.ToLower(f.opts.SHA256); want != "" || f.opts.Digest {
-		var err error
-		if got, err = fileSHA256(f.partial); err != nil {
-			return "", err
+		got = f.digest
+		if got == "" {
+			var err error
+			if got, err = fileSHA256(f.partial); err != nil {
+				return "", err
+			}
 		}
 		if want != "" && got != want {
 			// The bytes are wrong somewhere, and the journal cannot say where.

@@ -3,6 +3,7 @@ package devcluster
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
@@ -45,15 +46,19 @@ func (c *Cluster) ports(names []string) (map[string]int, error) {
 	}
 	file := c.portsFile()
 	changed := false
+	taken := map[int]bool{}
+	for _, p := range ports {
+		taken[p] = true
+	}
 	for _, n := range names {
 		if _, ok := ports[n]; ok {
 			continue
 		}
-		p, err := freePort()
+		p, err := freePort(taken)
 		if err != nil {
 			return nil, err
 		}
-		ports[n] = p
+		ports[n], taken[p] = p, true
 		changed = true
 	}
 	if changed {
@@ -111,11 +116,48 @@ func (c *Cluster) Port(name string) (int, error) {
 	return p[name], nil
 }
 
-func freePort() (int, error) {
+// freePort picks a loopback port that is free now, is not in taken, and
+// lies below the kernel's ephemeral range: a port that bind(:0) hands out
+// may be given to an outgoing connection (a client of kube-apiserver)
+// before the process it is meant for binds it, which then fails to start.
+func freePort(taken map[int]bool) (int, error) {
+	const low = 10000
+	if high := ephemeralPortsStart(); high > low+1000 {
+		for range 500 {
+			p := low + rand.IntN(high-low)
+			if taken[p] {
+				continue
+			}
+			l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(p)))
+			if err != nil {
+				continue
+			}
+			_ = l.Close()
+			return p, nil
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
 	}
 	defer func() { _ = l.Close() }()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// ephemeralPortsStart is the first port of the kernel's ephemeral range
+// (Linux's default when it cannot be read).
+func ephemeralPortsStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return n
 }

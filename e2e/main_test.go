@@ -91,6 +91,14 @@ func run(m *testing.M) int {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: dev up failed: %v\n", err)
+		// dev down deletes the logs: show the ends of Partita's and the
+		// addons' here.
+		logs, _ := filepath.Glob(filepath.Join(cluster.LogsDir(), "partita-*.log"))
+		for _, l := range logs {
+			if b, rerr := os.ReadFile(l); rerr == nil {
+				fmt.Fprintf(os.Stderr, "e2e: the end of %s:\n%s\n", filepath.Base(l), b[max(0, len(b)-3000):])
+			}
+		}
 		return 1
 	}
 	clientset, err = cluster.Clientset()

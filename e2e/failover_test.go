@@ -178,21 +178,39 @@ func killLeadingExtender(ctx context.Context, bc *devcluster.Cluster) (time.Dura
 // killAPIServer SIGKILLs the cluster's kube-apiserver.
 func killAPIServer(t *testing.T, bc *devcluster.Cluster) {
 	t.Helper()
+	if err := killAPIServerProcess(t.Context(), bc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// killAPIServerProcess SIGKILLs the cluster's kube-apiserver and waits
+// until it is gone (for callers off the test's goroutine).
+func killAPIServerProcess(ctx context.Context, bc *devcluster.Cluster) error {
 	b, err := os.ReadFile(filepath.Join(bc.Dir(), "pids", "kube-apiserver.pid"))
 	if err != nil {
-		t.Fatalf("read kube-apiserver's pid file: %v", err)
+		return fmt.Errorf("read kube-apiserver's pid file: %w", err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	if err != nil {
-		t.Fatalf("kube-apiserver's pid file: %v", err)
+		return fmt.Errorf("kube-apiserver's pid file: %w", err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill kube-apiserver (pid %d): %v", pid, err)
+		return fmt.Errorf("kill kube-apiserver (pid %d): %w", pid, err)
 	}
-	poll(t, 30*time.Second, "kube-apiserver gone", func() (bool, string) {
-		_, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-		return os.IsNotExist(err), "still in the process table"
-	})
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); os.IsNotExist(err) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver (pid %d) still in the process table 30s after SIGKILL", pid)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // countHeld counts the bound, not deleted pods of queue q in ns.

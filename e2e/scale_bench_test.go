@@ -59,7 +59,9 @@ import (
 // (1) and PARTITA_E2E_SCALE_SCENARIOS (fill,gang,reclaim,big-reclaim) size
 // it; PARTITA_E2E_SCALE_KILL=N SIGKILLs the leading extender N times at
 // random points of the fill and reclaim scenarios (the cluster then runs
-// two replicas); PARTITA_E2E_SCALE_DEV_UP passes more flags to dev up:
+// two replicas); PARTITA_E2E_SCALE_APISERVER_RESTART=N then SIGKILLs
+// kube-apiserver N times in those scenarios (dev up starts it again);
+// PARTITA_E2E_SCALE_DEV_UP passes more flags to dev up:
 //
 //	make build && PARTITA_E2E_BENCH=only PARTITA_E2E_SCALE=1 PARTITA_BIN=$PWD/bin/partita \
 //	  go test -count=1 -v -timeout 120m -run TestKAIScaleScenarios ./e2e/
@@ -69,6 +71,7 @@ func TestKAIScaleScenarios(t *testing.T) {
 	}
 	nodes, runs := envInt(t, "PARTITA_E2E_SCALE_NODES", 500), envInt(t, "PARTITA_E2E_SCALE_RUNS", 1)
 	kills := envInt(t, "PARTITA_E2E_SCALE_KILL", 0)
+	apiRestarts := envInt(t, "PARTITA_E2E_SCALE_APISERVER_RESTART", 0)
 	scenarios := strings.Split(cmpOr(os.Getenv("PARTITA_E2E_SCALE_SCENARIOS"), "fill,gang,reclaim,big-reclaim"), ",")
 	const gpus, workers = 8, 32
 	ctx := benchContext(t, 115*time.Minute)
@@ -88,7 +91,7 @@ func TestKAIScaleScenarios(t *testing.T) {
 	t.Logf("cluster of %d nodes × %d GPUs ready in %s", nodes, gpus, time.Since(start).Round(time.Second))
 	ns := createNamespace(ctx, t, cs)
 	waitServiceAccount(ctx, t, cs, ns)
-	s := &scaleRun{t: t, ctx: ctx, cs: cs, c: c, bc: bc, ns: ns, workers: workers, nodes: nodes, gpus: gpus, kills: kills, devUp: devUp}
+	s := &scaleRun{t: t, ctx: ctx, cs: cs, c: c, bc: bc, ns: ns, workers: workers, nodes: nodes, gpus: gpus, kills: kills, apiRestarts: apiRestarts, devUp: devUp}
 	// KAI's suite: a filler queue, a queue with no quota that fills the
 	// cluster, and one whose quota it reclaims (here half the cluster).
 	for _, q := range []*v1alpha1.Queue{
@@ -141,6 +144,10 @@ type scaleRun struct {
 	nodes   int
 	gpus    int
 	kills   int
+	// apiRestarts is how many times kube-apiserver is SIGKILLed (and
+	// started again by dev up) in the fill and reclaim scenarios, after
+	// the extender kills.
+	apiRestarts int
 	// devUp are the cluster's dev up flags beyond its size, passed again
 	// when a killed replica is started (other flags would restart both).
 	devUp []string
@@ -290,32 +297,54 @@ func (s *scaleRun) report(m *measured, end time.Time, pods []string, extra strin
 }
 
 // killLeaderAt SIGKILLs the leading extender at random points within
-// window, s.kills times, and logs how long the standby took to lead.
+// window, s.kills times, and logs how long the standby took to lead; then
+// SIGKILLs kube-apiserver s.apiRestarts times, and logs how long until it
+// answered again.
 func (s *scaleRun) killLeaderAt(window time.Duration) func() {
-	if s.kills == 0 {
+	if s.kills == 0 && s.apiRestarts == 0 {
 		return func() {}
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
+	devUp := func(what string) bool {
+		if out, err := partita(s.ctx, append([]string{"dev", "up", "--name", s.bc.Name(), "--nodes", fmt.Sprint(s.nodes),
+			"--gpus-per-node", fmt.Sprint(s.gpus)}, s.devUp...)...); err != nil {
+			s.t.Errorf("dev up after %s: %v\n%s", what, err, out)
+			return false
+		}
+		return true
+	}
 	wg.Go(func() {
-		for i := range s.kills {
+		step := window / time.Duration(s.kills+s.apiRestarts)
+		for i := range s.kills + s.apiRestarts {
 			select {
-			case <-time.After(time.Duration(rand.Int64N(int64(window/time.Duration(s.kills)) + 1))):
+			case <-time.After(time.Duration(rand.Int64N(int64(step) + 1))):
 			case <-done:
 				return
 			}
-			pause, err := killLeadingExtender(s.ctx, s.bc)
-			if err != nil {
-				s.t.Errorf("kill %d of the leading extender: %v", i+1, err)
+			if i < s.kills {
+				pause, err := killLeadingExtender(s.ctx, s.bc)
+				if err != nil {
+					s.t.Errorf("kill %d of the leading extender: %v", i+1, err)
+					return
+				}
+				s.t.Logf("RESULT kill %d: a standby led %s after the leader was killed", i+1, pause.Round(100*time.Millisecond))
+				// The killed replica comes back as the standby of the next kill.
+				if !devUp(fmt.Sprintf("kill %d", i+1)) {
+					return
+				}
+				continue
+			}
+			n := i - s.kills + 1
+			if err := killAPIServerProcess(s.ctx, s.bc); err != nil {
+				s.t.Errorf("kube-apiserver restart %d: %v", n, err)
 				return
 			}
-			s.t.Logf("RESULT kill %d: a standby led %s after the leader was killed", i+1, pause.Round(100*time.Millisecond))
-			// The killed replica comes back as the standby of the next kill.
-			if out, err := partita(s.ctx, append([]string{"dev", "up", "--name", s.bc.Name(), "--nodes", fmt.Sprint(s.nodes),
-				"--gpus-per-node", fmt.Sprint(s.gpus)}, s.devUp...)...); err != nil {
-				s.t.Errorf("dev up after kill %d: %v\n%s", i+1, err, out)
+			killed := time.Now()
+			if !devUp(fmt.Sprintf("kube-apiserver restart %d", n)) {
 				return
 			}
+			s.t.Logf("RESULT kube-apiserver restart %d: it answered again %s after it was killed", n, time.Since(killed).Round(100*time.Millisecond))
 		}
 	})
 	return func() { close(done); wg.Wait() }

@@ -138,6 +138,63 @@ func TestFailover(t *testing.T) {
 		checkFailoverLedger(ctx, t, c, cs, ns)
 		devUpAgain()
 	})
+
+	t.Run("a leader that lost its Lease comes back as a standby", func(t *testing.T) {
+		// A leader frozen past its Lease (SIGSTOP: as an API server too
+		// slow to answer its renewals looks to it) finds another leading
+		// when it wakes, stops leading and, with no kubelet to restart
+		// it, starts itself again in place (--on-lost-leadership=restart):
+		// same pid, ready again, a standby. Without that the next kill of
+		// the leader left the cluster with no extender at all.
+		leader, err := bc.WaitExtenderLeader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(leader.PID, syscall.SIGSTOP); err != nil {
+			t.Fatalf("stop %s: %v", leader.Name, err)
+		}
+		stopped := true
+		defer func() {
+			if stopped {
+				_ = syscall.Kill(leader.PID, syscall.SIGCONT)
+			}
+		}()
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if _, err := bc.WaitExtenderLeader(wctx, leader.Name); err != nil {
+			t.Fatalf("no standby took over from the stopped leader: %v", err)
+		}
+		if err := syscall.Kill(leader.PID, syscall.SIGCONT); err != nil {
+			t.Fatalf("continue %s: %v", leader.Name, err)
+		}
+		stopped = false
+		poll(t, time.Minute, leader.Name+" back as a ready standby, same pid", func() (bool, string) {
+			reps, err := bc.ExtenderReplicas(ctx)
+			if err != nil {
+				return false, err.Error()
+			}
+			for _, r := range reps {
+				if r.Name == leader.Name {
+					return r.PID == leader.PID && r.Running && r.Ready && !r.Leader, fmt.Sprintf("%+v", reps)
+				}
+			}
+			return false, fmt.Sprintf("no replica %s in %+v", leader.Name, reps)
+		})
+		// It restarted rather than led on: its log says so.
+		b, err := os.ReadFile(bc.HostProcessLog(leader.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), "Lost the Lease; starting again as a standby") {
+			t.Errorf("%s's log does not say it started again after losing the Lease", leader.Name)
+		}
+		// And the cluster still binds, through either (the reclaim's pods
+		// gone first: they fill it).
+		deletePhase(ctx, t, cs, ns, "borrowed")
+		deletePhase(ctx, t, cs, ns, "owned")
+		waitNoGPUsHeld(ctx, t, c, cs)
+		fill("fill-d", func() {})
+	})
 }
 
 // killExtenderLeader SIGKILLs the leading extender replica and returns how

@@ -100,7 +100,11 @@ func devHostProcesses(mode devcluster.Mode, backend dra.Backend, realNode bool, 
 			"--starvation-bound", "10s",
 			// Three of the dev agent's heartbeats: a stopped agent's nodes
 			// take no new pods after 45s (production: 3m for 1m).
-			"--agent-heartbeat-timeout", "45s", "--v", "2"},
+			"--agent-heartbeat-timeout", "45s",
+			// No kubelet restarts a host process: a leader that could not
+			// renew its Lease (an API server at a full core) starts itself
+			// again as a standby rather than leaving the cluster without it.
+			"--on-lost-leadership=restart", "--v", "2"},
 		ReadyURL:       "https://127.0.0.1:{port:extender}/readyz",
 		ServiceAccount: extenderSA,
 	}
@@ -142,7 +146,8 @@ var devModelCaches = devcluster.HostProcess{
 // killed leader is replaced within about 7 seconds (its Lease expires
 // after 6, the others try every second), where the defaults take up to 17;
 // a 4-second renew deadline still rides out a slow API server on a busy
-// 2-core box (a leader that misses it exits, and dev up starts it again).
+// 2-core box (a leader that misses it starts itself again as a standby:
+// --on-lost-leadership=restart).
 var devLeaderElectionFlags = []string{"--leader-election-lease-duration=6s", "--leader-election-renew-deadline=4s", "--leader-election-retry-period=1s"}
 
 // devExtenderReplicas makes n replicas of the extender ext, each on its own

@@ -7,6 +7,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -82,6 +84,7 @@ type extenderFlags struct {
 	burst             int
 	profiling         bool
 	memoryLimit       string
+	onLostLeadership  string
 	verbosity         int
 
 	admission        bool
@@ -157,6 +160,7 @@ extender in (kube-scheduler --config) and exits.`,
 	fl.DurationVar(&f.leaseDuration, "leader-election-lease-duration", 15*time.Second, "how long after the leader's last renewal another replica may take the Lease: how long binds wait when the leader dies without giving it up")
 	fl.DurationVar(&f.renewDeadline, "leader-election-renew-deadline", 10*time.Second, "how long the leader keeps trying to renew the Lease before it stops leading (and exits); below --leader-election-lease-duration")
 	fl.DurationVar(&f.retryPeriod, "leader-election-retry-period", 2*time.Second, "how often each replica tries to take or renew the Lease")
+	fl.StringVar(&f.onLostLeadership, "on-lost-leadership", lostLeadershipExit, "what a leader does when it cannot renew its Lease in time: "+lostLeadershipExit+" (the process ends with an error, for a supervisor that starts it again: the kubelet, systemd) or "+lostLeadershipRestart+" (it starts itself again in place, same pid, and comes back as a standby: for a host with no supervisor, as the dev cluster runs it)")
 	fl.StringVar(&f.replicaName, "replica-name", "", "this replica's name, which starts its identity in the Lease (<name>_<random>) so that the Lease says which replica leads; empty: the host name (a pod's name), as controller-runtime names it")
 	fl.StringVar(&f.placement, "placement", string(gpu.PlacementBinpack), "device placement for pods that do not choose one with "+v1alpha1.AnnotationPlacement+": binpack or spread")
 	fl.DurationVar(&f.assumeTTL, "assume-ttl", extender.DefaultAssumeTTL, "how long a GPU assignment may wait to show on its pod before it is checked and, if the pod is unbound, dropped")
@@ -210,6 +214,9 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 	gin.SetMode(gin.ReleaseMode)
 	ctx := logr.NewContext(cmd.Context(), log)
 
+	if f.onLostLeadership != lostLeadershipExit && f.onLostLeadership != lostLeadershipRestart {
+		return fmt.Errorf("--on-lost-leadership %q: want %s or %s", f.onLostLeadership, lostLeadershipExit, lostLeadershipRestart)
+	}
 	placement := gpu.Placement(f.placement)
 	if placement != gpu.PlacementBinpack && placement != gpu.PlacementSpread {
 		return fmt.Errorf("--placement %q: want binpack or spread", f.placement)
@@ -396,7 +403,40 @@ func runExtender(cmd *cobra.Command, f *extenderFlags) error {
 		}
 		return extender.Serve(gctx, l, srv.Handler(), extender.TLSConfig(cw.GetCertificate, clientCAs, log.WithName("tls")))
 	})
-	return g.Wait()
+	err = g.Wait()
+	if lostLeadership(err) && f.onLostLeadership == lostLeadershipRestart {
+		// Everything the leader ran has stopped with the manager; a fresh
+		// process (its listening sockets close on exec) joins as a standby.
+		log.Info("Lost the Lease; starting again as a standby (--on-lost-leadership=restart)")
+		return restartSelf()
+	}
+	return err
+}
+
+// The values of --on-lost-leadership.
+const (
+	lostLeadershipExit    = "exit"
+	lostLeadershipRestart = "restart"
+)
+
+// lostLeadership says whether err is the manager's end after its leader
+// could not renew the Lease (controller-runtime exports no error value for
+// it, only this message).
+func lostLeadership(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "leader election lost")
+}
+
+// restartSelf replaces the process with a fresh run of the same binary and
+// arguments; it returns only when that fails.
+func restartSelf() error {
+	bin, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("leader election lost; restart: find the binary: %w", err)
+	}
+	if err := syscall.Exec(bin, os.Args, os.Environ()); err != nil {
+		return fmt.Errorf("leader election lost; restart %s: %w", bin, err)
+	}
+	return nil
 }
 
 // checkLeaderElection checks the Lease timings as client-go's elector

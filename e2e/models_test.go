@@ -1,7 +1,11 @@
 package e2e
 
 import (
+	"bytes"
 	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,16 +15,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/partita-dev/partita/api/v1alpha1"
+	"github.com/partita-dev/partita/models/safetensors"
 )
 
-// TestModelReplicasGoWhereTheirModelIs (issue 27) on kwok nodes, which run
-// no model cache: a node's copy is written into the Model's status as its
-// cache would. A gang whose pods ask for the model lands on the node that
-// holds it (not the emptier ones packing alone would pick first); a gang of
-// a model no node holds gets its model requested on the nodes it is
-// admitted to, as it is admitted (the node caches start fetching then,
-// before the pods bind).
+// TestModelReplicasGoWhereTheirModelIs (issue 27) on kwok nodes. A gang
+// whose pods ask for a model lands on the node that holds it (not the
+// emptier ones packing alone would pick first; the holder's copy is written
+// into the Model's status by hand, as its cache would); a gang of a model no
+// node holds gets its model requested on the nodes it is admitted to, as it
+// is admitted, and those nodes' caches (the dev cluster's fleet of
+// simulated nodes' model caches) fetch it: Ready there and nowhere else;
+// spec.prefetch warms the nodes it selects the same way.
 func TestModelReplicasGoWhereTheirModelIs(t *testing.T) {
+	if externalKubeconfig != "" {
+		t.Skip("the simulated nodes' model caches read file:// models from the dev cluster's model-files directory")
+	}
 	ctx := testContext(t, 5*time.Minute)
 	ns, sel, pg := gangOnItsNodes(ctx, t, "model", 3, 4, 2)
 	c := crClient(t)
@@ -64,8 +73,33 @@ func TestModelReplicasGoWhereTheirModelIs(t *testing.T) {
 		}
 	}
 
-	// A gang of a model no node holds: it is requested where the gang goes.
-	model("mistral")
+	// A gang of a model no node holds: it is requested where the gang goes,
+	// and fetched there.
+	fileModel := func(name string, prefetch *v1alpha1.ModelPrefetch) {
+		t.Helper()
+		dir := filepath.Join(cluster.ModelFilesDir(), ns+"-"+name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ts, n, err := safetensors.Layout([]safetensors.Tensor{{Name: "w", DType: "F16", Shape: []uint64{1024, 64}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := safetensors.WriteHeader(&b, nil, ts); err != nil {
+			t.Fatal(err)
+		}
+		b.Write(bytes.Repeat([]byte{7}, int(n)))
+		if err := os.WriteFile(filepath.Join(dir, "model.safetensors"), b.Bytes(), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "file://" + dir}, Prefetch: prefetch}}
+		if err := c.Create(ctx, m); err != nil {
+			t.Fatalf("create Model %s: %v", name, err)
+		}
+	}
+	fileModel("mistral", nil)
 	serve := pg.DeepCopy()
 	serve.ObjectMeta = metav1.ObjectMeta{Name: "serve", Namespace: ns}
 	if err := c.Create(ctx, serve); err != nil {
@@ -83,40 +117,24 @@ func TestModelReplicasGoWhereTheirModelIs(t *testing.T) {
 			want[p.Spec.NodeName] = true
 		}
 	}
-	poll(t, 30*time.Second, "mistral requested on the serve gang's nodes", func() (bool, string) {
-		m := &v1alpha1.Model{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mistral"}, m); err != nil {
-			return false, err.Error()
-		}
-		got := 0
-		for _, n := range m.Status.Nodes {
-			if want[n.Name] && n.Phase == v1alpha1.ModelPending && strings.Contains(n.Message, "admitted "+ns+"/serve") {
-				got++
+	readyOn := func(name string, want map[string]bool) func() (bool, string) {
+		return func() (bool, string) {
+			m := &v1alpha1.Model{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, m); err != nil {
+				return false, err.Error()
 			}
+			got := map[string]bool{}
+			for _, n := range m.Status.Nodes {
+				got[n.Name] = n.Phase == v1alpha1.ModelReady && strings.HasPrefix(n.Message, "fetched ")
+			}
+			return maps.Equal(got, want), fmt.Sprintf("want Ready (fetched) on %v only; status.nodes %+v", want, m.Status.Nodes)
 		}
-		return got == len(want), fmt.Sprintf("want %v; status.nodes %+v", want, m.Status.Nodes)
-	})
+	}
+	poll(t, time.Minute, "mistral requested on the serve gang's nodes and fetched there", readyOn("mistral", want))
 
 	// spec.prefetch: two of the test's nodes warm a third model ahead of
 	// any pod (the first two by name).
-	warm := &v1alpha1.Model{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "gemma"},
-		Spec: v1alpha1.ModelSpec{Source: v1alpha1.ModelSource{URI: "https://models.example/gemma/model.safetensors"},
-			Prefetch: &v1alpha1.ModelPrefetch{Count: 2, NodeSelector: &metav1.LabelSelector{MatchLabels: sel}}}}
-	if err := c.Create(ctx, warm); err != nil {
-		t.Fatalf("create Model gemma: %v", err)
-	}
-	poll(t, 30*time.Second, "gemma requested on two of the test's nodes", func() (bool, string) {
-		m := &v1alpha1.Model{}
-		if err := c.Get(ctx, client.ObjectKeyFromObject(warm), m); err != nil {
-			return false, err.Error()
-		}
-		var got []string
-		for _, n := range m.Status.Nodes {
-			if n.Phase == v1alpha1.ModelPending && strings.Contains(n.Message, "spec.prefetch") {
-				got = append(got, n.Name)
-			}
-		}
-		return strings.Join(got, ",") == ns+"-model-0,"+ns+"-model-1", fmt.Sprintf("status.nodes %+v", m.Status.Nodes)
-	})
+	fileModel("gemma", &v1alpha1.ModelPrefetch{Count: 2, NodeSelector: &metav1.LabelSelector{MatchLabels: sel}})
+	poll(t, time.Minute, "gemma warmed on two of the test's nodes", readyOn("gemma", map[string]bool{ns + "-model-0": true, ns + "-model-1": true}))
 	checkClusterLedger(ctx, t)
 }

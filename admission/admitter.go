@@ -26,6 +26,7 @@ import (
 	"github.com/partita-dev/partita/admission/usage"
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/gpu"
+	"github.com/partita-dev/partita/models/prefetch"
 )
 
 // Admitter defaults.
@@ -978,7 +979,7 @@ func (a *Admitter) prefetch(ctx context.Context, admissions []cycle.Admission) {
 			k := strings.Join(models, ",")
 			q, ok := byModels[k]
 			if !ok {
-				q = &ask{namespace: m.Member.Pod.Namespace, models: models, why: "admitted " + adm.Workload.Key.String()}
+				q = &ask{namespace: m.Member.Pod.Namespace, models: models, why: prefetch.WhyAdmitted(adm.Workload.Key.String())}
 				byModels[k] = q
 			}
 			if !slices.Contains(q.nodes, m.Allocation.Node) {

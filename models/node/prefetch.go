@@ -8,15 +8,17 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/models/origin"
+	"github.com/partita-dev/partita/models/prefetch"
 )
 
 // Prefetch takes up a request (a Pending entry for this node in the Model's
 // status, models/prefetch): it fills the cache with the model and returns
 // when the fill ends (callers run it in a goroutine), leaving the complete
-// entry pinned for AdmittedHold, so that no other model evicts it before the
-// admitted pods mount it. A Model with a secretRef cannot be fetched before a pod brings its
-// Secret (the cache reads no Secrets): its entry says so, and the fetch
-// starts when the kubelet mounts it into a pod.
+// entry pinned for AdmittedHold when admitted pods asked for it, so that no
+// other model evicts it before they mount it (spec.prefetch's copies stay
+// evictable). A Model with a secretRef cannot be fetched
+// before a pod brings its Secret (the cache reads no Secrets): its entry
+// says so, and the fetch starts when the kubelet mounts it into a pod.
 func (s *Service) Prefetch(ctx context.Context, m *v1alpha1.Model) {
 	e := m.Status.ModelNode(s.cfg.NodeName)
 	if e == nil || e.Phase != v1alpha1.ModelPending {
@@ -52,6 +54,8 @@ func (s *Service) Prefetch(ctx context.Context, m *v1alpha1.Model) {
 		s.report(m, nodeEntry{phase: v1alpha1.ModelFailed, message: fmt.Sprintf("model %s/%s: %v", m.Namespace, m.Name, err)})
 		return
 	}
+	// The fill reports into m's status: keep what the request said first.
+	forPods := prefetch.ForAdmittedPods(e.Message)
 	s.cfg.Log.Info("Prefetching model", "model", m.Namespace+"/"+m.Name, "version", res.Version, "why", e.Message)
 	f := s.startFill(m, res)
 	select {
@@ -59,7 +63,7 @@ func (s *Service) Prefetch(ctx context.Context, m *v1alpha1.Model) {
 	case <-ctx.Done():
 		return
 	}
-	if f.err == nil {
+	if f.err == nil && forPods {
 		// Admitted pods will mount it: no other fill may evict it first.
 		s.hold(res.Version)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/partita-dev/partita/internal/envtestutil"
 	"github.com/partita-dev/partita/models/cache"
 	"github.com/partita-dev/partita/models/fetch"
+	"github.com/partita-dev/partita/models/prefetch"
 )
 
 // safetensorsFile is a valid file of one F32 tensor of n elements; lie
@@ -276,6 +277,23 @@ func TestPrefetchedModelIsHeldForItsPods(t *testing.T) {
 	}
 	if st := e.status(t, "a"); st.ModelNode("node-1") != nil {
 		t.Errorf("evicted a still listed on node-1: %+v", st.Nodes)
+	}
+}
+
+// TestSpecPrefetchIsNotHeld: a copy spec.prefetch warmed ahead of demand
+// stays evictable: a tenant's Models must not pin other tenants' pods out
+// of the node's cache.
+func TestSpecPrefetchIsNotHeld(t *testing.T) {
+	e := newEnv(t, 150_000)
+	a := e.model(t, "a", map[string][]byte{"w.bin": bytes.Repeat([]byte{1}, 100_000)})
+	e.model(t, "b", map[string][]byte{"w.bin": bytes.Repeat([]byte{2}, 100_000)})
+	a.Status.Nodes = []v1alpha1.ModelNodeStatus{{Name: "node-1", Phase: v1alpha1.ModelPending, Message: "prefetch requested: " + prefetch.WhySpecPrefetch}}
+	e.svc.Prefetch(t.Context(), a)
+	if st := e.status(t, "a"); st.ModelNode("node-1") == nil || st.ModelNode("node-1").Phase != v1alpha1.ModelReady {
+		t.Fatalf("status.nodes of a = %+v, want node-1 Ready after the prefetch", st.Nodes)
+	}
+	if _, err := e.svc.Publish(t.Context(), PublishRequest{VolumeID: "vb", Namespace: "team-a", Model: "b"}); err != nil {
+		t.Fatalf("Publish(b) beside a copy spec.prefetch warmed: %v, want a evicted for it", err)
 	}
 }
 

@@ -8,6 +8,7 @@ package prefetch
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -21,6 +22,27 @@ import (
 // ManagerPrefix + node is the field manager of a request for that node: one
 // manager per node, so that a request never removes another's.
 const ManagerPrefix = "partita-prefetch/"
+
+// The reasons of a request, and how its message starts.
+const (
+	// WhySpecPrefetch: the Model's spec.prefetch warms the node ahead of
+	// demand.
+	WhySpecPrefetch = "spec.prefetch"
+	messagePrefix   = "prefetch requested: "
+	admittedPrefix  = "admitted "
+)
+
+// WhyAdmitted is the reason of a request for the pods of an admitted
+// workload (namespace/name).
+func WhyAdmitted(workload string) string { return admittedPrefix + workload }
+
+// ForAdmittedPods says whether a Pending entry's message is a request for
+// admitted pods, whose node holds the model for them until they mount it;
+// spec.prefetch's warming is not held (a tenant's Models must not pin
+// other tenants' out of a node's cache).
+func ForAdmittedPods(message string) bool {
+	return strings.HasPrefix(message, messagePrefix+admittedPrefix)
+}
 
 // Requester writes prefetch requests.
 type Requester struct {
@@ -59,7 +81,7 @@ func (r *Requester) Request(ctx context.Context, namespace string, models, nodes
 func (r *Requester) apply(ctx context.Context, m *v1alpha1.Model, node, why string) error {
 	status := map[string]any{"nodes": []any{map[string]any{
 		"name": node, "phase": string(v1alpha1.ModelPending),
-		"message":            "prefetch requested: " + why,
+		"message":            messagePrefix + why,
 		"lastTransitionTime": r.Clock.Now().UTC().Truncate(time.Second).Format(time.RFC3339),
 	}}}
 	// Not forced: a node's cache that already wrote this entry keeps it.

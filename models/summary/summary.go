@@ -22,6 +22,7 @@ import (
 
 	"github.com/partita-dev/partita/api/v1alpha1"
 	"github.com/partita-dev/partita/models"
+	"github.com/partita-dev/partita/models/prefetch"
 )
 
 // FieldManager owns status.phase and the Ready condition.
@@ -159,7 +160,7 @@ func (r *Reconciler) warm(ctx context.Context, m *v1alpha1.Model) (short bool, e
 	sort.Strings(free)
 	ask := free[:min(need, len(free))]
 	if len(ask) > 0 {
-		if err := r.Prefetch(ctx, m.Namespace, []string{m.Name}, ask, "spec.prefetch"); err != nil {
+		if err := r.Prefetch(ctx, m.Namespace, []string{m.Name}, ask, prefetch.WhySpecPrefetch); err != nil {
 			return true, err
 		}
 	}

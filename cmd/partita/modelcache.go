@@ -226,20 +226,12 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	if err != nil {
 		return fmt.Errorf("create Model informer: %w", err)
 	}
-	inf, err := informers.GetInformer(ctx, &v1alpha1.Model{})
-	if err != nil {
-		return fmt.Errorf("get Model informer: %w", err)
-	}
-	onModel := func(obj any) {
-		if m, ok := obj.(*v1alpha1.Model); ok && svc.WantsPrefetch(m) {
+	if err := onModels(ctx, informers, func(m *v1alpha1.Model) {
+		if svc.WantsPrefetch(m) {
 			go svc.Prefetch(ctx, m.DeepCopy())
 		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    onModel,
-		UpdateFunc: func(_, obj any) { onModel(obj) },
 	}); err != nil {
-		return fmt.Errorf("watch Models: %w", err)
+		return err
 	}
 	srv := csi.NewServer(f.nodeName, version.Get(), svc, nil, log.WithName("csi"))
 	log.Info("Model cache", "node", f.nodeName, "dir", f.cacheDir, "size", size.String(), "fileRoots", f.fileRoots)
@@ -261,6 +253,27 @@ func runModelCache(cmd *cobra.Command, f *modelCacheFlags) error {
 	}
 	if err := g.Wait(); err != nil && !errors.Is(err, context.Canceled) {
 		return err
+	}
+	return nil
+}
+
+// onModels calls fn with every Model added or updated (prefetch requests
+// arrive as updates of a Model's status).
+func onModels(ctx context.Context, informers crcache.Cache, fn func(*v1alpha1.Model)) error {
+	inf, err := informers.GetInformer(ctx, &v1alpha1.Model{})
+	if err != nil {
+		return fmt.Errorf("get Model informer: %w", err)
+	}
+	handle := func(obj any) {
+		if m, ok := obj.(*v1alpha1.Model); ok {
+			fn(m)
+		}
+	}
+	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    handle,
+		UpdateFunc: func(_, obj any) { handle(obj) },
+	}); err != nil {
+		return fmt.Errorf("watch Models: %w", err)
 	}
 	return nil
 }
@@ -314,20 +327,8 @@ func runModelCacheFleet(ctx context.Context, f *modelCacheFlags, cfg *rest.Confi
 			return svc, err
 		},
 	}
-	inf, err := informers.GetInformer(ctx, &v1alpha1.Model{})
-	if err != nil {
-		return fmt.Errorf("get Model informer: %w", err)
-	}
-	onModel := func(obj any) {
-		if m, ok := obj.(*v1alpha1.Model); ok {
-			fl.Prefetch(ctx, m)
-		}
-	}
-	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-		AddFunc:    onModel,
-		UpdateFunc: func(_, obj any) { onModel(obj) },
-	}); err != nil {
-		return fmt.Errorf("watch Models: %w", err)
+	if err := onModels(ctx, informers, func(m *v1alpha1.Model) { fl.Prefetch(ctx, m) }); err != nil {
+		return err
 	}
 	log.Info("Model caches of simulated nodes", "selector", sel.String(), "dir", f.cacheDir, "sizePerNode", size, "fileRoots", f.fileRoots)
 	g, gctx := errgroup.WithContext(ctx)

@@ -397,21 +397,13 @@ func (s *Service) releaseExpiredHolds() {
 // name of a deleted one, which finds the node's copy from before) gets
 // those verified when the copy was fetched.
 func (s *Service) reportCached(m *v1alpha1.Model, version string) {
-	total := int64(-1)
-	e := nodeEntry{phase: v1alpha1.ModelReady, version: version, message: "cached"}
-	if rec, err := s.keyRecord(version); err == nil && len(rec.Files) > 0 {
-		total = 0
-		for _, f := range rec.Files {
-			total += f.Size
-		}
-		if len(m.Status.Files) == 0 {
+	size := s.cfg.Cache.Size(version)
+	e := nodeEntry{phase: v1alpha1.ModelReady, bytes: size, total: size, version: version, message: "cached"}
+	if len(m.Status.Files) == 0 {
+		if rec, err := s.keyRecord(version); err == nil {
 			e.files = rec.Files
 		}
 	}
-	if total < 0 {
-		total = s.cfg.Cache.Size(version)
-	}
-	e.bytes, e.total = total, total
 	s.report(m, e)
 }
 

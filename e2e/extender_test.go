@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -575,22 +576,30 @@ func TestExtenderRestartMidBurst(t *testing.T) {
 func componentCPU(dir string) map[string]float64 {
 	out := map[string]float64{}
 	for name, pid := range componentPIDs(dir) {
-		stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
-		if err != nil {
-			continue
+		if cpu, ok := processCPU(pid); ok {
+			out[name] = cpu
 		}
-		// Fields after the command name: utime and stime are the 12th
-		// and 13th, in clock ticks (100 a second on Linux).
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		fields := strings.Fields(rest)
-		if len(fields) < 13 {
-			continue
-		}
-		u, _ := strconv.ParseFloat(fields[11], 64)
-		st, _ := strconv.ParseFloat(fields[12], 64)
-		out[name] = (u + st) / 100
 	}
 	return out
+}
+
+// processCPU is the CPU seconds process pid has used so far (kept across
+// its execs); false when it is gone.
+func processCPU(pid string) (float64, bool) {
+	stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// Fields after the command name: utime and stime are the 12th and
+	// 13th, in clock ticks (100 a second on Linux).
+	rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
+	fields := strings.Fields(rest)
+	if len(fields) < 13 {
+		return 0, false
+	}
+	u, _ := strconv.ParseFloat(fields[11], 64)
+	st, _ := strconv.ParseFloat(fields[12], 64)
+	return (u + st) / 100, true
 }
 
 // componentPIDs are the pids of a dev cluster's processes (the control
@@ -611,14 +620,17 @@ func componentPIDs(dir string) map[string]string {
 // cpuSince says how many CPU seconds each component used since before.
 func cpuSince(dir string, before map[string]float64) string {
 	now := componentCPU(dir)
-	names := make([]string, 0, len(now))
 	for n := range now {
-		names = append(names, n)
+		now[n] -= before[n]
 	}
-	slices.Sort(names)
+	return formatCPU(now)
+}
+
+// formatCPU lists CPU seconds by component, in order of name.
+func formatCPU(cpu map[string]float64) string {
 	var parts []string
-	for _, n := range names {
-		parts = append(parts, fmt.Sprintf("%s %.1fs", n, now[n]-before[n]))
+	for _, n := range slices.Sorted(maps.Keys(cpu)) {
+		parts = append(parts, fmt.Sprintf("%s %.1fs", n, cpu[n]))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -274,16 +274,49 @@ func durationAt(d []time.Duration, q float64) time.Duration {
 	return time.Duration(quantile(secs, q) * float64(time.Second)).Round(10 * time.Millisecond)
 }
 
-// measure runs one scenario's timed part and logs its results.
+// measured is one scenario's timed part: when it began, and the CPU and
+// API requests counted from then on.
 type measured struct {
 	name  string
 	begin time.Time
-	cpu   map[string]float64
-	reqs  map[string]float64
+	cpu   *restartingCounters
+	reqs  *restartingCounters
+}
+
+// cpuReading is the CPU seconds of each of the cluster's processes, and
+// their pids.
+func (s *scaleRun) cpuReading() (map[string]float64, map[string]string) {
+	cpu, pids := map[string]float64{}, map[string]string{}
+	for name, pid := range componentPIDs(s.bc.Dir()) {
+		if v, ok := processCPU(pid); ok {
+			cpu[name], pids[name] = v, pid
+		}
+	}
+	return cpu, pids
+}
+
+// requestsReading is kube-apiserver's request counts, all of them counted
+// by its process of now.
+func (s *scaleRun) requestsReading() (map[string]float64, map[string]string) {
+	reqs := apiserverRequests(s.ctx, s.cs)
+	pid := componentPIDs(s.bc.Dir())["kube-apiserver"]
+	owners := make(map[string]string, len(reqs))
+	for k := range reqs {
+		owners[k] = pid
+	}
+	return reqs, owners
 }
 
 func (s *scaleRun) begin(name string) *measured {
-	return &measured{name: name, begin: time.Now(), cpu: componentCPU(s.bc.Dir()), reqs: apiserverRequests(s.ctx, s.cs)}
+	// Where processes are killed and started again, their counters are
+	// read through the scenario: a difference of two readings would mix
+	// processes (negative CPU, requests counted from a restart).
+	var cpuEvery, reqsEvery time.Duration
+	if s.kills+s.apiRestarts > 0 {
+		cpuEvery, reqsEvery = time.Second, 5*time.Second
+	}
+	return &measured{name: name, begin: time.Now(),
+		cpu: newRestartingCounters(s.cpuReading, cpuEvery), reqs: newRestartingCounters(s.requestsReading, reqsEvery)}
 }
 
 func (s *scaleRun) report(m *measured, end time.Time, pods []string, extra string) {
@@ -291,8 +324,8 @@ func (s *scaleRun) report(m *measured, end time.Time, pods []string, extra strin
 	lat := s.latencies(pods)
 	s.t.Logf("RESULT %s: %d pods in %s (%.1f pods/s); per pod create→bound p50 %s, p99 %s%s",
 		m.name, len(pods), wall.Round(100*time.Millisecond), float64(len(pods))/wall.Seconds(), durationAt(lat, 0.5), durationAt(lat, 0.99), extra)
-	s.t.Logf("RESULT %s: CPU seconds: %s", m.name, cpuSince(s.bc.Dir(), m.cpu))
-	s.t.Logf("RESULT %s: API requests per pod: %s", m.name, requestsSince(apiserverRequests(s.ctx, s.cs), m.reqs, len(pods)))
+	s.t.Logf("RESULT %s: CPU seconds: %s", m.name, formatCPU(m.cpu.since(s.cpuReading)))
+	s.t.Logf("RESULT %s: API requests per pod: %s", m.name, requestsSince(m.reqs.since(s.requestsReading), nil, len(pods)))
 	s.checkLedger(m.name)
 }
 
@@ -493,7 +526,8 @@ func (s *scaleRun) pending(run int) {
 	}
 	s.t.Logf("RESULT %d pending: memory now (VmRSS): %s", n, memoryOf(s.bc.Dir(), "VmRSS"))
 	s.t.Logf("RESULT %d pending: peak memory so far (VmHWM): %s", n, peakMemory(s.bc.Dir()))
-	s.t.Logf("RESULT %s: CPU seconds: %s", m.name, cpuSince(s.bc.Dir(), m.cpu))
+	s.t.Logf("RESULT %s: CPU seconds: %s", m.name, formatCPU(m.cpu.since(s.cpuReading)))
+	m.reqs.stop()
 	s.checkLedger(m.name)
 	s.clear("pending", "full")
 }

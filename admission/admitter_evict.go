@@ -55,13 +55,14 @@ type finishing struct {
 //     evicted, the victim is spared for EvictionRetry (the next cycles
 //     look for other victims), and the preemptor waits with reason
 //     EvictionRefused, saying why on its pods and its PodGroup.
-//  2. Then the victims are evicted, patchWorkers at a time (a gang's
-//     reclaim may take thousands of them), each victim's pods one after
-//     the other. Should an eviction still fail (a budget changed in
-//     between), no further victim is started, and a victim already partly
-//     evicted is finished first in the next cycles (finishEvictions),
-//     through the Eviction API still, before the loop evicts anything
-//     else.
+//  2. Then the victims of every preemptor that passed are evicted in one
+//     pool, patchWorkers at a time (a gang's reclaim may take thousands
+//     of them, a reclaim of single pods hundreds of preemptors' one each),
+//     each victim's pods one after the other. Should an eviction still
+//     fail (a budget changed in between), no further victim is started
+//     for that preemptor, and a victim already partly evicted is finished
+//     first in the next cycles (finishEvictions), through the Eviction API
+//     still, before the loop evicts anything else.
 //
 // The budgets of a namespace are read once per call (budgetBook), and
 // what this call's evictions take of them is counted against them.
@@ -76,61 +77,88 @@ func (a *Admitter) evictAll(ctx context.Context, res *cycle.Result, now time.Tim
 		}
 		groups[e.For.Key] = append(groups[e.For.Key], e)
 	}
+	// Each preemptor's victims are checked in the cycle's order (the
+	// budgets they take are counted against the next ones), then the
+	// victims of all that passed are evicted in one pool: a reclaim of
+	// single pods evicts hundreds a cycle, one victim each, and one after
+	// the other they took seconds.
+	var ready []cycle.WorkloadKey
+	var all []*cycle.Eviction
 	for _, key := range order {
 		g := groups[key]
 		if len(a.finishing) > 0 {
 			// A victim is partly evicted: nothing else goes until it is
 			// gone whole.
-			for k := range a.finishing {
-				// The cycle's reason stays: room or a limit's headroom.
-				a.rewriteMessage(res, key, fmt.Sprintf(
-					"waiting until %s is evicted whole before evicting anything more", k))
-				break
-			}
+			a.rewriteMessage(res, key, a.waitForFinishing())
 			continue
 		}
 		if v, why := a.preflight(ctx, g, budgets); v != nil {
 			a.refuse(ctx, res, g[0].For, v, why, now)
 			continue
 		}
-		evicted, errs := a.evictGroup(ctx, g)
-		// Victims never started need nothing; one refused before its first
-		// pod is spared; one stopped part-way is finished first later (its
-		// wait is written last: it says more).
-		for i, e := range g {
-			if errs[i] != nil && evicted[i] == 0 {
-				a.refuse(ctx, res, e.For, e.Victim, errs[i].Error(), now)
+		ready = append(ready, key)
+		all = append(all, g...)
+	}
+	evicted, errs := a.evictVictims(ctx, all)
+	for _, key := range ready {
+		g := groups[key]
+		n := len(g)
+		ev, er := evicted[:n], errs[:n]
+		evicted, errs = evicted[n:], errs[n:]
+		// Victims never started need nothing; one refused before its
+		// first pod is spared; one stopped part-way is finished first
+		// later (its wait is written last: it says more).
+		for j, e := range g {
+			if er[j] != nil && ev[j] == 0 {
+				a.refuse(ctx, res, e.For, e.Victim, er[j].Error(), now)
 			}
 		}
-		for i, e := range g {
-			if errs[i] == nil || evicted[i] == 0 {
+		for j, e := range g {
+			if er[j] == nil || ev[j] == 0 {
 				continue
 			}
-			why := errs[i].Error()
+			why := er[j].Error()
 			a.finishing[e.Victim.Key] = finishing{forKey: e.For.Key, why: why, kind: evictionKind(e), message: e.Message}
 			a.rewriteWait(res, e.For.Key, v1alpha1.ReasonEvictionRefused, fmt.Sprintf(
 				"evicting %s to make room stopped after %d of its pods: %s; the rest of %s is evicted as soon as that is allowed, before anything else",
-				e.Victim.Key, evicted[i], why, e.Victim.Key))
+				e.Victim.Key, ev[j], why, e.Victim.Key))
 			a.refusedFor[e.For.Key] = now.Add(EvictionRetry)
 		}
 	}
 }
 
-// evictGroup evicts the victims of g, patchWorkers at a time, and returns
-// for each how many of its pods it evicted and the error that stopped it.
-// After a failure no further victim is started.
-func (a *Admitter) evictGroup(ctx context.Context, g []*cycle.Eviction) ([]int, []error) {
-	evicted := make([]int, len(g))
-	errs := make([]error, len(g))
-	var failed atomic.Bool
-	jobs := make([]func() error, len(g))
-	for i, e := range g {
+// waitForFinishing is the wait of a preemptor held back while a victim is
+// evicted whole.
+func (a *Admitter) waitForFinishing() string {
+	for k := range a.finishing {
+		// The cycle's reason stays: room or a limit's headroom.
+		return fmt.Sprintf("waiting until %s is evicted whole before evicting anything more", k)
+	}
+	return ""
+}
+
+// evictVictims evicts the victims of evs, patchWorkers at a time, and
+// returns for each how many of its pods it evicted and the error that
+// stopped it. After a failure no further victim is started for the same
+// preemptor; the others' go on.
+func (a *Admitter) evictVictims(ctx context.Context, evs []*cycle.Eviction) ([]int, []error) {
+	evicted := make([]int, len(evs))
+	errs := make([]error, len(evs))
+	failed := map[cycle.WorkloadKey]*atomic.Bool{}
+	for _, e := range evs {
+		if failed[e.For.Key] == nil {
+			failed[e.For.Key] = &atomic.Bool{}
+		}
+	}
+	jobs := make([]func() error, len(evs))
+	for i, e := range evs {
+		stop := failed[e.For.Key]
 		jobs[i] = func() error {
-			if failed.Load() {
+			if stop.Load() {
 				return nil
 			}
 			if evicted[i], errs[i] = a.evictWhole(ctx, e); errs[i] != nil {
-				failed.Store(true)
+				stop.Store(true)
 			}
 			return nil
 		}

@@ -515,3 +515,95 @@ func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 		t.Errorf("%d dry-run evictions of pods no budget selects", got)
 	}
 }
+
+// TestReclaimForManySinglePodsInOneCycle: KAI's reclaim scenario in
+// small: a holds every GPU with single pods, b's 20 single pods take back
+// its fair share. One cycle evicts for all of them (more than the 16
+// searches a cycle gives gangs), and a refused eviction spares its victim
+// without stopping the other preemptors' evictions.
+func TestReclaimForManySinglePodsInOneCycle(t *testing.T) {
+	const victims = 40
+	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
+	var objs []client.Object
+	var rtObjs []runtime.Object
+	var gns []v1alpha1.GPUNode
+	for i := range victims {
+		node := fmt.Sprintf("n%d", i)
+		gns = append(gns, *pt.H100Node(node, 1).Obj())
+		p := pt.WholePod(fmt.Sprintf("a-%d", i), 1, "1000").Queue("a").
+			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
+		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
+		p.Spec.NodeName = node
+		objs, rtObjs = append(objs, p), append(rtObjs, p)
+	}
+	for i := range victims / 2 {
+		p := pt.WholePod(fmt.Sprintf("b-%d", i), 1, "1000").Queue("b").
+			SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(evictionT0.Add(time.Duration(i) * time.Millisecond)).Obj()
+		objs, rtObjs = append(objs, p), append(rtObjs, p)
+	}
+	objs = append(objs, pt.MakeQueue("a").Obj(), pt.MakeQueue("b").Obj())
+	c := fake.NewClientBuilder().WithScheme(envtestutil.Scheme()).WithObjects(objs...).
+		WithStatusSubresource(&v1alpha1.Queue{}, &v1alpha1.PodGroup{}, &corev1.Pod{}).Build()
+	cs := k8sfake.NewClientset(rtObjs...)
+	var mu sync.Mutex
+	var evicted, refused []string
+	cs.PrependReactor("create", "pods", func(action k8stesting.Action) (bool, runtime.Object, error) {
+		if action.GetSubresource() != "eviction" {
+			return false, nil, nil
+		}
+		ev := action.(k8stesting.CreateAction).GetObject().(*policyv1.Eviction)
+		mu.Lock()
+		defer mu.Unlock()
+		if len(refused) == 0 {
+			// The first eviction is refused, as a budget changed since
+			// the preflight would.
+			refused = append(refused, ev.Name)
+			return true, nil, apierrors.NewTooManyRequests("Cannot evict pod as it would violate the pod's disruption budget.", 0)
+		}
+		evicted = append(evicted, ev.Name)
+		return true, nil, nil
+	})
+	clk := testingclock.NewFakeClock(evictionT0)
+	var pods corev1.PodList
+	if err := c.List(t.Context(), &pods); err != nil {
+		t.Fatal(err)
+	}
+	ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
+	a := NewAdmitter(ledger, c, cs, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	for _, gn := range gns {
+		cache.UpsertNode(pt.MakeNode(gn.Name).Obj())
+	}
+	for i := range pods.Items {
+		cache.UpsertPod(&pods.Items[i])
+	}
+	cache.UpsertQueue(pt.MakeQueue("a").Obj())
+	cache.UpsertQueue(pt.MakeQueue("b").Obj())
+	if err := a.Cycle(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := len(evicted), victims/2-1; got != want {
+		t.Errorf("evicted %d pods in the cycle, want %d (one for each of b's pods but the one whose eviction was refused): %v", got, want, evicted)
+	}
+	// What each of b's pods is told: the conditions queued for them.
+	told := map[string]int{}
+	for _, q := range a.conditions {
+		for {
+			pc, ok := q.take()
+			if !ok {
+				break
+			}
+			switch {
+			case pc.cond.Reason == v1alpha1.ReasonEvictionRefused && strings.Contains(pc.cond.Message, "could not evict ns/"+refused[0]):
+				told["refused"]++
+			case strings.Contains(pc.cond.Message, "evicting 1 workload(s) to make room"):
+				told["evicting"]++
+			default:
+				told[pc.cond.Reason+": "+pc.cond.Message]++
+			}
+		}
+	}
+	if diff := cmp.Diff(map[string]int{"refused": 1, "evicting": victims/2 - 1}, told); diff != "" {
+		t.Errorf("b's pods told (-want +got):\n%s", diff)
+	}
+}

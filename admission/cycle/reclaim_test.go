@@ -167,8 +167,75 @@ func TestWaitsForTerminatingPodsLeaveTheSearchesToOthers(t *testing.T) {
 	if waits != waiting {
 		t.Errorf("%d workloads wait for terminating pods, want %d", waits, waiting)
 	}
-	// The default bound of 16 searches a cycle: 16 more evictions.
-	if got := len(out.Evicted); got != 16 {
-		t.Errorf("evicted %d workloads in the cycle, want 16 (the cycle's searches); waiting: %v", got, out.Waiting)
+	// The other 20 each evict one (single pods: within the cycle's 256
+	// searched members).
+	if got := len(out.Evicted); got != waiting {
+		t.Errorf("evicted %d workloads in the cycle, want %d (one for each preemptor not waiting); waiting: %v", got, waiting, out.Waiting)
 	}
+}
+
+// TestSearchesAreBoundedByTheMembersSearched: a cycle searches for at
+// least MaxPreemptionSearches workloads, and for more while the members
+// of all it searched for stay within MaxSearchedMembers, so single pods
+// reclaim many to a cycle and gangs as many as their size allows.
+func TestSearchesAreBoundedByTheMembersSearched(t *testing.T) {
+	const nodes, perNode = 4, 8
+	cases := map[string]struct {
+		gangSize int
+		want     int
+	}{
+		// 2 searches, then 2 more within the 4 members.
+		"single pods": {gangSize: 1, want: 4},
+		// 2 searches of 3 members: 6 members, past the 4.
+		"gangs of three": {gangSize: 3, want: 2 * 3},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			ns, gns := gpuNodes("n", nodes, perNode)
+			var pods []*corev1.Pod
+			for i := range nodes * perNode {
+				pods = append(pods, running(fmt.Sprintf("a-%02d", i), "a", fmt.Sprintf("n-%d", i%nodes), 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+			}
+			var pgs []*v1alpha1.PodGroup
+			for i := range 6 {
+				name := fmt.Sprintf("b-%d", i)
+				if tc.gangSize == 1 {
+					pods = append(pods, gated(name, "b", 1).Created(t0.Add(time.Duration(i)*time.Second)).Obj())
+					continue
+				}
+				members, pg := gang(name, "b", tc.gangSize, tc.gangSize, 1)
+				pods = append(pods, members...)
+				pgs = append(pgs, pg)
+			}
+			w := world{nodes: ns, gpuNodes: gns, pods: pods, podGroups: pgs, queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}}
+			out, _ := runWorld(t, w, Options{Now: t0.Add(2 * time.Hour), MaxPreemptionSearches: 2, MaxSearchedMembers: 4})
+			if got := len(out.Evicted); got != tc.want {
+				t.Errorf("evicted %d workloads, want %d; waiting: %v", got, tc.want, out.Waiting)
+			}
+		})
+	}
+}
+
+// BenchmarkReclaimForSinglePods is one admission cycle of KAI's reclaim
+// scenario: 500 nodes × 8 GPUs held by queue a's 4,000 single-GPU pods,
+// and queue b's 2,000 pending single-GPU pods, whose fair share is half
+// the cluster. The cycle evicts for as many as its searches allow.
+func BenchmarkReclaimForSinglePods(b *testing.B) {
+	const nodes, perNode = 500, 8
+	ns, gns := gpuNodes("n", nodes, perNode)
+	var pods []*corev1.Pod
+	for i := range nodes * perNode {
+		pods = append(pods, running(fmt.Sprintf("a-%04d", i), "a", fmt.Sprintf("n-%d", i%nodes), 1, t0.Add(time.Duration(i)*time.Second)).Obj())
+	}
+	for i := range nodes * perNode / 2 {
+		pods = append(pods, gated(fmt.Sprintf("b-%04d", i), "b", 1).Created(t0.Add(time.Duration(i)*time.Millisecond)).Obj())
+	}
+	w := world{nodes: ns, gpuNodes: gns, pods: pods, queues: []*v1alpha1.Queue{MakeQueue("a").Obj(), MakeQueue("b").Obj()}}
+	cache, ledger := w.build(b)
+	st := cache.State()
+	var res *Result
+	for b.Loop() {
+		res = Run(context.Background(), st, ledger.Snapshot(), limitQuota{}, Options{Now: t0.Add(2 * time.Hour)})
+	}
+	b.ReportMetric(float64(len(res.Evictions)), "victims")
 }

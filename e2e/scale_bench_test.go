@@ -104,8 +104,13 @@ func TestKAIScaleScenarios(t *testing.T) {
 		}
 	}
 	s.watch()
-	for run := 1; run <= runs; run++ {
+	// A scenario named twice in the list runs twice a round: its runs are
+	// numbered across rounds.
+	ran := map[string]int{}
+	for range runs {
 		for _, sc := range scenarios {
+			ran[sc]++
+			run := ran[sc]
 			switch sc {
 			case "fill":
 				s.fill(run)
@@ -151,6 +156,9 @@ type scaleRun struct {
 	// devUp are the cluster's dev up flags beyond its size, passed again
 	// when a killed replica is started (other flags would restart both).
 	devUp []string
+
+	// batches counts the batches of pods created (batchName).
+	batches int
 
 	mu sync.Mutex
 	// created and bound are when each pod (by name) was created and first
@@ -391,10 +399,20 @@ func names(pods []*corev1.Pod) []string {
 	return out
 }
 
+// batchName is new for each batch of pods the run creates: names are
+// never reused. kwok deletes a deleted pod again, by name, minutes later
+// when it lags behind; a new pod of the same name was deleted in its place
+// (a big reclaim waited for 103 of its 4,000 pods that kwok had deleted).
+func (s *scaleRun) batchName() string {
+	s.batches++
+	return fmt.Sprintf("b%d", s.batches)
+}
+
 func (s *scaleRun) fillPods(phase, q string, n int) []*corev1.Pod {
 	pods := make([]*corev1.Pod, n)
+	batch := s.batchName()
 	for i := range pods {
-		pods[i] = s.scalePod(fmt.Sprintf("%s-%05d", phase, i), phase, q)
+		pods[i] = s.scalePod(fmt.Sprintf("%s-%s-%05d", phase, batch, i), phase, q)
 	}
 	return pods
 }
@@ -421,8 +439,9 @@ func (s *scaleRun) fill(run int) {
 func (s *scaleRun) gang(run int) {
 	const size = 512
 	pods := make([]*corev1.Pod, size)
+	batch := s.batchName()
 	for i := range pods {
-		pods[i] = s.scalePod(fmt.Sprintf("gang-%03d", i), "gang", "filler")
+		pods[i] = s.scalePod(fmt.Sprintf("gang-%s-%03d", batch, i), "gang", "filler")
 		pods[i].Labels[v1alpha1.LabelPodGroup] = "gang"
 	}
 	m := s.begin(fmt.Sprintf("gang of %d run %d", size, run))
@@ -539,8 +558,9 @@ func (s *scaleRun) bigReclaim(run int) {
 	s.create(s.fillPods("borrowed", "borrower", total))
 	s.waitBound("borrowed", total, 30*time.Minute)
 	pods := make([]*corev1.Pod, members)
+	batch := s.batchName()
 	for i := range pods {
-		p := tputPod(s.ns, fmt.Sprintf("big-%03d", i), "big", 1000)
+		p := tputPod(s.ns, fmt.Sprintf("big-%s-%03d", batch, i), "big", 1000)
 		p.Spec.Containers[0].Resources.Limits = corev1.ResourceList{"nvidia.com/gpu": *resource.NewQuantity(int64(each), resource.DecimalSI)}
 		p.Labels[v1alpha1.LabelQueue] = "owner"
 		p.Labels[v1alpha1.LabelPodGroup] = "big"

@@ -452,11 +452,16 @@ func waitAllRunning(ctx context.Context, t *testing.T, cs kubernetes.Interface, 
 // pods are deleted one by one by 16 workers: a DeleteCollection of
 // thousands outlasts the API server's request timeout (kube-apiserver
 // deletes a collection's items one at a time), and the scale benchmark's
-// cleanups then took minutes.
+// cleanups then took minutes. They are deleted gracefully, as users
+// delete pods: kwok, as a kubelet does, removes each once it sees it
+// terminating, so that gone means kwok is done with it. (With grace 0 a
+// pod was gone at once, and kwok's own delete of it came minutes later,
+// amid the next scenario: a DELETE per pod in its API counts, and the
+// victims of a big reclaim queued behind them.)
 func deletePhase(ctx context.Context, t *testing.T, cs kubernetes.Interface, ns, phase string) {
 	t.Helper()
 	sel := metav1.ListOptions{LabelSelector: "e2e.partita.dev/phase=" + phase}
-	now := metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}
+	now := metav1.DeleteOptions{}
 	poll(t, 5*time.Minute, "the "+phase+" pods gone", func() (bool, string) {
 		list, err := cs.CoreV1().Pods(ns).List(ctx, sel)
 		if err != nil {

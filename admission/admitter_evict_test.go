@@ -451,19 +451,7 @@ func TestEvictionsShareOneReadOfTheBudgets(t *testing.T) {
 // runs where no budget could refuse.
 func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 	const victims = 40
-	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
-	var objs []client.Object
-	var rtObjs []runtime.Object
-	var gns []v1alpha1.GPUNode
-	for i := range victims {
-		node := fmt.Sprintf("n%d", i)
-		gns = append(gns, *pt.H100Node(node, 1).Obj())
-		p := pt.WholePod(fmt.Sprintf("a-%d", i), 1, "1000").Queue("a").
-			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
-		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
-		p.Spec.NodeName = node
-		objs, rtObjs = append(objs, p), append(rtObjs, p)
-	}
+	objs, rtObjs, gns := singleGPUVictims(victims)
 	for i := range victims / 2 {
 		p := pt.WholePod(fmt.Sprintf("b-%d", i), 1, "1000").Queue("b").PodGroup("big").
 			SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(evictionT0).Obj()
@@ -485,23 +473,8 @@ func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 		}
 		return true, nil, nil
 	})
-	clk := testingclock.NewFakeClock(evictionT0)
-	var pods corev1.PodList
-	if err := c.List(t.Context(), &pods); err != nil {
-		t.Fatal(err)
-	}
-	ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
-	a := NewAdmitter(ledger, c, cs, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
-	cache := a.Cache()
-	for _, gn := range gns {
-		cache.UpsertNode(pt.MakeNode(gn.Name).Obj())
-	}
-	for i := range pods.Items {
-		cache.UpsertPod(&pods.Items[i])
-	}
-	cache.UpsertQueue(pt.MakeQueue("a").Obj())
-	cache.UpsertQueue(pt.MakeQueue("b").Obj())
-	cache.UpsertPodGroup(pt.MakePodGroup("big", "ns").MinMember(victims / 2).Obj())
+	a := admitterOf(t, c, cs, gns)
+	a.Cache().UpsertPodGroup(pt.MakePodGroup("big", "ns").MinMember(victims / 2).Obj())
 	if err := a.Cycle(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -523,19 +496,7 @@ func TestReclaimEvictsManyVictimsAtOnce(t *testing.T) {
 // without stopping the other preemptors' evictions.
 func TestReclaimForManySinglePodsInOneCycle(t *testing.T) {
 	const victims = 40
-	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
-	var objs []client.Object
-	var rtObjs []runtime.Object
-	var gns []v1alpha1.GPUNode
-	for i := range victims {
-		node := fmt.Sprintf("n%d", i)
-		gns = append(gns, *pt.H100Node(node, 1).Obj())
-		p := pt.WholePod(fmt.Sprintf("a-%d", i), 1, "1000").Queue("a").
-			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
-		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
-		p.Spec.NodeName = node
-		objs, rtObjs = append(objs, p), append(rtObjs, p)
-	}
+	objs, rtObjs, gns := singleGPUVictims(victims)
 	for i := range victims / 2 {
 		p := pt.WholePod(fmt.Sprintf("b-%d", i), 1, "1000").Queue("b").
 			SchedulingGates(v1alpha1.SchedulingGateAdmission).Created(evictionT0.Add(time.Duration(i) * time.Millisecond)).Obj()
@@ -563,22 +524,7 @@ func TestReclaimForManySinglePodsInOneCycle(t *testing.T) {
 		evicted = append(evicted, ev.Name)
 		return true, nil, nil
 	})
-	clk := testingclock.NewFakeClock(evictionT0)
-	var pods corev1.PodList
-	if err := c.List(t.Context(), &pods); err != nil {
-		t.Fatal(err)
-	}
-	ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
-	a := NewAdmitter(ledger, c, cs, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
-	cache := a.Cache()
-	for _, gn := range gns {
-		cache.UpsertNode(pt.MakeNode(gn.Name).Obj())
-	}
-	for i := range pods.Items {
-		cache.UpsertPod(&pods.Items[i])
-	}
-	cache.UpsertQueue(pt.MakeQueue("a").Obj())
-	cache.UpsertQueue(pt.MakeQueue("b").Obj())
+	a := admitterOf(t, c, cs, gns)
 	if err := a.Cycle(t.Context()); err != nil {
 		t.Fatal(err)
 	}
@@ -606,4 +552,46 @@ func TestReclaimForManySinglePodsInOneCycle(t *testing.T) {
 	if diff := cmp.Diff(map[string]int{"refused": 1, "evicting": victims/2 - 1}, told); diff != "" {
 		t.Errorf("b's pods told (-want +got):\n%s", diff)
 	}
+}
+
+// singleGPUVictims are queue a's victims: n admitted single-GPU pods, each
+// holding the one GPU of its node, as objects for the fake clients.
+func singleGPUVictims(n int) ([]client.Object, []runtime.Object, []v1alpha1.GPUNode) {
+	admitted := evictionT0.Add(-time.Hour).Format(admittedLayout)
+	var objs []client.Object
+	var rtObjs []runtime.Object
+	var gns []v1alpha1.GPUNode
+	for i := range n {
+		node := fmt.Sprintf("n%d", i)
+		gns = append(gns, *pt.H100Node(node, 1).Obj())
+		p := pt.WholePod(fmt.Sprintf("a-%d", i), 1, "1000").Queue("a").
+			Annotation(v1alpha1.AnnotationAdmitted, admitted).Created(evictionT0.Add(-time.Hour)).Obj()
+		p.Annotations[v1alpha1.AnnotationDevicesPrefix+pt.DefaultContainer] = pt.DeviceUUID(node, 0)
+		p.Spec.NodeName = node
+		objs, rtObjs = append(objs, p), append(rtObjs, p)
+	}
+	return objs, rtObjs, gns
+}
+
+// admitterOf is an admission loop over c's pods on gns, with queues a and
+// b in its cache, at evictionT0.
+func admitterOf(t *testing.T, c client.Client, cs kubernetes.Interface, gns []v1alpha1.GPUNode) *Admitter {
+	t.Helper()
+	clk := testingclock.NewFakeClock(evictionT0)
+	var pods corev1.PodList
+	if err := c.List(t.Context(), &pods); err != nil {
+		t.Fatal(err)
+	}
+	ledger := gpu.BuildLedger(gns, pods.Items, gpu.WithClock(clk))
+	a := NewAdmitter(ledger, c, cs, nil, nil, func() bool { return true }, DefaultAdmitterOptions(), nil, clk)
+	cache := a.Cache()
+	for _, gn := range gns {
+		cache.UpsertNode(pt.MakeNode(gn.Name).Obj())
+	}
+	for i := range pods.Items {
+		cache.UpsertPod(&pods.Items[i])
+	}
+	cache.UpsertQueue(pt.MakeQueue("a").Obj())
+	cache.UpsertQueue(pt.MakeQueue("b").Obj())
+	return a
 }

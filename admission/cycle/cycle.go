@@ -79,8 +79,9 @@ type Options struct {
 	PreemptMinRuntime time.Duration
 	// DisablePreemption turns reclaim and preemption off.
 	DisablePreemption bool
-	// MaxPreemptionSearches bounds the victim searches of one cycle (each
-	// costs a few gang placements); 0 means 16.
+	// MaxPreemptionSearches is how many victim searches a cycle runs
+	// whatever their workloads' size (each costs a few gang placements);
+	// MaxSearchedMembers may allow more. 0 means 16.
 	MaxPreemptionSearches int
 	// MaxSearchedMembers lets a cycle search for more workloads than
 	// MaxPreemptionSearches while the members of all it searched for stay

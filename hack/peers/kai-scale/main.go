@@ -80,6 +80,9 @@ type opts struct {
 	borrowerWeight                   int
 	qps                              float64
 	timeout, settle, cleanupTimeout  time.Duration
+	// skipLastCleanup: the last scenario's objects are left for the
+	// cluster's deletion (run.sh deletes it on exit).
+	skipLastCleanup bool
 }
 
 // scenarioResult is what one scenario measured. Wall time runs from the
@@ -165,6 +168,7 @@ func main() {
 	flag.DurationVar(&o.timeout, "timeout", 30*time.Minute, "per scenario: longest wait for the wanted pods to be bound (and for the borrower's fill); after it, how far it got is recorded")
 	flag.DurationVar(&o.settle, "settle", 10*time.Second, "reclaim scenarios: wait this long after the owner is bound before reading what each queue holds")
 	flag.DurationVar(&o.cleanupTimeout, "cleanup-timeout", 10*time.Minute, "longest wait for a scenario's objects to be gone")
+	flag.BoolVar(&o.skipLastCleanup, "skip-last-cleanup", false, "leave the last scenario's objects in place: at 500 nodes deleting thousands of Jobs takes minutes, and run.sh deletes the whole cluster on exit")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -221,9 +225,10 @@ func run(ctx context.Context, o opts) error {
 	for _, p := range procs {
 		res.Processes[p.name] = fmt.Sprintf("%d: %s", p.pid, cmdline(p.pid))
 	}
-	for _, sc := range scenarios {
+	for i, sc := range scenarios {
 		var sr scenarioResult
 		var err error
+		r.last = i == len(scenarios)-1
 		switch sc {
 		case "fill":
 			sr, err = r.fill(ctx)
@@ -264,6 +269,8 @@ type runner struct {
 	dc    dynamic.Interface
 	procs []proc
 	pods  toolscache.Indexer
+	// last: the scenario running is the last of the invocation.
+	last bool
 
 	mu sync.Mutex
 	// created is when the create of each unit (a Job, or a bare pod) was
@@ -814,6 +821,10 @@ func (r *runner) cleanup(ctx context.Context, sr *scenarioResult, phases ...stri
 	}
 	if ctx.Err() != nil {
 		return ctx.Err()
+	}
+	if r.last && r.o.skipLastCleanup {
+		logf("%s: objects left in place (--skip-last-cleanup)", sr.Name)
+		return nil
 	}
 	r.setCleaning(true)
 	defer r.setCleaning(false)
